@@ -1,0 +1,67 @@
+"""The one place where pallas_frontend touches JAX internals (``jax._src``).
+
+Everything private that the frontend needs from JAX is imported here and
+re-exported under a stable local name, so a JAX upgrade is mended in this
+module alone. Other modules import from here, never from ``jax._src``.
+"""
+
+from __future__ import annotations
+
+from jax._src import api_util
+from jax._src import core
+from jax._src import dispatch
+from jax._src.debugging import debug_effect  # an unordered IO effect
+from jax._src import linear_util as lu
+from jax._src import source_info_util
+from jax._src.interpreters import ad
+from jax._src.interpreters import batching
+from jax._src.interpreters import mlir
+from jax._src.interpreters import partial_eval as pe
+from jax._src.state import discharge as state_discharge
+from jax._src.state import indexing as state_indexing
+from jax._src.state import types as state_types
+
+AbstractRef = state_types.AbstractRef
+ShapedArray = core.ShapedArray
+Jaxpr = core.Jaxpr
+Primitive = core.Primitive
+Literal = core.Literal
+Var = core.Var
+Slice = state_indexing.Slice
+NDIndexer = state_indexing.NDIndexer
+ds = state_indexing.ds
+discharge_state = state_discharge.discharge_state
+register_discharge_rule = state_discharge.register_discharge_rule
+
+
+def trace_kernel_jaxpr(fun, in_avals, *, traced_for: str):
+    """Traces ``fun(*in_avals)`` (which returns a flat list) to a closed jaxpr.
+
+    Returns ``(jaxpr, out_avals)``; constants captured by ``fun`` stay attached
+    to the jaxpr as its ``consts``.
+    """
+    dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
+    wrapped = lu.wrap_init(fun, debug_info=dbg)
+    jaxpr, out_avals, _ = pe.trace_to_jaxpr_dynamic(wrapped, list(in_avals))
+    return jaxpr, out_avals
+
+
+def jaxpr_source_line(eqn) -> str:
+    """``file:line`` of the user code that produced a jaxpr equation, or ''."""
+    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    if frame is None:
+        return ""
+    return f"{frame.file_name}:{frame.start_line}"
+
+
+def sub_jaxprs(eqn):
+    """The jaxprs nested in an equation's params (loop bodies, cond branches)."""
+    return list(core.jaxprs_in_params(eqn.params))
+
+
+def eval_jaxpr(jaxpr, *args):
+    return core.eval_jaxpr(jaxpr, jaxpr.consts, *args)
+
+
+def jvp_jaxpr(jaxpr, nonzeros, instantiate):
+    return ad.jvp_jaxpr(jaxpr, nonzeros, instantiate)

@@ -1,0 +1,280 @@
+"""The contract between the frontend and its backends.
+
+A backend sees a kernel only as a ``KernelIR``: frozen, versioned, and free of
+the user's Python. Plugins import this module and the public
+``pallas_frontend`` API, nothing else from the frontend.
+
+Versioning: ``API_VERSION = (major, minor)``. A backend declares the version
+it was written against; an unequal major is refused, an older minor is
+accepted (new fields and hooks are optional for it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pluggy
+
+from pallas_frontend import _jax_compat as jc
+from pallas_frontend.specs import BlockDim, BoundedSlice, Buffered, Squeezed
+
+API_VERSION: tuple[int, int] = (1, 0)
+PROJECT_NAME = "pallas_frontend"
+ENTRY_POINT_GROUP = "pallas_frontend.backends"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+class BackendHookSpecs:
+    """Hooks a backend plugin implements (mark implementations with ``hookimpl``)."""
+
+    @hookspec
+    def pallas_frontend_backend(self) -> Backend | Sequence[Backend] | None:
+        """Return the plugin's ``Backend`` (or several). Must be cheap: do not
+        import compilers here; do that in ``Backend.lower``."""
+
+
+# --- the kernel as a backend sees it -----------------------------------------
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BlockMapping:
+    """How one operand is windowed at each grid point.
+
+    ``index_map`` is a closed jaxpr from the grid indices (one int32 scalar per
+    grid axis, batch axes included), followed by the scalar-prefetch Refs if
+    any, to one int32 scalar per entry of ``block_dims`` -- two, ``start`` and
+    ``size``, for a ``BoundedSlice`` dim. For ``Blocked`` dims the value is a
+    block index; for ``Element``, ``Squeezed`` and ``BoundedSlice`` it is an
+    element offset.
+    """
+    origin: str                      # e.g. "args[0]", "outputs[1]['b']": used in messages
+    array_shape: tuple[int, ...]
+    dtype: np.dtype
+    block_dims: tuple[BlockDim, ...]
+    index_map: jc.Jaxpr
+    index_map_source: str            # "file:line" of the user's index_map
+    memory_space: Any = None
+    pipeline_mode: Buffered | None = None
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        """The shape of the kernel-visible Ref (squeezed dims removed)."""
+        return tuple(d.block_size for d in self.block_dims if not isinstance(d, Squeezed))
+
+    @property
+    def index_map_arity(self) -> int:
+        return len(self.index_map.invars)
+
+    @property
+    def num_index_outputs(self) -> int:
+        return sum(2 if isinstance(d, BoundedSlice) else 1 for d in self.block_dims)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KernelIR:
+    """One kernel launch: everything a backend needs, nothing it must not see.
+
+    ``jaxpr`` invars are, in order: one int32 scalar per grid axis (the
+    program ids, batch axes first), then Refs for the scalar-prefetch
+    operands, the inputs, the outputs and the scratch buffers. It returns
+    nothing. ``grid`` is static; the first ``num_batch_axes`` axes come from
+    ``vmap`` and are hidden from the kernel's ``pl.program_id``.
+    """
+    name: str
+    source: str                          # "file:line" of the kernel function
+    jaxpr: jc.Jaxpr
+    grid: tuple[int, ...]
+    grid_names: tuple[str, ...] | None
+    in_mappings: tuple[BlockMapping, ...]
+    out_mappings: tuple[BlockMapping, ...]
+    scratch_avals: tuple[jc.AbstractRef, ...] = ()
+    num_scalar_prefetch: int = 0
+    num_batch_axes: int = 0
+    input_output_aliases: tuple[tuple[int, int], ...] = ()
+    compiler_params: Any = None
+    cost_estimate: Any = None
+    metadata: tuple[tuple[str, str], ...] = ()
+    debug: bool = False
+    api_version: tuple[int, int] = API_VERSION
+
+    @property
+    def mappings(self) -> tuple[BlockMapping, ...]:
+        return self.in_mappings + self.out_mappings
+
+    @property
+    def out_avals(self) -> tuple[jc.ShapedArray, ...]:
+        return tuple(jc.ShapedArray(m.array_shape, m.dtype) for m in self.out_mappings)
+
+    @property
+    def num_grid_axes(self) -> int:
+        return len(self.grid)
+
+    def replace(self, **changes) -> KernelIR:
+        return dataclasses.replace(self, **changes)
+
+    def iter_equations(self):
+        """Every equation of the kernel, nested loop and branch bodies included."""
+        yield from _iter_equations(self.jaxpr)
+
+    def pretty(self) -> str:
+        """A readable dump (what ``debug=True`` prints)."""
+        lines = [f"KernelIR v{self.api_version[0]}.{self.api_version[1]} '{self.name}' ({self.source})",
+                 f"  grid={self.grid}" + (f" names={self.grid_names}" if self.grid_names else "")
+                 + (f" batch_axes={self.num_batch_axes}" if self.num_batch_axes else "")]
+        for m in self.mappings:
+            dims = ", ".join(str(d) for d in m.block_dims)
+            lines.append(f"  {m.origin}: {m.dtype}{list(m.array_shape)} blocks=({dims}) "
+                         f"space={m.memory_space} index_map={m.index_map_source}")
+        for i, s in enumerate(self.scratch_avals):
+            lines.append(f"  scratch[{i}]: {s}")
+        if self.input_output_aliases:
+            lines.append(f"  aliases (input->output): {dict(self.input_output_aliases)}")
+        if self.compiler_params is not None:
+            lines.append(f"  compiler_params: {self.compiler_params}")
+        lines.append("  kernel jaxpr:")
+        lines.extend("    " + ln for ln in str(self.jaxpr).splitlines())
+        return "\n".join(lines)
+
+
+def _iter_equations(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jc.sub_jaxprs(eqn):
+            yield from _iter_equations(sub)
+
+
+# --- primitives owned by a backend -------------------------------------------
+
+FRONTEND_OWNER = "pallas_frontend"
+_primitive_owners: dict[jc.Primitive, str] = {}
+
+
+def kernel_primitive(name: str, *, owner: str, multiple_results: bool = False) -> jc.Primitive:
+    """Creates a JAX primitive usable inside kernels and records its owner.
+
+    A backend that meets a primitive owned by another backend rejects the
+    kernel in ``Backend.check``, naming the primitive and its owner.
+    """
+    prim = jc.Primitive(name)
+    prim.multiple_results = multiple_results
+    _primitive_owners[prim] = owner
+    return prim
+
+
+def primitive_owner(prim: jc.Primitive) -> str | None:
+    return _primitive_owners.get(prim)
+
+
+def register_interpret_rule(prim: jc.Primitive, rule: Callable) -> None:
+    """Lets the reference interpreter run a backend's stateful primitive.
+
+    ``rule(ctx, *args, **params) -> (new_ref_values, outputs)`` is a state
+    discharge rule: it receives Ref operands as arrays and returns their new
+    values (``None`` for unchanged operands). Pure primitives need no rule:
+    they only need a JAX lowering (e.g. through ``mlir.lower_fun``).
+    """
+    jc.register_discharge_rule(prim)(rule)
+
+
+# --- errors -------------------------------------------------------------------
+
+class BackendCapabilityError(NotImplementedError):
+    """A backend cannot take this kernel; raised by ``Backend.check`` before lowering."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """The selected backend is not installed, failed to load, or cannot run here."""
+
+
+# --- the backend interface ----------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class LoweringContext:
+    """What ``Backend.lower`` gets besides the kernel."""
+    mlir_ctx: Any                 # JAX's LoweringRuleContext
+    platform: str
+    interpret_params: Any = None
+
+    def lower_fun(self, fun: Callable, *args):
+        """Lowers a JAX-traceable ``fun(*args) -> list`` in place of the call."""
+        return jc.mlir.lower_fun(fun, multiple_results=True)(self.mlir_ctx, *args)
+
+
+class Backend:
+    """A kernel backend. Subclass it and hand an instance over through the
+    ``pallas_frontend_backend`` hook (or ``pallas_frontend.register_backend``).
+
+    Class attributes describe the backend; ``check`` and ``lower`` do the work.
+    """
+    name: str = ""
+    distribution: str | None = None          # the pip distribution that ships it
+    version: str = "0"
+    api_version: tuple[int, int] = API_VERSION
+    platforms: tuple[str, ...] = ()          # JAX platforms it lowers for: "cpu", "cuda", "rocm", "tpu"
+    priority: int = 0                        # highest wins among defaults for a platform
+    compiler_params_type: type | None = None
+    interpret_params_type: type | None = None
+    memory_spaces: tuple[Any, ...] = ()
+    capabilities: frozenset[str] = frozenset()
+    dtypes: frozenset[str] | None = None     # None: any dtype
+    pip_extra: str | None = None             # e.g. "triton" -> pip install "pallas-frontend[triton]"
+
+    def is_available(self) -> tuple[bool, str]:
+        """Whether this machine can run the backend; the reason when not."""
+        return True, ""
+
+    def check(self, kernel: KernelIR) -> None:
+        """Raises ``BackendCapabilityError`` for what this backend cannot take.
+
+        The base check rejects other backends' primitives and unsupported
+        dtypes; override and call ``super().check(kernel)``.
+        """
+        check_primitive_owners(self, kernel)
+        check_dtypes(self, kernel)
+
+    def lower(self, kernel: KernelIR, ctx: LoweringContext, *args) -> Sequence[Any]:
+        """Returns the MLIR values of the outputs (JAX's lowering-rule result)."""
+        raise NotImplementedError(f"backend {self.name!r} does not implement lower()")
+
+    def describe(self) -> dict[str, Any]:
+        ok, why = self.is_available()
+        return {
+            "name": self.name, "distribution": self.distribution, "version": self.version,
+            "api_version": "%d.%d" % tuple(self.api_version), "platforms": list(self.platforms),
+            "priority": self.priority, "capabilities": sorted(self.capabilities),
+            "available": ok, "unavailable_reason": why,
+        }
+
+    def __repr__(self):
+        return f"<Backend {self.name} {self.version} platforms={self.platforms}>"
+
+
+def check_primitive_owners(backend: Backend, kernel: KernelIR) -> None:
+    for eqn in kernel.iter_equations():
+        owner = primitive_owner(eqn.primitive)
+        if owner is not None and owner not in (FRONTEND_OWNER, backend.name):
+            where = jc.jaxpr_source_line(eqn) or kernel.source
+            raise BackendCapabilityError(
+                f"Kernel '{kernel.name}' uses primitive '{eqn.primitive.name}' of backend "
+                f"'{owner}' at {where}, which backend '{backend.name}' cannot lower. "
+                f"Run it with backend '{owner}' (pass its CompilerParams) or use the "
+                "portable pallas_frontend API instead.")
+
+
+def check_dtypes(backend: Backend, kernel: KernelIR) -> None:
+    if backend.dtypes is None:
+        return
+    for m in kernel.mappings:
+        if np.dtype(m.dtype).name not in backend.dtypes:
+            raise BackendCapabilityError(
+                f"Backend '{backend.name}' does not support dtype {np.dtype(m.dtype).name} "
+                f"of {m.origin} in kernel '{kernel.name}' ({kernel.source}). "
+                f"Supported: {', '.join(sorted(backend.dtypes))}.")
+
+
+def kernel_metadata(kernel: KernelIR) -> Mapping[str, str]:
+    return dict(kernel.metadata)

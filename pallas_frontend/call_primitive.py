@@ -1,0 +1,178 @@
+"""``pallas_call_p``: the JAX primitive a kernel launch becomes.
+
+It carries the ``KernelIR`` as a parameter and gives JAX what it needs to
+compose: abstract evaluation, a lowering rule that hands the kernel to the
+selected backend, a batching rule (vmap adds a grid axis), and a JVP rule (the
+kernel's JVP is another kernel).
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+from pallas_frontend import _jax_compat as jc
+from pallas_frontend import registry
+from pallas_frontend.backend_api import BlockMapping, KernelIR, LoweringContext
+from pallas_frontend.specs import Squeezed
+
+pallas_call_p = jc.Primitive("pallas_call")
+pallas_call_p.multiple_results = True
+
+
+def _has_debug_effects(kernel: KernelIR) -> bool:
+    return any(jc.debug_effect in eqn.effects or eqn.primitive.name in ("debug_print", "debug_check")
+               for eqn in kernel.iter_equations())
+
+
+def _abstract_eval(*in_avals, kernel: KernelIR, interpret, backend):
+    vma = frozenset().union(*(getattr(a, "vma", frozenset()) for a in in_avals))
+    outs = [a.update(vma=vma) if vma else a for a in kernel.out_avals]
+    effs = {jc.debug_effect} if _has_debug_effects(kernel) else set()
+    return outs, effs
+
+
+pallas_call_p.def_effectful_abstract_eval(_abstract_eval)
+pallas_call_p.def_impl(partial(jc.dispatch.apply_primitive, pallas_call_p))
+
+
+# --- lowering -------------------------------------------------------------------
+
+def _lowering(ctx, *args, kernel: KernelIR, interpret, backend):
+    platform = ctx.module_context.platforms[0]
+    b = registry.select_backend(platform=platform, interpret=interpret,
+                                compiler_params=kernel.compiler_params, backend=backend)
+    b.check(kernel)
+    if kernel.debug:
+        print(kernel.pretty(), file=sys.stdout)
+        print(f"  backend: {b.name} {b.version} (platform {platform})", file=sys.stdout)
+    return b.lower(kernel, LoweringContext(ctx, platform, interpret_params=interpret), *args)
+
+
+jc.mlir.register_lowering(pallas_call_p, _lowering)
+
+
+# --- jaxpr surgery used by the transformation rules ---------------------------------
+
+def rebuild_jaxpr(jaxpr: jc.Jaxpr, new_in_avals, select_args) -> jc.Jaxpr:
+    """A jaxpr over ``new_in_avals`` that evaluates ``jaxpr(*select_args(new_args))``
+    and returns ``select_outs``-free results (the same outputs)."""
+    def fn(*new_args):
+        return jc.eval_jaxpr(jaxpr, *select_args(list(new_args)))
+    new, _ = jc.trace_kernel_jaxpr(fn, new_in_avals, traced_for="pallas transform")
+    return new
+
+
+def _index_avals(n):
+    return [jc.ShapedArray((), jnp.int32)] * n
+
+
+def _batched_mapping(m: BlockMapping, batched: bool, batch_size: int, n_grid: int,
+                     n_prefetch_avals) -> BlockMapping:
+    """The mapping of ``m`` on a grid with a new leading (batch) axis."""
+    in_avals = _index_avals(n_grid + 1) + list(n_prefetch_avals)
+    if batched:
+        def select(args):
+            return args[1:]
+        inner = rebuild_jaxpr(m.index_map, in_avals, select)
+
+        def fn(*args):
+            return [args[0], *jc.eval_jaxpr(inner, *args)]
+        index_map, _ = jc.trace_kernel_jaxpr(fn, in_avals, traced_for="pallas index_map")
+        return BlockMapping(
+            origin=m.origin, array_shape=(batch_size, *m.array_shape), dtype=m.dtype,
+            block_dims=(Squeezed(), *m.block_dims), index_map=index_map,
+            index_map_source=m.index_map_source, memory_space=m.memory_space,
+            pipeline_mode=m.pipeline_mode)
+    index_map = rebuild_jaxpr(m.index_map, in_avals, lambda a: a[1:])
+    return BlockMapping(**{**m.__dict__, "index_map": index_map})
+
+
+def _batch_rule(args, dims, *, kernel: KernelIR, interpret, backend):
+    sizes = {a.shape[d] for a, d in zip(args, dims) if d is not None}
+    (size,) = sizes
+    npf = kernel.num_scalar_prefetch
+    if any(d is not None for d in dims[:npf]):
+        raise NotImplementedError("vmap over scalar-prefetch operands of a pallas_call is not "
+                                  "supported; vmap the other operands only.")
+    args = [jnp.moveaxis(a, d, 0) if d is not None else a
+            for a, d in zip(args, dims)]
+    in_batched = [d is not None for d in dims[npf:]]
+    aliased = dict(kernel.input_output_aliases)
+    # An aliased input must be batched, since its output is.
+    for i in aliased:
+        if i >= npf and not in_batched[i - npf]:
+            args[i] = jnp.broadcast_to(args[i], (size, *args[i].shape))
+            in_batched[i - npf] = True
+    n_grid = len(kernel.grid)
+    pf_avals = [jc.AbstractRef(jax.typeof(a)) for a in args[:npf]]
+    in_maps = tuple(_batched_mapping(m, b, size, n_grid, pf_avals)
+                    for m, b in zip(kernel.in_mappings, in_batched))
+    out_maps = tuple(_batched_mapping(m, True, size, n_grid, pf_avals) for m in kernel.out_mappings)
+    old_avals = [v.aval for v in kernel.jaxpr.invars]
+    body = rebuild_jaxpr(kernel.jaxpr, _index_avals(1) + old_avals, lambda a: a[1:])
+    names = kernel.grid_names
+    if names is not None:
+        names = (f"_vmap{kernel.num_batch_axes}", *names)
+    new_kernel = kernel.replace(
+        jaxpr=body, grid=(size, *kernel.grid), grid_names=names, in_mappings=in_maps,
+        out_mappings=out_maps, num_batch_axes=kernel.num_batch_axes + 1)
+    outs = pallas_call_p.bind(*args, kernel=new_kernel, interpret=interpret, backend=backend)
+    return outs, [0] * len(outs)
+
+
+jc.batching.primitive_batchers[pallas_call_p] = _batch_rule
+
+
+# --- forward-mode differentiation -----------------------------------------------------
+
+def _tangent_mapping(m: BlockMapping) -> BlockMapping:
+    return BlockMapping(**{**m.__dict__, "origin": f"tangent of {m.origin}"})
+
+
+def _jvp_rule(primals, tangents, *, kernel: KernelIR, interpret, backend):
+    if kernel.input_output_aliases:
+        raise NotImplementedError("jvp of a pallas_call with input_output_aliases is not supported.")
+    if kernel.num_scalar_prefetch:
+        raise NotImplementedError("jvp of a scalar-prefetch pallas_call is not supported.")
+    n_grid, n_in = len(kernel.grid), len(kernel.in_mappings)
+    n_out, n_scr = len(kernel.out_mappings), len(kernel.scratch_avals)
+    nz_in = [type(t) is not jc.ad.Zero for t in tangents]
+    nonzeros = [False] * n_grid + nz_in + [True] * (n_out + n_scr)
+    jvp, _ = jc.jvp_jaxpr(kernel.jaxpr, nonzeros, instantiate=[])
+    avals = [v.aval for v in jvp.invars]
+    n_primal = n_grid + n_in + n_out + n_scr
+    n_tin = sum(nz_in)
+    # jvp's binders: idx, in, out, scr, d_in(nonzero), d_out, d_scr.
+    # KernelIR order: idx, in, d_in, out, d_out, scr, d_scr.
+    groups_jvp = _split(list(range(len(avals))), [n_grid, n_in, n_out, n_scr, n_tin, n_out, n_scr])
+    idx, p_in, p_out, p_scr, t_in, t_out, t_scr = groups_jvp
+    new_order = idx + p_in + t_in + p_out + t_out + p_scr + t_scr
+    position = {old: new for new, old in enumerate(new_order)}
+    body = rebuild_jaxpr(jvp, [avals[i] for i in new_order],
+                         lambda a: [a[position[i]] for i in range(len(avals))])
+    assert len(avals) == n_primal + n_tin + n_out + n_scr
+    t_maps = [_tangent_mapping(m) for m, nz in zip(kernel.in_mappings, nz_in) if nz]
+    new_kernel = kernel.replace(
+        name=f"{kernel.name}_jvp", jaxpr=body,
+        in_mappings=kernel.in_mappings + tuple(t_maps),
+        out_mappings=kernel.out_mappings + tuple(_tangent_mapping(m) for m in kernel.out_mappings),
+        scratch_avals=kernel.scratch_avals + kernel.scratch_avals)
+    in_tangents = [t for t in tangents if type(t) is not jc.ad.Zero]
+    outs = pallas_call_p.bind(*primals, *in_tangents, kernel=new_kernel, interpret=interpret,
+                              backend=backend)
+    return outs[:n_out], outs[n_out:]
+
+
+def _split(xs, sizes):
+    out, k = [], 0
+    for s in sizes:
+        out.append(xs[k:k + s])
+        k += s
+    return out
+
+
+jc.ad.primitive_jvps[pallas_call_p] = _jvp_rule

@@ -1,0 +1,123 @@
+"""Small helpers for kernel authors: control flow, allocation, arithmetic."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from pallas_frontend.primitives import run_scoped
+from pallas_frontend.specs import MemoryRef, MemorySpace
+
+
+# --- arithmetic on sizes --------------------------------------------------------
+
+def cdiv(a, b):
+    """Ceiling division; works on Python ints and on arrays."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return lax.div(a + b - 1, b)
+
+
+def align_to(a: int, alignment: int) -> int:
+    """Rounds ``a`` up to a multiple of ``alignment``."""
+    return cdiv(a, alignment) * alignment
+
+
+def next_power_of_2(x: int) -> int:
+    """The smallest power of two >= ``x`` (1 for 0)."""
+    if x < 0:
+        raise ValueError(f"next_power_of_2 takes a non-negative int, got {x}")
+    return 1 if x == 0 else 1 << (int(x) - 1).bit_length()
+
+
+def strides_from_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major element strides of ``shape``."""
+    strides, acc = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+# --- allocation ---------------------------------------------------------------
+
+def empty(shape, dtype, *, out_sharding=None):
+    """An array whose contents are unspecified."""
+    return lax.empty(tuple(shape), dtype, out_sharding=out_sharding)
+
+
+def empty_like(tree):
+    """``empty`` for every leaf of a pytree of arrays/ShapeDtypeStructs."""
+    return jax.tree.map(lambda x: empty(x.shape, x.dtype), tree)
+
+
+def empty_ref_like(x):
+    """A new Ref shaped like ``x`` (a MemoryRef keeps its memory space; anything
+    else with shape and dtype gets ``pl.ANY``)."""
+    space = x.memory_space if isinstance(x, MemoryRef) else MemorySpace.ANY
+    return jax.empty_ref(jax.ShapeDtypeStruct(tuple(x.shape), x.dtype), memory_space=space)
+
+
+def broadcast_to(a, shape):
+    """Broadcasts ``a`` to ``shape`` inside a kernel."""
+    return jnp.broadcast_to(a, tuple(shape))
+
+
+def with_scoped(*types, collective_axes=(), **kw_types):
+    """Decorator form of ``run_scoped``: calls the function at once with
+    freshly allocated Refs and returns its result."""
+    def decorator(f):
+        return run_scoped(f, *types, collective_axes=collective_axes, **kw_types)
+    return decorator
+
+
+# --- control flow ---------------------------------------------------------------
+
+def when(condition) -> Callable[[Callable[[], None]], None]:
+    """``@pl.when(cond)`` runs the decorated function only where ``cond`` holds:
+    a Python ``if`` for bools, ``lax.cond`` for traced values."""
+    def decorator(f):
+        if isinstance(condition, bool):
+            if condition:
+                f()
+            return None
+        lax.cond(condition, lambda: (f(), None)[1], lambda: None)
+        return None
+    return decorator
+
+
+def loop(lower, upper, *, init_carry: Any = None, step: int = 1, unroll: int | bool | None = None):
+    """``@pl.loop(lo, hi)`` runs ``body(i)`` for i in range(lo, hi, step); with
+    ``init_carry`` it runs ``carry = body(i, carry)`` and returns the carry."""
+    if step == 0:
+        raise ValueError("pl.loop: step must not be 0")
+
+    def decorator(body):
+        n = _trip_count(lower, upper, step)
+
+        def index(k):
+            return lower + k * step
+
+        if init_carry is None:
+            def fori_body(k, c):
+                body(index(k))
+                return c
+            lax.fori_loop(0, n, fori_body, None, unroll=unroll)
+            return None
+        return lax.fori_loop(0, n, lambda k, c: body(index(k), c), init_carry, unroll=unroll)
+    return decorator
+
+
+def _trip_count(lower, upper, step):
+    if all(isinstance(v, int) for v in (lower, upper, step)):
+        return max(0, math.ceil((upper - lower) / step))
+    lo, hi = jnp.asarray(lower, jnp.int32), jnp.asarray(upper, jnp.int32)
+    if step > 0:
+        return jnp.maximum(0, (hi - lo + step - 1) // step)
+    return jnp.maximum(0, (lo - hi - step - 1) // (-step))
+

@@ -1,0 +1,1 @@
+"""The built-in reference interpreter backend."""

@@ -1,0 +1,31 @@
+"""The reference interpreter as a ``Backend``: runs on every JAX platform."""
+
+from __future__ import annotations
+
+from pallas_frontend import backend_api
+from pallas_frontend.interpreter import execute
+
+
+class InterpreterBackend(backend_api.Backend):
+    name = "interpret"
+    distribution = "pallas-frontend"
+    platforms = ("cpu", "cuda", "rocm", "tpu")
+    priority = 0          # the CPU default, and the fallback of last resort elsewhere
+    capabilities = frozenset({
+        "grid", "blocked", "element", "squeezed", "bounded_slice", "scratch", "aliasing",
+        "run_scoped", "debug_print", "debug_check", "semaphores", "float64", "loops",
+        "vmap", "jvp",
+    })
+
+    def __init__(self):
+        from pallas_frontend import __version__
+        self.version = __version__
+
+    def lower(self, kernel, ctx, *args):
+        plan = execute.make_plan(kernel)
+        return ctx.lower_fun(lambda *xs: execute.run(plan, *xs), *args)
+
+
+@backend_api.hookimpl
+def pallas_frontend_backend():
+    return InterpreterBackend()

@@ -1,0 +1,190 @@
+"""The reference interpreter: runs a ``KernelIR`` as a plain JAX computation.
+
+Semantics (the frontend's definition of a kernel's meaning):
+- grid points run in row-major order, the last axis fastest; an output block's
+  contents carry from one grid point to the next, so accumulation over a grid
+  axis works;
+- a block that overhangs its array reads padding (NaN for floats, the lowest
+  value for ints) and writes back only its in-bounds part;
+- scratch buffers persist across grid points and start as padding values;
+- an aliased output starts as its input's values.
+
+Block offsets come from the index maps evaluated over the whole grid at trace
+time (``block_indices``), so out-of-range blocks are rejected before running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from pallas_frontend import _jax_compat as jc
+from pallas_frontend.backend_api import KernelIR
+from pallas_frontend.block_indices import BlockTable, check_block_ranges, grid_coordinates
+from pallas_frontend.specs import BoundedSlice, Squeezed
+
+
+def padding_value(dtype) -> jax.Array:
+    """What unwritten or overhanging memory reads as in the interpreter."""
+    dtype = np.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.array(jnp.nan, dtype)
+    if jnp.issubdtype(dtype, jnp.integer):
+        return jnp.array(jnp.iinfo(dtype).min, dtype)
+    return jnp.zeros((), dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class OperandLayout:
+    """How one operand is padded and where its block sits at each grid point."""
+    table: BlockTable
+    pad_low: tuple[int, ...]
+    pad_high: tuple[int, ...]
+    starts: np.ndarray            # (num_points, ndim) int32, in padded coordinates
+    sizes: np.ndarray             # (num_points, ndim) int32: valid extent (BoundedSlice) per dim
+
+    @property
+    def block_sizes(self):
+        return self.table.block_sizes
+
+    @property
+    def squeezed_axes(self):
+        return tuple(i for i, d in enumerate(self.table.mapping.block_dims) if isinstance(d, Squeezed))
+
+    @property
+    def bounded_axes(self):
+        return tuple(i for i, d in enumerate(self.table.mapping.block_dims)
+                     if isinstance(d, BoundedSlice))
+
+    def pad(self, x):
+        if not any(self.pad_low) and not any(self.pad_high):
+            return x
+        cfg = [(lo, hi, 0) for lo, hi in zip(self.pad_low, self.pad_high)]
+        return lax.pad(x, padding_value(x.dtype), cfg)
+
+    def unpad(self, x):
+        shape = self.table.mapping.array_shape
+        return x[tuple(slice(lo, lo + n) for lo, n in zip(self.pad_low, shape))]
+
+
+def operand_layout(table: BlockTable) -> OperandLayout:
+    m = table.mapping
+    num = table.starts[0].size if table.starts else 1
+    starts = np.stack([s.reshape(-1) for s in table.starts], -1) if table.starts else \
+        np.zeros((num, 0), np.int64)
+    sizes = np.stack([s.reshape(-1) for s in table.sizes], -1) if table.sizes else \
+        np.zeros((num, 0), np.int64)
+    pad_low = tuple(table.pad_low)
+    pad_high = []
+    for d, n in enumerate(m.array_shape):
+        need = int((starts[:, d] + table.block_sizes[d]).max()) if num else 0
+        pad_high.append(max(0, need - (pad_low[d] + n)))
+    return OperandLayout(table, pad_low, tuple(pad_high), starts.astype(np.int32),
+                         sizes.astype(np.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class InterpreterPlan:
+    """Everything about a kernel that is computed once, at trace time."""
+    kernel: KernelIR
+    layouts: tuple[OperandLayout, ...]      # inputs then outputs
+    coords: np.ndarray                      # (num_points, num_grid_axes) int32
+    body: jc.Jaxpr                          # the discharged kernel: (idx, values) -> new values
+
+    @property
+    def num_points(self) -> int:
+        return self.coords.shape[0]
+
+
+def make_plan(kernel: KernelIR) -> InterpreterPlan:
+    if kernel.num_scalar_prefetch:
+        raise NotImplementedError(
+            "The frontend interpreter does not run scalar-prefetch kernels; use a backend "
+            "that provides them (e.g. interpret=pallas_tpu.InterpretParams()).")
+    tables = check_block_ranges(kernel)
+    layouts = tuple(operand_layout(t) for t in tables)
+    coords = grid_coordinates(kernel.grid)
+    coords = (np.stack([c.reshape(-1) for c in coords], -1) if coords
+              else np.zeros((1, 0), np.int32))
+    n_grid = len(kernel.grid)
+    n_refs = len(kernel.jaxpr.invars) - n_grid
+    body = jc.discharge_state(kernel.jaxpr, should_discharge=[False] * n_grid + [True] * n_refs,
+                              strip_memory_space=True)
+    return InterpreterPlan(kernel, layouts, coords.astype(np.int32), body)
+
+
+def read_block(buf, layout: OperandLayout, starts):
+    """The kernel-visible block of a padded buffer at dynamic ``starts``."""
+    block = lax.dynamic_slice(buf, list(starts), layout.block_sizes)
+    return lax.squeeze(block, layout.squeezed_axes) if layout.squeezed_axes else block
+
+
+def write_block(buf, layout: OperandLayout, starts, sizes, block):
+    """Writes a kernel block back; a BoundedSlice dim writes only its valid prefix."""
+    if layout.squeezed_axes:
+        block = lax.expand_dims(block, layout.squeezed_axes)
+    if layout.bounded_axes:
+        old = lax.dynamic_slice(buf, list(starts), layout.block_sizes)
+        keep = jnp.ones(block.shape, bool)
+        for ax in layout.bounded_axes:
+            keep &= lax.broadcasted_iota(jnp.int32, block.shape, ax) < sizes[ax]
+        block = jnp.where(keep, block, old)
+    return lax.dynamic_update_slice(buf, block, list(starts))
+
+
+def initial_outputs(plan: InterpreterPlan, inputs):
+    kernel = plan.kernel
+    aliased = {o: i for i, o in kernel.input_output_aliases}
+    outs = []
+    for k, m in enumerate(kernel.out_mappings):
+        if k in aliased:
+            base = inputs[aliased[k]]
+        else:
+            base = jnp.full(m.array_shape, padding_value(m.dtype), m.dtype)
+        outs.append(plan.layouts[len(kernel.in_mappings) + k].pad(base))
+    return outs
+
+
+def initial_scratch(kernel: KernelIR):
+    return [jnp.full(a.inner_aval.shape, padding_value(a.inner_aval.dtype), a.inner_aval.dtype)
+            for a in kernel.scratch_avals]
+
+
+def run_sequential(plan: InterpreterPlan, *inputs):
+    """Runs every grid point in order; returns the unpadded outputs."""
+    kernel = plan.kernel
+    n_in = len(kernel.in_mappings)
+    in_layouts, out_layouts = plan.layouts[:n_in], plan.layouts[n_in:]
+    padded_in = [lay.pad(x) for lay, x in zip(in_layouts, inputs)]
+    coords = jnp.asarray(plan.coords)
+    starts = [jnp.asarray(lay.starts) for lay in plan.layouts]
+    sizes = [jnp.asarray(lay.sizes) for lay in plan.layouts]
+
+    def step(p, carry):
+        outs, scratch = carry
+        idx = [coords[p, a] for a in range(coords.shape[1])]
+        in_blocks = [read_block(x, lay, starts[k][p]) for k, (x, lay) in
+                     enumerate(zip(padded_in, in_layouts))]
+        out_blocks = [read_block(x, lay, starts[n_in + k][p]) for k, (x, lay) in
+                      enumerate(zip(outs, out_layouts))]
+        new = jc.eval_jaxpr(plan.body, *idx, *in_blocks, *out_blocks, *scratch)
+        new_outs = new[n_in:n_in + len(outs)]
+        outs = [write_block(buf, lay, starts[n_in + k][p], sizes[n_in + k][p], blk)
+                for k, (buf, lay, blk) in enumerate(zip(outs, out_layouts, new_outs))]
+        return outs, list(new[n_in + len(outs):])
+
+    carry = (initial_outputs(plan, inputs), initial_scratch(kernel))
+    if plan.num_points == 1:
+        outs, _ = step(0, carry)
+    else:
+        outs, _ = lax.fori_loop(0, plan.num_points, step, carry)
+    return [lay.unpad(o) for lay, o in zip(out_layouts, outs)]
+
+
+def run(plan: InterpreterPlan, *inputs):
+    """Runs a planned kernel; the one entry point the backend calls."""
+    return run_sequential(plan, *inputs)

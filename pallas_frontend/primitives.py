@@ -1,0 +1,356 @@
+"""Primitives and functions used inside a kernel body.
+
+``program_id`` and ``num_programs`` read the grid position from the kernel
+being traced; the others are JAX primitives owned by the frontend, each with
+the rules the reference interpreter needs (abstract eval, lowering, batching,
+state discharge).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_frontend import _jax_compat as jc
+from pallas_frontend.backend_api import FRONTEND_OWNER, kernel_primitive
+from pallas_frontend.specs import MemoryRef
+
+
+# --- the grid position of the kernel being traced ----------------------------
+
+@dataclasses.dataclass
+class _GridContext:
+    indices: tuple[Any, ...]          # traced int32 scalars, one per user grid axis
+    sizes: tuple[int, ...]
+    names: tuple[str, ...] | None
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def grid_context(indices, sizes, names):
+    """Installed by the tracer while it traces a kernel body."""
+    prev = getattr(_local, "grid", None)
+    _local.grid = _GridContext(tuple(indices), tuple(sizes), names)
+    try:
+        yield
+    finally:
+        _local.grid = prev
+
+
+def _current_grid(fn_name: str) -> _GridContext:
+    ctx = getattr(_local, "grid", None)
+    if ctx is None:
+        raise RuntimeError(f"pl.{fn_name} can only be called inside a kernel traced by "
+                           "pallas_call or pl.kernel.")
+    return ctx
+
+
+def _axis_position(ctx: _GridContext, axis: int | str, fn_name: str) -> int:
+    if isinstance(axis, str):
+        if not ctx.names or axis not in ctx.names:
+            raise ValueError(f"pl.{fn_name}({axis!r}): the grid has no axis named {axis!r}; "
+                             f"its names are {ctx.names}. Name axes with grid=(('i', n), ...).")
+        return ctx.names.index(axis)
+    n = len(ctx.sizes)
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -n <= axis < n:
+        raise ValueError(f"pl.{fn_name}({axis!r}): axis must be an int in [0, {n}) for a grid "
+                         f"of rank {n} (grid={ctx.sizes}).")
+    return int(axis) % n
+
+
+def program_id(axis: int | str) -> jax.Array:
+    """This program's coordinate along grid ``axis`` (an index or a grid-axis name)."""
+    ctx = _current_grid("program_id")
+    return ctx.indices[_axis_position(ctx, axis, "program_id")]
+
+
+def num_programs(axis: int | str) -> int:
+    """The grid size along ``axis`` (a static int)."""
+    ctx = _current_grid("num_programs")
+    return ctx.sizes[_axis_position(ctx, axis, "num_programs")]
+
+
+# --- helpers to define pure frontend primitives ------------------------------
+
+def _def_pure(prim: jc.Primitive, impl, abstract_eval, batch_rule=None, jvp_rule=None):
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract_eval)
+    jc.mlir.register_lowering(prim, jc.mlir.lower_fun(impl, multiple_results=prim.multiple_results))
+    if batch_rule is not None:
+        jc.batching.primitive_batchers[prim] = batch_rule
+    if jvp_rule is not None:
+        jc.ad.primitive_jvps[prim] = jvp_rule
+
+
+# --- multiple_of --------------------------------------------------------------
+
+multiple_of_p = kernel_primitive("multiple_of", owner=FRONTEND_OWNER)
+_def_pure(
+    multiple_of_p,
+    impl=lambda x, *, values: x,
+    abstract_eval=lambda aval, *, values: aval,
+    batch_rule=lambda args, dims, *, values: (multiple_of_p.bind(args[0], values=values), dims[0]),
+    jvp_rule=lambda primals, tangents, *, values: (multiple_of_p.bind(primals[0], values=values),
+                                                    tangents[0]),
+)
+
+
+def multiple_of(x, values: int | tuple[int, ...]):
+    """Tells the compiler that ``x`` is a multiple of ``values``; the identity at run time."""
+    values = tuple(values) if isinstance(values, (list, tuple)) else (int(values),)
+    return multiple_of_p.bind(x, values=values)
+
+
+# --- debug_print ---------------------------------------------------------------
+
+debug_print_p = kernel_primitive("debug_print", owner=FRONTEND_OWNER, multiple_results=True)
+
+
+def _debug_print_host(fmt, *args):
+    jax.debug.print(fmt, *args)
+    return []
+
+
+debug_print_p.def_effectful_abstract_eval(lambda *avals, fmt: ([], {jc.debug_effect}))
+debug_print_p.def_impl(lambda *args, fmt: _debug_print_host(fmt, *args))
+jc.mlir.register_lowering(
+    debug_print_p,
+    lambda ctx, *args, fmt: jc.mlir.lower_fun(
+        lambda *a: _debug_print_host(fmt, *a), multiple_results=True)(ctx, *args))
+jc.batching.primitive_batchers[debug_print_p] = (
+    lambda args, dims, *, fmt: (debug_print_p.bind(*args, fmt=fmt), []))
+
+
+def debug_print(fmt: str, *args):
+    """Prints from inside a kernel. ``fmt`` uses ``{}`` placeholders, one per arg."""
+    if not isinstance(fmt, str):
+        raise TypeError(f"pl.debug_print: fmt must be a str, got {type(fmt).__name__}")
+    n = fmt.count("{}") + fmt.count("{:")
+    if n != len(args):
+        raise ValueError(f"pl.debug_print: format {fmt!r} has {n} placeholders but "
+                         f"{len(args)} arguments were given.")
+    debug_print_p.bind(*args, fmt=fmt)
+
+
+# --- debug checks --------------------------------------------------------------
+
+class _DebugChecksFlag:
+    """``pl.enable_debug_checks``: ``with pl.enable_debug_checks(True): ...``,
+    or ``pl.enable_debug_checks.value`` to read it."""
+
+    def __init__(self):
+        self._value = False
+
+    @property
+    def value(self) -> bool:
+        return getattr(_local, "debug_checks", self._value)
+
+    def set(self, enabled: bool) -> None:
+        self._value = bool(enabled)
+
+    @contextlib.contextmanager
+    def __call__(self, enabled: bool = True):
+        prev = getattr(_local, "debug_checks", None)
+        _local.debug_checks = bool(enabled)
+        try:
+            yield
+        finally:
+            if prev is None:
+                del _local.debug_checks
+            else:
+                _local.debug_checks = prev
+
+
+enable_debug_checks = _DebugChecksFlag()
+
+
+class KernelCheckError(RuntimeError):
+    """A ``pl.debug_check`` failed while the kernel ran."""
+
+
+debug_check_p = kernel_primitive("debug_check", owner=FRONTEND_OWNER, multiple_results=True)
+
+
+def _raise_if_false(ok, message):
+    if not bool(np.all(np.asarray(ok))):
+        raise KernelCheckError(f"pl.debug_check failed: {message}")
+
+
+def _debug_check_host(pred, *, message):
+    jax.debug.callback(_raise_if_false, pred, message=message)
+    return []
+
+
+debug_check_p.def_effectful_abstract_eval(lambda pred, *, message: ([], {jc.debug_effect}))
+debug_check_p.def_impl(lambda pred, *, message: _debug_check_host(pred, message=message))
+jc.mlir.register_lowering(
+    debug_check_p,
+    lambda ctx, pred, *, message: jc.mlir.lower_fun(
+        lambda p: _debug_check_host(p, message=message), multiple_results=True)(ctx, pred))
+jc.batching.primitive_batchers[debug_check_p] = (
+    lambda args, dims, *, message: (debug_check_p.bind(jnp.all(args[0]), message=message), []))
+
+
+def debug_check(condition, message: str) -> None:
+    """Fails the kernel with ``message`` when ``condition`` is false; a no-op
+    unless debug checks are enabled (``pl.enable_debug_checks``) at trace time."""
+    if not enable_debug_checks.value:
+        return
+    if isinstance(condition, (bool, np.bool_)):
+        if not condition:
+            raise KernelCheckError(f"pl.debug_check failed: {message}")
+        return
+    debug_check_p.bind(jnp.asarray(condition, dtype=bool), message=str(message))
+
+
+# --- scoped allocation ------------------------------------------------------
+
+def ref_aval_of(t: Any, what: str) -> jc.AbstractRef:
+    """The Ref type for a scratch/scoped type: a ``MemoryRef``, a
+    ``jax.ShapeDtypeStruct``, or a backend type with ``get_ref_aval()``."""
+    if isinstance(t, MemoryRef):
+        return jc.AbstractRef(jc.ShapedArray(t.shape, t.dtype), memory_space=t.memory_space)
+    if hasattr(t, "get_ref_aval"):
+        aval = t.get_ref_aval()
+        if not isinstance(aval, jc.AbstractRef):
+            raise TypeError(f"{what}: get_ref_aval() of {t!r} returned {aval!r}, not a Ref type.")
+        return aval
+    if hasattr(t, "shape") and hasattr(t, "dtype"):
+        return jc.AbstractRef(jc.ShapedArray(tuple(t.shape), np.dtype(t.dtype)))
+    raise TypeError(f"{what}: {t!r} is not a scratch type. Use pl.MemorySpace.X(shape, dtype), "
+                    "a backend memory space such as pallas_tpu.VMEM(shape, dtype), or "
+                    "jax.ShapeDtypeStruct.")
+
+
+def run_scoped(f, *types, collective_axes=(), **kw_types):
+    """Allocates Refs of ``types`` for the duration of ``f(*refs, **kw_refs)``
+    and returns ``f``'s result."""
+    if collective_axes:
+        raise NotImplementedError("run_scoped(collective_axes=...) is backend-specific and "
+                                  "not supported by the frontend.")
+    refs = [_new_scoped_ref(ref_aval_of(t, "run_scoped")) for t in types]
+    kw_refs = {k: _new_scoped_ref(ref_aval_of(t, "run_scoped")) for k, t in kw_types.items()}
+    out = f(*refs, **kw_refs)
+    for r in (*refs, *kw_refs.values()):
+        jax.free_ref(r)
+    return out
+
+
+def _new_scoped_ref(aval: jc.AbstractRef):
+    inner = aval.inner_aval
+    return jax.empty_ref(jax.ShapeDtypeStruct(inner.shape, inner.dtype),
+                         memory_space=aval.memory_space)
+
+
+def get_global(what: Any):
+    """A Ref that outlives one kernel invocation (e.g. a cross-call semaphore).
+    Backend-specific: the frontend interpreter has no persistent memory."""
+    raise NotImplementedError(
+        "pl.get_global needs memory that persists across kernel invocations, which only "
+        "some backends provide (e.g. pallas_tpu); the frontend interpreter does not.")
+
+
+# --- semaphores ---------------------------------------------------------------
+# A semaphore is an int32 Ref here; the interpreter is sequential, so a wait
+# that is not yet satisfiable can never become so and is reported as an error.
+
+semaphore_read_p = kernel_primitive("semaphore_read", owner=FRONTEND_OWNER)
+semaphore_signal_p = kernel_primitive("semaphore_signal", owner=FRONTEND_OWNER, multiple_results=True)
+semaphore_wait_p = kernel_primitive("semaphore_wait", owner=FRONTEND_OWNER, multiple_results=True)
+
+
+class DeviceIdType:
+    MESH = "mesh"
+    LOGICAL = "logical"
+
+
+def _sem_effects(ref_aval):
+    return {jc.state_types.WriteEffect(0), jc.state_types.ReadEffect(0)}
+
+
+semaphore_read_p.def_effectful_abstract_eval(
+    lambda ref, *, transforms: (jc.ShapedArray((), jnp.int32), {jc.state_types.ReadEffect(0)}))
+semaphore_signal_p.def_effectful_abstract_eval(
+    lambda ref, inc, *, transforms, device_id, core_index: ([], _sem_effects(ref)))
+semaphore_wait_p.def_effectful_abstract_eval(
+    lambda ref, value, *, transforms, decrement: ([], _sem_effects(ref)))
+
+
+def _split_ref(sem):
+    """(underlying ref, static index tuple) for a semaphore or a view of one."""
+    transforms = ()
+    if isinstance(sem, jc.state_types.TransformedRef):
+        transforms = tuple(sem.transforms)
+        sem = sem.ref
+    return sem, transforms
+
+
+def _sem_index(transforms):
+    idx = ()
+    for t in transforms:
+        if not isinstance(t, jc.NDIndexer):
+            raise NotImplementedError(f"semaphore view transform {t} is not supported")
+        idx = tuple(i.start if isinstance(i, jc.Slice) else i for i in t.indices)
+    return idx
+
+
+def semaphore_read(sem):
+    ref, transforms = _split_ref(sem)
+    return semaphore_read_p.bind(ref, transforms=transforms)
+
+
+def semaphore_signal(sem, inc=1, *, device_id=None, device_id_type=DeviceIdType.MESH,
+                     core_index=None):
+    ref, transforms = _split_ref(sem)
+    semaphore_signal_p.bind(ref, jnp.asarray(inc, jnp.int32), transforms=transforms,
+                            device_id=device_id, core_index=core_index)
+
+
+def semaphore_wait(sem, value=1, *, decrement: bool = True):
+    ref, transforms = _split_ref(sem)
+    semaphore_wait_p.bind(ref, jnp.asarray(value, jnp.int32), transforms=transforms,
+                          decrement=decrement)
+
+
+def _read_sem(ref_val, transforms):
+    idx = _sem_index(transforms)
+    return ref_val[idx] if idx else ref_val
+
+
+def _write_sem(ref_val, transforms, new):
+    idx = _sem_index(transforms)
+    return ref_val.at[idx].set(new) if idx else new
+
+
+def _sem_read_discharge(ctx, ref_val, *, transforms):
+    return (None,), _read_sem(ref_val, transforms)
+
+
+def _sem_signal_discharge(ctx, ref_val, inc, *, transforms, device_id, core_index):
+    if device_id is not None or core_index is not None:
+        raise NotImplementedError("semaphore_signal to another device or core needs a "
+                                  "multi-device backend (e.g. pallas_tpu interpret mode).")
+    return (_write_sem(ref_val, transforms, _read_sem(ref_val, transforms) + inc), None), []
+
+
+def _sem_wait_discharge(ctx, ref_val, value, *, transforms, decrement):
+    cur = _read_sem(ref_val, transforms)
+    jax.debug.callback(_raise_if_false, cur >= value,
+                       message="semaphore_wait would block forever: the semaphore holds less "
+                               "than the awaited value and no other program can signal it "
+                               "in the sequential interpreter.")
+    new = _write_sem(ref_val, transforms, cur - value) if decrement else ref_val
+    return (new, None), []
+
+
+jc.register_discharge_rule(semaphore_read_p)(_sem_read_discharge)
+jc.register_discharge_rule(semaphore_signal_p)(_sem_signal_discharge)
+jc.register_discharge_rule(semaphore_wait_p)(_sem_wait_discharge)

@@ -1,0 +1,246 @@
+"""What a user writes to window operands over a grid: block dims, BlockSpec, GridSpec.
+
+These are plain descriptions; nothing here traces or validates against an
+array. ``tracing.py`` turns them, with the operands, into ``BlockMapping``s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+
+# --- block dimensions -------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Blocked:
+    """The default kind: the index_map returns a *block index* ``i``; the block
+    covers elements ``[i * block_size, (i + 1) * block_size)``."""
+    block_size: int
+
+    def __str__(self):
+        return f"Blocked({self.block_size})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Element:
+    """The index_map returns an *element offset* into the array virtually
+    padded by ``padding = (low, high)`` elements. Reads of the padding are
+    unspecified (the interpreter gives NaN, or the lowest int)."""
+    block_size: int
+    padding: tuple[int, int] = (0, 0)
+
+    def __post_init__(self):
+        lo, hi = self.padding
+        if lo < 0 or hi < 0:
+            raise ValueError(f"Element padding must be non-negative, got {self.padding}")
+        object.__setattr__(self, "padding", (int(lo), int(hi)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Squeezed:
+    """A size-1 dim removed from the kernel's Ref; ``None`` in a block shape
+    means the same. The index_map returns the element index."""
+
+    @property
+    def block_size(self) -> int:
+        return 1
+
+
+squeezed = Squeezed()
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundedSlice:
+    """The index_map returns ``pl.ds(start, size)`` in elements, with
+    ``size <= block_size``; the kernel sees a Ref of ``block_size``."""
+    block_size: int
+
+
+BlockDim = Blocked | Element | Squeezed | BoundedSlice
+
+
+def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
+    """Turns ``int``/``None``/block-dim objects into a block-dim object."""
+    if dim is None:
+        return squeezed
+    if isinstance(dim, (Blocked, Element, Squeezed, BoundedSlice)):
+        return dim
+    if isinstance(dim, (int, np.integer)) and not isinstance(dim, bool):
+        if dim <= 0:
+            raise ValueError(f"Block shape for {origin} has a non-positive dim {dim}; "
+                             "block dims must be positive ints.")
+        return Blocked(int(dim))
+    raise TypeError(
+        f"Unsupported block dimension {dim!r} for {origin}. Allowed: int, None, "
+        "pl.Blocked, pl.Element, pl.Squeezed, pl.BoundedSlice.")
+
+
+# --- memory spaces ----------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class MemoryRef:
+    """A shape and dtype placed in a memory space: a scratch buffer's type."""
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    memory_space: Any
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+
+
+class MemorySpace(enum.Enum):
+    """Device-agnostic memory spaces; backends add their own physical ones.
+
+    ``MemorySpace.ANY(shape, dtype)`` makes a ``MemoryRef`` scratch type.
+    """
+    ANY = "any"          # leave the operand where it lives; the kernel sees it whole
+    DEFAULT = "default"  # the backend's default for pipelined blocks
+    HOST = "host"
+
+    def __call__(self, shape, dtype) -> MemoryRef:
+        return MemoryRef(tuple(shape), np.dtype(dtype), self)
+
+    def __str__(self):
+        return self.name
+
+
+ANY = MemorySpace.ANY
+HOST = MemorySpace.HOST
+
+
+# --- pipelining -------------------------------------------------------------
+
+class RevisitMode(enum.Enum):
+    IMMEDIATE = "immediate"
+    ANY = "any"
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffered:
+    """Multi-buffering depth of a pipelined operand (a backend hint)."""
+    buffer_count: int
+    use_lookahead: bool = False
+    revisit: RevisitMode | None = None
+    prefetched_count: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.buffer_count, int) or self.buffer_count < 1:
+            raise ValueError(f"Buffered.buffer_count must be an int >= 1, got {self.buffer_count!r}")
+
+
+# --- specs ------------------------------------------------------------------
+
+@dataclasses.dataclass
+class BlockSpec:
+    """How one operand is windowed at each grid point.
+
+    ``block_shape=None`` means the whole array; ``index_map=None`` means block
+    index 0 along every dim.
+    """
+    block_shape: Sequence[int | None | BlockDim] | None = None
+    index_map: Callable[..., Any] | None = None
+    _: dataclasses.KW_ONLY
+    memory_space: Any = None
+    pipeline_mode: Buffered | None = None
+
+    replace = dataclasses.replace
+
+
+class _NoBlockSpec:
+    def __repr__(self):
+        return "no_block_spec"
+
+
+no_block_spec: Any = _NoBlockSpec()
+
+
+@dataclasses.dataclass(init=False)
+class GridSpec:
+    """The grid, the in/out BlockSpec trees and the scratch shapes, packed.
+
+    ``grid`` is an int, a tuple of ints, or a named grid ``(("i", 4), ("j", 2))``.
+    """
+    grid: tuple[int, ...]
+    grid_names: tuple[str, ...] | None
+    in_specs: Any
+    out_specs: Any
+    scratch_shapes: Any
+    num_scalar_prefetch: int = 0
+
+    def __init__(self, grid: Any = (), in_specs: Any = no_block_spec,
+                 out_specs: Any = no_block_spec, scratch_shapes: Any = ()):
+        self.grid, self.grid_names = normalize_grid(grid)
+        if in_specs is not no_block_spec and not isinstance(in_specs, (list, tuple)):
+            raise TypeError(f"`in_specs` must be a tuple or a list (one entry per "
+                            f"kernel input). Found: {in_specs!r}")
+        self.in_specs = tuple(in_specs) if isinstance(in_specs, list) else in_specs
+        self.out_specs = tuple(out_specs) if isinstance(out_specs, list) else out_specs
+        self.scratch_shapes = scratch_shapes
+        self.num_scalar_prefetch = 0
+
+
+def normalize_grid(grid: Any) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
+    """An int, a tuple of ints, or a named grid -> (sizes, names or None)."""
+    if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
+        grid = (grid,)
+    if not isinstance(grid, (tuple, list)):
+        raise TypeError(f"Grid must be an int or a tuple of ints, got {grid!r}.")
+    names = None
+    if grid and all(isinstance(g, (tuple, list)) for g in grid):
+        if not all(len(g) == 2 and isinstance(g[0], str) for g in grid):
+            raise TypeError(f"A named grid must be a tuple of (name, size) pairs, got {grid!r}.")
+        names = tuple(g[0] for g in grid)
+        if len(set(names)) != len(names):
+            raise ValueError(f"Grid axis names must be distinct, got {names}.")
+        grid = tuple(g[1] for g in grid)
+    sizes = []
+    for g in grid:
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+            raise TypeError(
+                f"Grid must be a tuple of integers, got {tuple(grid)!r}: element {g!r} is a "
+                f"{type(g).__name__}. Compute the grid from static shapes (e.g. pl.cdiv(n, block)).")
+        if g < 0:
+            raise ValueError(f"Grid sizes must be non-negative, got {tuple(grid)!r}.")
+        sizes.append(int(g))
+    return tuple(sizes), names
+
+
+# --- backend parameters -----------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class CompilerParams:
+    """The base of every backend's compiler-params dataclass.
+
+    A backend subclasses it (a frozen dataclass); the type of the object passed
+    as ``pallas_call(compiler_params=...)`` selects the backend.
+    """
+    #: name of the backend that owns this params type; set by subclasses.
+    BACKEND: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class CostEstimate:
+    """A cost hint passed to the compiler: all fields are ints."""
+    flops: int
+    transcendentals: int
+    bytes_accessed: int
+    remote_bytes_transferred: int = 0
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"CostEstimate.{f.name} must be an int, got {v!r}.")
+
+    def to_json(self) -> bytes:
+        fields = ", ".join(f'"{f.name}": {getattr(self, f.name)}' for f in dataclasses.fields(self))
+        return ("{" + fields + "}").encode()

@@ -1,0 +1,345 @@
+"""From a kernel function, its operands and specs to a validated ``KernelIR``.
+
+Every check on user input happens here, at trace time, before anything runs;
+each message names the operand and says what to change.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_frontend import _jax_compat as jc
+from pallas_frontend.backend_api import BlockMapping, KernelIR
+from pallas_frontend.primitives import grid_context, ref_aval_of
+from pallas_frontend.specs import (
+    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, Squeezed, canonicalize_block_dim,
+    no_block_spec)
+
+
+class PallasUsageError(ValueError):
+    """A pallas_call argument is malformed (raised before tracing the kernel)."""
+
+
+def source_of(fn: Callable) -> str:
+    """``file:line`` where ``fn`` is defined, or its repr."""
+    fn = inspect.unwrap(getattr(fn, "func", fn))
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else repr(fn)
+
+
+def _fn_name(fn: Callable) -> str:
+    fn = getattr(fn, "func", fn)
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+# --- trees --------------------------------------------------------------------
+
+def _is_spec_leaf(x):
+    return x is None or x is no_block_spec or isinstance(x, BlockSpec)
+
+
+def flatten_specs(specs: Any, values_tree, what: str, values_name: str) -> list[BlockSpec | None]:
+    """Flattens a BlockSpec tree that must match ``values_tree``'s structure.
+
+    ``no_block_spec`` (whole arrays) matches anything.
+    """
+    if specs is no_block_spec:
+        return [None] * values_tree.num_leaves
+    flat, tree = jax.tree.flatten(specs, is_leaf=_is_spec_leaf)
+    if tree != values_tree:
+        # A single spec for a single value is allowed (out_specs=BlockSpec for one output).
+        if values_tree.num_leaves == 1 and len(flat) == 1 and isinstance(specs, BlockSpec):
+            return flat
+        raise PallasUsageError(
+            f"The pytree of `{what}` does not match the pytree of `{values_name}`: `{what}` "
+            f"has structure {tree} ({len(flat)} specs) but `{values_name}` has structure "
+            f"{values_tree} ({values_tree.num_leaves} arrays). Give one BlockSpec (or None "
+            f"for the whole array) per array, in the same nesting.")
+    return [None if s is no_block_spec else s for s in flat]
+
+
+def _paths(tree_value, prefix: str) -> list[str]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree_value)[0]
+    return [prefix + jax.tree_util.keystr(p) for p, _ in leaves]
+
+
+def normalize_out_shape(out_shape: Any):
+    """Flattens out_shape into avals; every leaf must have .shape and .dtype."""
+    single = not isinstance(out_shape, (tuple, list, dict)) and hasattr(out_shape, "shape")
+    if isinstance(out_shape, list):
+        out_shape = tuple(out_shape)
+    leaves, tree = jax.tree.flatten(out_shape, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
+    if not leaves:
+        raise PallasUsageError("out_shape is empty: a pallas_call must have at least one output.")
+    avals, spaces = [], []
+    for path, leaf in zip(_paths(out_shape, "out_shape"), leaves):
+        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+            raise TypeError(
+                f"{path} is a {type(leaf).__name__} ({leaf!r}); out_shape must be a pytree of "
+                "jax.ShapeDtypeStruct (or arrays, or pl.MemorySpace.X(shape, dtype)). "
+                "Write jax.ShapeDtypeStruct(shape, dtype).")
+        avals.append(jc.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype)))
+        spaces.append(leaf.memory_space if isinstance(leaf, MemoryRef) else None)
+    return avals, spaces, tree, single
+
+
+# --- index maps ----------------------------------------------------------------
+
+def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
+                     prefetch_avals) -> tuple[jc.Jaxpr, str]:
+    n_out = sum(2 if isinstance(d, BoundedSlice) else 1 for d in dims)
+    index_map = spec.index_map if spec is not None else None
+    if index_map is None:
+        def index_map(*_):
+            return (0,) * len(dims)
+        src = "default index_map (all zeros)"
+    else:
+        src = f"{_fn_name(index_map)} at {source_of(index_map)}"
+    arity = num_grid + len(prefetch_avals)
+
+    def flat_fn(*idx):
+        try:
+            res = index_map(*idx)
+        except TypeError as e:
+            if _is_arity_error(e, index_map):
+                raise TypeError(
+                    f"Index map function {src} for {origin} must take {arity} argument(s) "
+                    f"(one per grid axis{' plus the scalar-prefetch refs' if prefetch_avals else ''}),"
+                    f" but calling it with {arity} failed: {e}") from None
+            raise
+        if not isinstance(res, (tuple, list)):
+            res = (res,)
+        if len(res) != len(dims):
+            raise ValueError(
+                f"Index map function {src} for {origin} must return {len(dims)} values to match "
+                f"its block_shape (one per array dim), but returned {len(res)}: {res}.")
+        flat = []
+        for i, (v, d) in enumerate(zip(res, dims)):
+            if isinstance(d, BoundedSlice):
+                if not isinstance(v, jc.Slice):
+                    raise TypeError(
+                        f"Index map function {src} for {origin} returned {type(v).__name__} at "
+                        f"position {i}, whose block dim is pl.BoundedSlice: return pl.ds(start, size).")
+                flat += [_as_index(v.start, src, origin, i), _as_index(v.size, src, origin, i)]
+            else:
+                if isinstance(v, jc.Slice):
+                    raise TypeError(
+                        f"Index map function {src} for {origin} returned pl.ds(...) at position "
+                        f"{i}, but that block dim is {d}; only pl.BoundedSlice dims take slices.")
+                flat.append(_as_index(v, src, origin, i))
+        return flat
+
+    in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(prefetch_avals)
+    jaxpr, _ = jc.trace_kernel_jaxpr(flat_fn, in_avals, traced_for="pallas index_map")
+    bad = [c for c in jaxpr.consts if np.ndim(c) > 0]
+    if bad:
+        raise ValueError(
+            f"Index map function {src} for {origin} must not capture array constants "
+            f"(captured {[jax.typeof(c).str_short() for c in bad]}). Compute indices from the grid "
+            "indices, or pass data through scalar prefetch.")
+    assert len(jaxpr.outvars) == n_out
+    return jaxpr, src
+
+
+def _as_index(v, src, origin, i):
+    if isinstance(v, bool) or isinstance(v, float):
+        raise TypeError(f"Index map function {src} for {origin} must return integer scalars; "
+                        f"output {i} is {v!r}.")
+    aval = jax.typeof(v) if not isinstance(v, (int, np.integer)) else None
+    if aval is not None and (aval.shape != () or not jnp.issubdtype(aval.dtype, jnp.integer)):
+        raise TypeError(
+            f"Index map function {src} for {origin} must return integer scalars; output {i} "
+            f"has type {aval.str_short()}. Return one int32 block index per dim.")
+    return jnp.asarray(v, jnp.int32)
+
+
+def _is_arity_error(e: TypeError, fn) -> bool:
+    msg = str(e)
+    return "positional argument" in msg or "required" in msg and "argument" in msg
+
+
+# --- block mappings ---------------------------------------------------------------
+
+def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num_grid: int,
+                  prefetch_avals=()) -> BlockMapping:
+    if spec is not None and not isinstance(spec, BlockSpec):
+        raise TypeError(f"{origin}: expected a pl.BlockSpec or None, got {spec!r}.")
+    shape = aval.shape
+    block_shape = None if spec is None else spec.block_shape
+    if block_shape is None:
+        dims = tuple(Blocked(d) if d > 0 else Blocked(1) for d in shape)
+    else:
+        if not isinstance(block_shape, (tuple, list)):
+            raise TypeError(f"Block shape for {origin} must be a tuple, got {block_shape!r}.")
+        if len(block_shape) != len(shape):
+            raise ValueError(
+                f"Block shape for {origin} (= {tuple(block_shape)}) must have the same number of "
+                f"dimensions as the array shape {shape}: give one entry per array dim (None to "
+                "squeeze a dim).")
+        dims = tuple(canonicalize_block_dim(d, origin) for d in block_shape)
+    index_map, src = _trace_index_map(spec, dims, origin, num_grid, prefetch_avals)
+    return BlockMapping(
+        origin=origin, array_shape=tuple(shape), dtype=np.dtype(aval.dtype), block_dims=dims,
+        index_map=index_map, index_map_source=src,
+        memory_space=None if spec is None else spec.memory_space,
+        pipeline_mode=None if spec is None else spec.pipeline_mode)
+
+
+def kernel_ref_aval(m: BlockMapping) -> jc.AbstractRef:
+    return jc.AbstractRef(jc.ShapedArray(m.block_shape, m.dtype), memory_space=m.memory_space)
+
+
+# --- the kernel body ----------------------------------------------------------------
+
+def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, arg_builder
+                      ) -> jc.Jaxpr:
+    """Traces ``kernel`` over Refs; ``arg_builder(refs) -> (args, kwargs)``."""
+    num_grid = len(grid)
+
+    def body(*flat):
+        idx, refs = flat[:num_grid], flat[num_grid:]
+        args, kwargs = arg_builder(list(refs))
+        with grid_context(idx, grid, grid_names):
+            out = kernel(*args, **kwargs)
+        if out is not None:
+            raise ValueError(
+                f"The kernel function {name} should return None: kernels write their results "
+                f"into the output Refs (o_ref[...] = value). It returned {type(out).__name__}: "
+                f"{jax.tree.map(lambda x: jax.typeof(x).str_short() if hasattr(x, 'dtype') else x, out)}.")
+        return []
+
+    in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(ref_avals)
+    jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
+    bad = [c for c in jaxpr.consts if np.ndim(c) > 0 and not isinstance(jax.typeof(c), jc.AbstractRef)]
+    if bad:
+        raise ValueError(
+            f"The kernel function {name} captures constants "
+            f"{[jax.typeof(c).str_short() for c in bad]}. You should pass them as inputs "
+            "(add them to the pallas_call arguments with a BlockSpec).")
+    return jaxpr
+
+
+# --- pallas_call arguments -> KernelIR ---------------------------------------------
+
+def resolve_grid_spec(grid_spec, grid, in_specs, out_specs, scratch_shapes) -> GridSpec:
+    if grid_spec is None:
+        return GridSpec(grid, in_specs, out_specs, scratch_shapes)
+    if not isinstance(grid_spec, GridSpec):
+        raise TypeError(f"grid_spec must be a pl.GridSpec, got {type(grid_spec).__name__}.")
+    given = {"grid": grid != (), "in_specs": in_specs is not no_block_spec,
+             "out_specs": out_specs is not no_block_spec, "scratch_shapes": scratch_shapes != ()}
+    clash = [k for k, v in given.items() if v]
+    if clash:
+        raise PallasUsageError(
+            f"If `grid_spec` is specified, then {', '.join('`%s`' % c for c in clash)} must be "
+            "left at the default: put them into the GridSpec instead.")
+    return grid_spec
+
+
+def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, aliases,
+                    compiler_params, cost_estimate, metadata, debug):
+    """Returns ``(KernelIR, out_tree, single_output)``."""
+    kname = name or _fn_name(kernel)
+    grid, grid_names = tuple(gs.grid), gs.grid_names
+    num_grid, npf = len(grid), gs.num_scalar_prefetch
+
+    flat_args, args_tree = jax.tree.flatten(tuple(args))
+    for path, a in zip(_paths(tuple(args), "args"), flat_args):
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            raise TypeError(f"pallas_call argument {path} is a {type(a).__name__}, not an array.")
+    arg_avals = [jc.ShapedArray(tuple(np.shape(a)), np.dtype(a.dtype)) for a in flat_args]
+    if npf > len(args):
+        raise PallasUsageError(f"num_scalar_prefetch={npf} but only {len(args)} arguments given.")
+    prefetch_leaves = jax.tree.leaves(tuple(args[:npf]))
+    prefetch_avals = [jc.AbstractRef(a) for a in arg_avals[:len(prefetch_leaves)]]
+    main_args = tuple(args[npf:])
+    main_tree = jax.tree.structure(main_args)
+
+    out_avals, out_spaces, out_tree, single = normalize_out_shape(out_shape)
+    in_spec_list = flatten_specs(gs.in_specs, main_tree, "in_specs", "inputs")
+    out_spec_list = flatten_specs(gs.out_specs, out_tree, "out_specs", "out_shape")
+
+    in_paths = _paths(main_args, "args")
+    in_maps = tuple(
+        block_mapping(s, a, p, num_grid, prefetch_avals)
+        for s, a, p in zip(in_spec_list, arg_avals[len(prefetch_leaves):], in_paths))
+    out_paths = ["outputs" + p[len("out_shape"):] for p in _paths(
+        out_shape if not isinstance(out_shape, list) else tuple(out_shape), "out_shape")]
+    out_maps = []
+    for s, a, p, space in zip(out_spec_list, out_avals, out_paths, out_spaces):
+        m = block_mapping(s, a, p, num_grid, prefetch_avals)
+        if space is not None and m.memory_space is None:
+            m = BlockMapping(**{**m.__dict__, "memory_space": space})
+        out_maps.append(m)
+    out_maps = tuple(out_maps)
+
+    alias_pairs = validate_aliases(aliases, arg_avals, _paths(tuple(args), "args"), out_avals,
+                                   out_paths)
+
+    scratch = gs.scratch_shapes
+    scratch_is_dict = isinstance(scratch, Mapping)
+    scratch_keys = list(scratch.keys()) if scratch_is_dict else None
+    scratch_leaves = list(scratch.values()) if scratch_is_dict else jax.tree.leaves(
+        scratch, is_leaf=lambda x: hasattr(x, "shape") or hasattr(x, "get_ref_aval"))
+    scratch_avals = tuple(ref_aval_of(t, f"scratch_shapes[{i}]") for i, t in enumerate(scratch_leaves))
+
+    n_pf, n_in, n_out = len(prefetch_avals), len(in_maps), len(out_maps)
+    pf_tree = jax.tree.structure(tuple(args[:npf]))
+
+    def arg_builder(refs):
+        pf = jax.tree.unflatten(pf_tree, refs[:n_pf])
+        ins = jax.tree.unflatten(main_tree, refs[n_pf:n_pf + n_in])
+        outs = jax.tree.unflatten(out_tree, refs[n_pf + n_in:n_pf + n_in + n_out])
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        scr = refs[n_pf + n_in + n_out:]
+        if scratch_is_dict:
+            return (*pf, *ins, *outs), dict(zip(scratch_keys, scr))
+        return (*pf, *ins, *outs, *scr), {}
+
+    ref_avals = [*prefetch_avals, *(kernel_ref_aval(m) for m in in_maps),
+                 *(kernel_ref_aval(m) for m in out_maps), *scratch_avals]
+    jaxpr = trace_kernel_body(kernel, kname, grid, grid_names, ref_avals, arg_builder)
+
+    ir = KernelIR(
+        name=kname, source=source_of(kernel), jaxpr=jaxpr, grid=grid, grid_names=grid_names,
+        in_mappings=in_maps, out_mappings=out_maps, scratch_avals=scratch_avals,
+        num_scalar_prefetch=n_pf, input_output_aliases=alias_pairs,
+        compiler_params=compiler_params, cost_estimate=cost_estimate,
+        metadata=tuple(sorted((metadata or {}).items())), debug=bool(debug))
+    return ir, out_tree, single
+
+
+def validate_aliases(aliases, in_avals, in_paths, out_avals, out_paths):
+    if not isinstance(aliases, Mapping):
+        raise TypeError(f"input_output_aliases must be a dict {{input_index: output_index}}, "
+                        f"got {aliases!r}.")
+    pairs = []
+    seen_out = {}
+    for i, o in sorted(aliases.items()):
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < len(in_avals):
+            raise ValueError(
+                f"input_output_aliases contains the mapping '{i}:{o}' with input index {i} "
+                f"outside the range [0, {len(in_avals)}) of the flattened inputs.")
+        if not isinstance(o, (int, np.integer)) or not 0 <= o < len(out_avals):
+            raise ValueError(
+                f"input_output_aliases contains the mapping '{i}:{o}' with output index {o} "
+                f"outside the range [0, {len(out_avals)}) of the flattened outputs.")
+        if o in seen_out:
+            raise ValueError(f"input_output_aliases maps inputs {seen_out[o]} and {i} to the same "
+                             f"output {o}; each output can alias at most one input.")
+        seen_out[o] = i
+        a, b = in_avals[i], out_avals[o]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise ValueError(
+                f"input_output_aliases contains the mapping '{i}:{o}' referring to "
+                f"{in_paths[i]} with abstract value {a.str_short()} and to {out_paths[o]} with a "
+                f"different abstract value {b.str_short()}. Aliased buffers must match in shape "
+                "and dtype.")
+        pairs.append((int(i), int(o)))
+    return tuple(pairs)

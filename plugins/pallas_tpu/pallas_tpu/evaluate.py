@@ -29,6 +29,9 @@ from pallas_tpu.spaces import scratch_type
 _RULES: dict[object, Callable] = {}          # primitive -> rule(eqn, invals) -> outvals
 _FRONTEND_RULES: dict[str, Callable] = {}    # frontend primitive name -> rule
 _SCOPE_START, _SCOPE_END = "empty_ref", "free_ref"
+# shard_map's varying-manual-axes casts: types only. The frontend traces the
+# kernel inside shard_map, JAX Pallas does not, and Mosaic has no rule for them.
+_TYPE_ONLY = ("pvary", "pcast")
 
 
 def _rule(table, key):
@@ -86,7 +89,9 @@ def _eval_from(jaxpr, start: int, env: dict):
             continue
         if name == _SCOPE_START:
             return _open_scope(jaxpr, k, env)
-        if eqn.primitive in _RULES:
+        if name in _TYPE_ONLY:
+            outs = invals if eqn.primitive.multiple_results else invals[0]
+        elif eqn.primitive in _RULES:
             outs = _RULES[eqn.primitive](eqn, invals)
         elif primitive_owner(eqn.primitive) == FRONTEND_OWNER:
             rule = _FRONTEND_RULES.get(name)
@@ -192,8 +197,12 @@ def _replay_while(eqn, invals):
 
 def _replay_scan(eqn, invals):
     p = eqn.params
-    nconsts, ncarry = p["num_consts"], p["num_carry"]
-    consts, init, xs = invals[:nconsts], invals[nconsts:nconsts + ncarry], invals[nconsts + ncarry:]
+    if "ft_in" in p:   # jax >= 0.12 groups the operands in a flat tree
+        consts, init, xs = (list(g) for g in p["ft_in"].update(invals).unpack())
+    else:
+        n, c = p["num_consts"], p["num_carry"]
+        consts, init, xs = invals[:n], invals[n:n + c], invals[n + c:]
+    ncarry = len(init)
 
     def body(carry, x):
         outs = eval_closed(p["jaxpr"], *consts, *carry, *x)
@@ -260,9 +269,13 @@ def _semaphore_wait(eqn, invals):
 
 # --- this plugin's primitives ----------------------------------------------------------
 
+def _unflatten(eqn, invals):
+    return [tpu_prims.join_view(p) for p in jax.tree.unflatten(eqn.params["tree"], invals)]
+
+
 def _descriptor(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
-    src, dst, dst_sem, src_sem, device_id = jax.tree.unflatten(eqn.params["tree"], invals)
+    src, dst, dst_sem, src_sem, device_id = _unflatten(eqn, invals)
     if device_id is not None:
         return pltpu.make_async_remote_copy(src, dst, src_sem, dst_sem, device_id=device_id)
     return pltpu.make_async_copy(src, dst, dst_sem)
@@ -284,14 +297,14 @@ def _dma_wait(eqn, invals):
 @_rule(_RULES, tpu_prims.load_p)
 def _load(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
-    ref, mask = jax.tree.unflatten(eqn.params["tree"], invals)
+    ref, mask = _unflatten(eqn, invals)
     return pltpu.load(ref, mask=mask)
 
 
 @_rule(_RULES, tpu_prims.store_p)
 def _store(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
-    ref, val, mask = jax.tree.unflatten(eqn.params["tree"], invals)
+    ref, val, mask = _unflatten(eqn, invals)
     pltpu.store(ref, val, mask=mask)
     return []
 

@@ -32,9 +32,30 @@ def _is_ref(x) -> bool:
     return isinstance(jax.typeof(x), jax.ref.AbstractRef)
 
 
+def split_view(x):
+    """A Ref or a view ``ref.at[...]`` -> ``(ref, transforms)``; anything else
+    is returned as it is. (Views are not pytrees, their parts are.)"""
+    if hasattr(x, "transforms") and hasattr(x, "ref"):
+        return (x.ref, tuple(x.transforms))
+    return x
+
+
+def join_view(part):
+    """Inverse of ``split_view`` over the kernel's actual Refs."""
+    if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], tuple):
+        ref, transforms = part
+        for t in transforms:
+            if not hasattr(t, "indices"):
+                raise NotImplementedError(f"pallas_tpu: Ref view transform {t} is not supported")
+            ref = ref.at[tuple(t.indices)]
+        return ref
+    return part
+
+
 def _flatten_with_effects(parts, kinds):
-    """Flattens ``parts`` (a tuple of Refs/views/values/None); ``kinds[i]`` is
-    "r", "w" or None for the role of part i. Returns (flat, tree, effect spec)."""
+    """Flattens ``parts`` (Refs, views, values or None); ``kinds[i]`` is "r",
+    "w" or None for the role of part i. Returns (flat, tree, effect spec)."""
+    parts = tuple(split_view(p) for p in parts)
     flat, spec = [], []
     for part, kind in zip(parts, kinds):
         leaves = jax.tree.leaves(part)

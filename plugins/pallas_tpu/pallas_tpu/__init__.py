@@ -15,13 +15,13 @@ from pallas_tpu.memory import (
 from pallas_tpu.params import (
     ARBITRARY, CORE_PARALLEL, PARALLEL, SUBCORE_PARALLEL, CompilerParams, InterpretParams,
     SideEffectType, force_tpu_interpret_mode, set_tpu_interpret_mode)
-from pallas_tpu.pipeline import BufferedRef, emit_pipeline
+from pallas_tpu.pipeline import emit_pipeline
 from pallas_tpu.primitives import (
     AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
     make_async_remote_copy, prng_random_bits, prng_seed, reciprocal, store, sync_copy)
 
 __all__ = [
-    "ANY", "ARBITRARY", "AsyncCopyDescriptor", "BufferedRef", "CMEM", "CORE_PARALLEL",
+    "ANY", "ARBITRARY", "AsyncCopyDescriptor", "CMEM", "CORE_PARALLEL",
     "CompilerParams", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",
     "PrefetchScalarGridSpec", "SEMAPHORE", "SMEM", "SUBCORE_PARALLEL", "SemaphoreType",
     "SideEffectType", "TpuBackend", "VMEM", "__version__", "async_copy", "async_remote_copy",

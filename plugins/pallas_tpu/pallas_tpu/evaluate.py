@@ -99,6 +99,8 @@ def _eval_from(jaxpr, start: int, env: dict):
                 raise NotImplementedError(
                     f"pallas_tpu cannot lower the frontend primitive '{name}' yet.")
             outs = rule(eqn, invals)
+        elif name in _REF_ACCESS and _is_view(invals[0]):
+            outs = _access_through_view(eqn, invals)
         elif name in _REPLAYED or any(jaxpr_needs_replay(j)
                                       for j in jex.jaxprs_in_params(eqn.params)):
             outs = _replay_control_flow(eqn, invals)
@@ -126,8 +128,26 @@ def _open_scope(jaxpr, k: int, env: dict):
 
 # --- control flow whose bodies must be replayed --------------------------------------
 
+def _is_view(x) -> bool:
+    return hasattr(x, "transforms") and hasattr(x, "ref")
+
+
 def _is_ref(x) -> bool:
-    return isinstance(jax.typeof(x), jax.ref.AbstractRef)
+    return _is_view(x) or isinstance(jax.typeof(x), jax.ref.AbstractRef)
+
+
+# Ref reads/writes: operands (ref, [value,] *transform leaves), param ``tree``.
+_REF_ACCESS = {"get": 1, "swap": 2, "addupdate": 2}
+
+
+def _access_through_view(eqn, invals):
+    """A read/write whose Ref is a view (JAX hands emit_pipeline bodies views
+    of its buffers): prepend the view's transforms and bind on the base Ref."""
+    n_lead = _REF_ACCESS[eqn.primitive.name]
+    view, lead, leaves = invals[0], invals[1:n_lead], invals[n_lead:]
+    transforms = (*view.transforms, *jax.tree.unflatten(eqn.params["tree"], leaves))
+    flat, tree = jax.tree.flatten(transforms)
+    return eqn.primitive.bind(view.ref, *lead, *flat, **{**eqn.params, "tree": tree})
 
 
 # Always replayed, never re-bound: their bodies were traced over the

@@ -36,7 +36,7 @@ class TpuBackend(Backend):
         check.check_kernel(kernel)
 
     def call_effects(self, kernel: KernelIR, interpret) -> frozenset:
-        if isinstance(interpret, InterpretParams):
+        if isinstance(interpret, InterpretParams) or active_interpret_mode() is not None:
             return _interpreter_effects()
         return frozenset()
 
@@ -44,7 +44,9 @@ class TpuBackend(Backend):
         from pallas_tpu import rebuild
         interpret = ctx.interpret_params
         if not isinstance(interpret, InterpretParams):
-            interpret = None
+            # set_tpu_interpret_mode / force_tpu_interpret_mode (on a TPU host: the
+            # frontend only sends kernels with our CompilerParams to "tpu" platforms)
+            interpret = active_interpret_mode()
         if interpret is None and ctx.platform != "tpu":
             raise BackendUnavailableError(
                 f"Backend 'tpu' compiles kernel '{kernel.name}' for TPU only, but the platform "

@@ -44,8 +44,8 @@ def trace_kernel_jaxpr(fun, in_avals, *, traced_for: str):
     """
     dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
     wrapped = lu.wrap_init(fun, debug_info=dbg)
-    jaxpr, out_avals, _ = pe.trace_to_jaxpr_dynamic(wrapped, list(in_avals))
-    return jaxpr, out_avals
+    jaxpr, out_avals, consts = pe.trace_to_jaxpr_dynamic(wrapped, list(in_avals))
+    return jaxpr.with_consts(consts), out_avals
 
 
 def jaxpr_source_line(eqn) -> str:

@@ -143,7 +143,7 @@ def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(prefetch_avals)
     jaxpr, _ = jc.trace_kernel_jaxpr(flat_fn, in_avals, traced_for="pallas index_map")
-    bad = [c for c in jaxpr.consts if np.ndim(c) > 0]
+    bad = [c for c in jaxpr.consts if np.size(c) > 1]
     if bad:
         raise ValueError(
             f"Index map function {src} for {origin} must not capture array constants "
@@ -222,7 +222,8 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(ref_avals)
     jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
-    bad = [c for c in jaxpr.consts if np.ndim(c) > 0 and not isinstance(jax.typeof(c), jc.AbstractRef)]
+    bad = [c for c in jaxpr.consts
+           if np.size(c) > 1 and not isinstance(jax.typeof(c), jc.AbstractRef)]
     if bad:
         raise ValueError(
             f"The kernel function {name} captures constants "

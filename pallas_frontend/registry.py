@@ -120,3 +120,12 @@ def _serving(b: Backend, platform: str) -> Backend:
             f"{', '.join(b.platforms)}). Run on one of those, or pass interpret=True to run the "
             "kernel in the reference interpreter.")
     return b
+
+
+def which_backend(*, platform: str | None = None, interpret=False, compiler_params=None,
+                  backend: str | None = None) -> Backend:
+    """The backend a pallas_call with these arguments would use on ``platform``
+    (default: JAX's default backend)."""
+    import jax
+    return select_backend(platform=platform or jax.default_backend(), interpret=interpret,
+                          compiler_params=compiler_params, backend=backend)

@@ -111,7 +111,9 @@ class KernelWriter:
         for v, c in zip(jaxpr.constvars, consts):
             if np.shape(c):
                 raise unsupported("array constants captured by a kernel (pass them as inputs)")
-            self.env[v] = literal(np.asarray(c).item(), np.asarray(c).dtype)
+            c = np.asarray(c)
+            self.env[v] = self.bind(f"tl.full([], {literal(c.item(), np.float32 if is_float(c.dtype) else np.int32)}, "
+                                    f"{tl_dtype(c.dtype)})", "k")
         for v, a in zip(jaxpr.invars, args):
             self.env[v] = a
         for eqn in jaxpr.eqns:
@@ -196,7 +198,8 @@ class KernelWriter:
     def store(self, ref: BlockRef, indexer, value: str, *, mask=None, extra="") -> None:
         ptr, bounds, _ = self.address(ref, indexer)
         mask = join_masks(bounds, mask)
-        value = f"({value}).to({tl_dtype(ref.dtype)})"
+        if value.isidentifier():
+            value = f"{value}.to({tl_dtype(ref.dtype)})"
         self.line(f"tl.store({ptr}, {value}" + (f", mask={mask}" if mask else "") + f"{extra})")
 
 

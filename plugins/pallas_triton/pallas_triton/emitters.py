@@ -191,9 +191,12 @@ def _select_n(w, eqn, ins):
 @register("convert_element_type")
 def _convert(w, eqn, ins):
     new = np.dtype(eqn.params["new_dtype"])
+    if type(eqn.invars[0]).__name__ == "Literal":
+        from pallas_triton.codegen import literal
+        return [literal(np.asarray(eqn.invars[0].val).astype(new), new)]
     if new == np.dtype(bool):
         return [f"({ins[0]} != 0)"]
-    return [f"({ins[0]}).to({tl_dtype(new)})"]
+    return [f"tl.cast({ins[0]}, {tl_dtype(new)})"]
 
 
 @register("multiple_of")
@@ -226,6 +229,9 @@ def broadcast_expr(x: str, in_shape, out_shape, dims) -> str:
 
 @register("broadcast_in_dim")
 def _broadcast_in_dim(w, eqn, ins):
+    if not in_aval(eqn).shape and type(eqn.invars[0]).__name__ == "Literal":
+        # a Python number is not a tensor; tl.full makes one of the right type
+        return [f"tl.full({list(eqn.params['shape'])}, {ins[0]}, {tl_dtype(out_aval(eqn).dtype)})"]
     return [broadcast_expr(ins[0], in_aval(eqn).shape, eqn.params["shape"],
                            eqn.params["broadcast_dimensions"])]
 

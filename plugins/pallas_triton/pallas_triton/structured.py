@@ -48,10 +48,23 @@ def _assign(w, names, values):
         w.line(f"{', '.join(names)} = {', '.join(values)}" + ("," if len(names) == 1 else ""))
 
 
+def _scan_counts(p):
+    """(num consts, num carry): named params before jax 0.12, flat trees (consts, carry, xs) after."""
+    if "num_consts" in p:
+        return p["num_consts"], p["num_carry"]
+    ft = p["ft_in"]
+    consts, carry, _ = ft.unpack() if hasattr(ft, "unpack") else ft
+    return _count(consts), _count(carry)
+
+
+def _count(tree) -> int:
+    return len(tree) if isinstance(tree, (tuple, list)) else len(list(tree))
+
+
 @register("scan")
 def _scan(w, eqn, ins):
     p = eqn.params
-    n_consts, n_carry = p["num_consts"], p["num_carry"]
+    n_consts, n_carry = _scan_counts(p)
     consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
     if xs or len(eqn.outvars) != n_carry:
         raise unsupported("scan over arrays or with stacked outputs (only fori_loop-style scans)")

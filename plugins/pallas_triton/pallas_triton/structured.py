@@ -45,7 +45,7 @@ def _addupdate(w, eqn, ins):
 
 def _assign(w, names, values):
     if names:
-        w.line(f"{', '.join(names)} = {', '.join(values)}" + ("," if len(names) == 1 else ""))
+        w.line(f"{', '.join(names)} = {', '.join(values)}")
 
 
 def _scan_counts(p):

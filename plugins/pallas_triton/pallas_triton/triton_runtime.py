@@ -29,7 +29,7 @@ def load_module(source: str, kernel_name: str) -> dict:
     with _lock:
         fname = f"<pallas_triton:{kernel_name}:{next(_counter)}>"
     linecache.cache[fname] = (len(source), None, source.splitlines(True), fname)
-    namespace: dict = {}
+    namespace: dict = {"__name__": f"pallas_triton_generated.{kernel_name}"}  # Triton reads __module__
     exec(compile(source, fname, "exec"), namespace)
     return namespace
 

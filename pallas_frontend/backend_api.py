@@ -236,6 +236,13 @@ class Backend:
         check_primitive_owners(self, kernel)
         check_dtypes(self, kernel)
 
+    def call_effects(self, kernel: KernelIR, interpret: Any) -> frozenset:
+        """JAX effects the launch has beyond the kernel's own (e.g. the ordered
+        host callbacks of an interpreter), so that JAX threads tokens into
+        ``lower``. Asked when ``interpret`` is this backend's interpret params
+        or the kernel's compiler params are this backend's."""
+        return frozenset()
+
     def lower(self, kernel: KernelIR, ctx: LoweringContext, *args) -> Sequence[Any]:
         """Returns the MLIR values of the outputs (JAX's lowering-rule result)."""
         raise NotImplementedError(f"backend {self.name!r} does not implement lower()")

@@ -100,6 +100,19 @@ def select_backend(*, platform: str, interpret, compiler_params, backend: str | 
     return max(candidates, key=lambda b: b.priority)
 
 
+def backend_for_params(*, interpret, compiler_params) -> Backend | None:
+    """The backend whose interpret params or compiler params these are, if any
+    (platform-independent; used to ask a backend for its launch effects)."""
+    _ensure_loaded()
+    for b in _backends.values():
+        if interpret not in (None, True, False):
+            if b.interpret_params_type is not None and isinstance(interpret, b.interpret_params_type):
+                return b
+        elif b.compiler_params_type is not None and isinstance(compiler_params, b.compiler_params_type):
+            return b
+    return None
+
+
 def _serving(b: Backend, platform: str) -> Backend:
     if platform not in b.platforms:
         raise BackendUnavailableError(
@@ -107,3 +120,12 @@ def _serving(b: Backend, platform: str) -> Backend:
             f"{', '.join(b.platforms)}). Run on one of those, or pass interpret=True to run the "
             "kernel in the reference interpreter.")
     return b
+
+
+def which_backend(*, platform: str | None = None, interpret=False, compiler_params=None,
+                  backend: str | None = None) -> Backend:
+    """The backend a pallas_call with these arguments would use on ``platform``
+    (default: JAX's default backend)."""
+    import jax
+    return select_backend(platform=platform or jax.default_backend(), interpret=interpret,
+                          compiler_params=compiler_params, backend=backend)

@@ -86,3 +86,12 @@ def vary_like(out_aval, in_avals):
     sharding = varying[0].sharding.update(spec=PartitionSpec())
     return out_aval.update(sharding=sharding).update_manual_axis_type(
         core.ManualAxisType(varying=axes))
+
+
+def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
+    """Traces ``fun(*in_avals) -> list`` to ``(jaxpr, consts)`` where the jaxpr
+    takes ``*consts, *args``: values ``fun`` closes over (possibly tracers of an
+    enclosing trace) become explicit leading operands."""
+    dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=dbg), list(in_avals))
+    return jaxpr, list(consts)

@@ -169,15 +169,55 @@ def primitive_owner(prim: jc.Primitive) -> str | None:
     return _primitive_owners.get(prim)
 
 
-def register_interpret_rule(prim: jc.Primitive, rule: Callable) -> None:
-    """Lets the reference interpreter run a backend's stateful primitive.
+_interpretable: set[jc.Primitive] = set()
 
-    ``rule(ctx, *args, **params) -> (new_ref_values, outputs)`` is a state
-    discharge rule: it receives Ref operands as arrays and returns their new
-    values (``None`` for unchanged operands). Pure primitives need no rule:
-    they only need a JAX lowering (e.g. through ``mlir.lower_fun``).
+# Ref effects, for the abstract evaluation of backend primitives that read or
+# write a Ref operand: ``ReadEffect(i)`` / ``WriteEffect(i)`` name operand i.
+ReadEffect = jc.state_types.ReadEffect
+WriteEffect = jc.state_types.WriteEffect
+
+
+def register_interpret_rule(prim: jc.Primitive, rule: Callable | None = None) -> None:
+    """Lets the reference interpreter run a backend's primitive.
+
+    For a primitive that reads or writes Refs, ``rule(ctx, *args, **params)
+    -> (new_ref_values, outputs)`` is a state-discharge rule: it receives Ref
+    operands as arrays and returns their new values (``None`` where unchanged)
+    and the primitive's outputs; ``ctx.in_avals`` holds the operand types. A
+    pure primitive needs no rule (pass none): its own JAX lowering runs it.
+    Either way the primitive is then accepted by the interpreter's ``check``.
     """
-    jc.register_discharge_rule(prim)(rule)
+    if rule is not None:
+        jc.register_discharge_rule(prim)(rule)
+    _interpretable.add(prim)
+
+
+def interpretable(prim: jc.Primitive) -> bool:
+    """Whether the reference interpreter can run ``prim`` (see ``register_interpret_rule``)."""
+    return prim in _interpretable
+
+
+def trace_body(fun: Callable, in_avals, *, traced_for: str = "pallas sub-kernel"):
+    """Traces ``fun(*args) -> list`` over ``in_avals`` (Ref types allowed) into
+    ``(jaxpr, consts)``; the jaxpr takes ``*consts, *args``. For backends whose
+    primitives carry a body traced inside a kernel (e.g. a software pipeline):
+    what the body closes over becomes explicit operands of the primitive."""
+    return jc.trace_with_explicit_consts(fun, in_avals, traced_for=traced_for)
+
+
+def def_pure_primitive(prim: jc.Primitive, *, impl: Callable, abstract_eval: Callable,
+                       batch_rule: Callable | None = None, jvp_rule: Callable | None = None):
+    """Gives a side-effect-free kernel primitive its JAX rules in one call:
+    ``impl`` (a JAX-traceable function, also used as its lowering on every
+    platform), ``abstract_eval``, and optionally vmap and JVP rules."""
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract_eval)
+    jc.mlir.register_lowering(prim, jc.mlir.lower_fun(impl, multiple_results=prim.multiple_results))
+    if batch_rule is not None:
+        jc.batching.primitive_batchers[prim] = batch_rule
+    if jvp_rule is not None:
+        jc.ad.primitive_jvps[prim] = jvp_rule
+    return prim
 
 
 # --- errors -------------------------------------------------------------------
@@ -260,10 +300,13 @@ class Backend:
         return f"<Backend {self.name} {self.version} platforms={self.platforms}>"
 
 
-def check_primitive_owners(backend: Backend, kernel: KernelIR) -> None:
+def check_primitive_owners(backend: Backend, kernel: KernelIR,
+                           accept: Callable[[jc.Primitive], bool] = lambda prim: False) -> None:
+    """Rejects primitives owned by another backend, unless ``accept(prim)``."""
     for eqn in kernel.iter_equations():
         owner = primitive_owner(eqn.primitive)
-        if owner is not None and owner not in (FRONTEND_OWNER, backend.name):
+        if owner is not None and owner not in (FRONTEND_OWNER, backend.name) \
+                and not accept(eqn.primitive):
             where = jc.jaxpr_source_line(eqn) or kernel.source
             raise BackendCapabilityError(
                 f"Kernel '{kernel.name}' uses primitive '{eqn.primitive.name}' of backend "

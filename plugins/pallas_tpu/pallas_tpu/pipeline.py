@@ -18,7 +18,7 @@ import numpy as np
 import pallas_frontend as pf
 from pallas_frontend.backend_api import KernelIR, kernel_primitive
 
-from pallas_tpu import _jax_private
+from pallas_frontend import backend_api
 from pallas_tpu.memory import VMEM
 from pallas_tpu.primitives import OWNER, _effects, _is_ref
 
@@ -42,8 +42,8 @@ def _trace_index_map(spec: pf.BlockSpec, n_grid: int):
         out = spec.index_map(*idx)
         out = out if isinstance(out, (tuple, list)) else (out,)
         return [jnp.asarray(v, jnp.int32) for v in out]
-    jaxpr, consts = _jax_private.trace_with_explicit_consts(
-        flat, [jax.core.ShapedArray((), jnp.int32)] * n_grid)
+    jaxpr, consts = backend_api.trace_body(
+        flat, [jax.core.ShapedArray((), jnp.int32)] * n_grid, traced_for="emit_pipeline index_map")
     if consts:
         raise ValueError("emit_pipeline index maps must be functions of the grid indices only "
                          "(they captured values from the enclosing kernel).")
@@ -82,7 +82,8 @@ def emit_pipeline(body, *, grid: Sequence[int], in_specs=(), out_specs=(),
         def flat_body(*blocks):
             body(*blocks)
             return []
-        body_jaxpr, consts = _jax_private.trace_with_explicit_consts(flat_body, block_avals)
+        body_jaxpr, consts = backend_api.trace_body(flat_body, block_avals,
+                                                       traced_for="emit_pipeline body")
         index_maps = tuple(_trace_index_map(s, len(grid)) for s in specs)
         operands = [*refs, *consts]
         effect_spec = tuple((i, "w") for i, x in enumerate(operands) if _is_ref(x))

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from pallas_frontend.backend_api import kernel_primitive
 
-from pallas_tpu import _jax_private
+from pallas_frontend import backend_api
 
 OWNER = "tpu"
 
@@ -67,7 +67,7 @@ def _flatten_with_effects(parts, kinds):
 
 
 def _effects(spec):
-    return {(_jax_private.read_effect if k == "r" else _jax_private.write_effect)(i)
+    return {(backend_api.ReadEffect if k == "r" else backend_api.WriteEffect)(i)
             for i, k in spec}
 
 

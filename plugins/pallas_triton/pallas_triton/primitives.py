@@ -14,7 +14,8 @@ from jax import lax
 from jax.interpreters import mlir
 
 import pallas_frontend as pl
-from pallas_frontend.backend_api import kernel_primitive, register_interpret_rule
+from pallas_frontend.backend_api import (
+    ReadEffect, WriteEffect, def_pure_primitive, kernel_primitive, register_interpret_rule)
 from pallas_triton.codegen import resolve_indexer
 from pallas_triton.emitters import register
 from pallas_triton.errors import unsupported
@@ -108,10 +109,10 @@ def _load_abstract(ref, *rest, tree, **_):
     return jax.core.ShapedArray(shape, ref.dtype)
 
 
-load_p.def_abstract_eval(_load_abstract)
+load_p.def_effectful_abstract_eval(lambda *a, **p: (_load_abstract(*a, **p), {ReadEffect(0)}))
 
 
-def _load_rule(in_avals, out_avals, x, *rest, tree, has_mask, has_other, **_):
+def _load_rule(ctx, x, *rest, tree, has_mask, has_other, **_):
     n = tree.num_leaves
     nd = _unflatten(tree, list(rest[:n]))
     value = _read_indexed(x, nd)
@@ -159,10 +160,10 @@ def store(ref, val, *, mask=None, eviction_policy=None):
                  has_mask=mask is not None, eviction_policy=eviction_policy)
 
 
-store_p.def_abstract_eval(lambda *args, **params: [])
+store_p.def_effectful_abstract_eval(lambda *args, **params: ([], {WriteEffect(0)}))
 
 
-def _store_rule(in_avals, out_avals, x, *rest, tree, has_mask, eviction_policy):
+def _store_rule(ctx, x, *rest, tree, has_mask, eviction_policy):
     n = tree.num_leaves
     nd = _unflatten(tree, list(rest[:n]))
     val = rest[n]
@@ -215,16 +216,20 @@ atomic_add, atomic_sub, atomic_max, atomic_min = (_atomic(o) for o in ("add", "s
 atomic_and, atomic_or, atomic_xor, atomic_xchg = (_atomic(o) for o in ("and", "or", "xor", "xchg"))
 
 
+def _atomic_effectful(*args, **params):
+    return _atomic_abstract(*args, **params), {ReadEffect(0), WriteEffect(0)}
+
+
 def _atomic_abstract(ref, *rest, tree, **_):
     nd = _unflatten(tree, list(rest[:tree.num_leaves]))
     shape = ref.shape if nd is None else _indexed_shape_of(nd)
     return jax.core.ShapedArray(shape, ref.dtype)
 
 
-atomic_rmw_p.def_abstract_eval(_atomic_abstract)
+atomic_rmw_p.def_effectful_abstract_eval(_atomic_effectful)
 
 
-def _atomic_rule(in_avals, out_avals, x, *rest, tree, op, has_mask):
+def _atomic_rule(ctx, x, *rest, tree, op, has_mask):
     n = tree.num_leaves
     nd = _unflatten(tree, list(rest[:n]))
     old = _read_indexed(x, nd)
@@ -261,10 +266,10 @@ def atomic_cas(ref, cmp, val):
     return atomic_cas_p.bind(base, *leaves, jnp.asarray(cmp), jnp.asarray(val), tree=tree)
 
 
-atomic_cas_p.def_abstract_eval(_atomic_abstract)
+atomic_cas_p.def_effectful_abstract_eval(_atomic_effectful)
 
 
-def _cas_rule(in_avals, out_avals, x, *rest, tree):
+def _cas_rule(ctx, x, *rest, tree):
     n = tree.num_leaves
     nd = _unflatten(tree, list(rest[:n]))
     old = _read_indexed(x, nd)
@@ -289,9 +294,9 @@ def _emit_cas(w, eqn, ins):
 
 def _pure(name, impl, abstract_eval=None):
     prim = kernel_primitive(name, owner=OWNER)
-    prim.def_impl(impl)
-    prim.def_abstract_eval(abstract_eval or (lambda x, **_: jax.core.ShapedArray(x.shape, x.dtype)))
-    mlir.register_lowering(prim, mlir.lower_fun(impl, multiple_results=False))
+    def_pure_primitive(prim, impl=impl, abstract_eval=abstract_eval or (
+        lambda x, **_: jax.core.ShapedArray(x.shape, x.dtype)))
+    register_interpret_rule(prim)      # pure: the frontend interpreter runs its lowering
     return prim
 
 
@@ -350,6 +355,7 @@ inline_asm_p.def_impl(_inline_asm_impl)
 inline_asm_p.def_abstract_eval(
     lambda *args, results, **_: [jax.core.ShapedArray(s, d) for s, d in results])
 mlir.register_lowering(inline_asm_p, mlir.lower_fun(_inline_asm_impl, multiple_results=True))
+register_interpret_rule(inline_asm_p)         # its lowering raises a clear error on the host
 
 
 @register("triton_elementwise_inline_asm")
@@ -371,6 +377,7 @@ debug_barrier_p = kernel_primitive("triton_debug_barrier", owner=OWNER, multiple
 debug_barrier_p.def_impl(lambda: [])
 debug_barrier_p.def_abstract_eval(lambda: [])
 mlir.register_lowering(debug_barrier_p, lambda ctx: [])
+register_interpret_rule(debug_barrier_p)      # a no-op in a sequential interpreter
 
 
 def debug_barrier():

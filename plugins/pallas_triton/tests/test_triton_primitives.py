@@ -8,14 +8,10 @@ import pytest
 import pallas_frontend as pl
 import pallas_triton as pt
 
-# The frontend interpreter's check() rejects primitives owned by another backend even when
-# they registered an interpret rule; until backend_api lets it accept those, the
-# "frontend" runs are expected failures (strict: a fix in the frontend makes them pass loudly).
-FRONTEND_REJECTS_PLUGIN_PRIMITIVES = pytest.mark.xfail(
-    strict=True, reason="frontend interpreter rejects plugin primitives (contract change requested)")
+# Each primitive runs under Triton's interpreter and under the frontend's reference
+# interpreter (through the interpret rules the plugin registers).
 MODES = {"triton": pt.InterpretParams(), "frontend": True}
-MODE_PARAMS = [pytest.param("triton"),
-               pytest.param("frontend", marks=FRONTEND_REJECTS_PLUGIN_PRIMITIVES)]
+MODE_PARAMS = ["triton", "frontend"]
 
 
 @pytest.mark.parametrize("mode", MODE_PARAMS)

@@ -108,7 +108,7 @@ def transpose_2d(rows: int, cols: int, br: int, bc: int, **call):
         name="transpose_2d", **call)
 
 
-def aliased_scale(n: int, block: int, factor: float, **call):
+def aliased_scale(n: int, block: int, **call):
     """Scales its second input in place (input 1 aliases output 0)."""
     def body(s, x, o):
         o[...] = x[...] * s[0]

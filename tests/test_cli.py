@@ -58,3 +58,30 @@ def test_suite_is_skipped_without_a_backend(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:]
     assert "no backend named" in out.stdout and " passed" not in out.stdout
+
+
+MANIFEST_CONFTEST = '''
+from pallas_frontend import registry
+
+class Manifested(type(registry.get_backend("interpret"))):
+    name = "manifested"
+    conformance_unsupported = {"test_softmax": "no exp unit"}
+    conformance_xfail = {"test_vector_add": "known bug", "test_nothing_*": "stale entry"}
+
+registry.register_backend(Manifested())
+'''
+
+
+def test_manifests_skip_and_strict_xfail(tmp_path):
+    (tmp_path / "conftest.py").write_text(MANIFEST_CONFTEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PALLAS_FRONTEND_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rsX", "--pyargs",
+         "pallas_frontend.testing.test_kernels", "--pallas-backend=manifested",
+         "-k", "test_vector_add or test_softmax"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    text = out.stdout
+    assert out.returncode == 1, text[-3000:]            # the unexpected pass fails the run
+    assert "[XPASS(strict)] manifested xfail manifest: known bug" in text
+    assert "unsupported by 'manifested' (manifest): no exp unit" in text
+    assert "'test_nothing_*' matches no conformance test" in text

@@ -29,8 +29,7 @@ def _has_debug_effects(kernel: KernelIR) -> bool:
 
 
 def _abstract_eval(*in_avals, kernel: KernelIR, interpret, backend):
-    vma = frozenset().union(*(getattr(a, "vma", frozenset()) for a in in_avals))
-    outs = [a.update(vma=vma) if vma else a for a in kernel.out_avals]
+    outs = [jc.vary_like(a, in_avals) for a in kernel.out_avals]
     effs = {jc.debug_effect} if _has_debug_effects(kernel) else set()
     return outs, effs
 

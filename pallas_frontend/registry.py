@@ -178,3 +178,12 @@ def _serving(b: Backend, platform: str) -> Backend:
         raise BackendUnavailableError(
             f"Backend {b.name!r} cannot run on this machine (platform {platform!r}): {why}")
     return b
+
+
+def which_backend(*, platform: str | None = None, interpret=False, compiler_params=None,
+                  backend: str | None = None) -> Backend:
+    """The backend a pallas_call with these arguments would use on ``platform``
+    (default: JAX's default backend)."""
+    import jax
+    return select_backend(platform=platform or jax.default_backend(), interpret=interpret,
+                          compiler_params=compiler_params, backend=backend)

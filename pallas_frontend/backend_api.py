@@ -262,6 +262,12 @@ class Backend:
     capabilities: frozenset[str] = frozenset()
     dtypes: frozenset[str] | None = None     # None: any dtype
     pip_extra: str | None = None             # e.g. "triton" -> pip install "pallas-frontend[triton]"
+    # Conformance manifests (``pallas_frontend.testing``): test-name pattern
+    # (fnmatch, e.g. "test_jvp*") -> reason. ``conformance_unsupported``: a
+    # permanent gap, the test is skipped. ``conformance_xfail``: a known bug,
+    # the test must fail (an unexpected pass fails the run).
+    conformance_unsupported: Mapping[str, str] = {}
+    conformance_xfail: Mapping[str, str] = {}
 
     def is_available(self) -> tuple[bool, str]:
         """Whether this machine can run the backend; the reason when not."""
@@ -275,6 +281,7 @@ class Backend:
         """
         check_primitive_owners(self, kernel)
         check_dtypes(self, kernel)
+        check_capabilities(self, kernel)
 
     def call_effects(self, kernel: KernelIR, interpret: Any) -> frozenset:
         """JAX effects the launch has beyond the kernel's own (e.g. the ordered
@@ -286,6 +293,23 @@ class Backend:
     def lower(self, kernel: KernelIR, ctx: LoweringContext, *args) -> Sequence[Any]:
         """Returns the MLIR values of the outputs (JAX's lowering-rule result)."""
         raise NotImplementedError(f"backend {self.name!r} does not implement lower()")
+
+    def call_options(self, platform: str) -> dict[str, Any]:
+        """The ``pallas_call`` keywords that run a kernel on this backend on
+        ``platform`` (used by the conformance suite and ``pallas doctor``).
+
+        Default: its interpret params when it does not serve ``platform``,
+        else its default-constructed compiler params, else ``backend=name``.
+        Override when the params need arguments.
+        """
+        if platform not in self.platforms and self.interpret_params_type is not None:
+            return {"interpret": self.interpret_params_type()}
+        if self.compiler_params_type is not None:
+            try:
+                return {"compiler_params": self.compiler_params_type()}
+            except TypeError:
+                pass
+        return {"backend": self.name}
 
     def describe(self) -> dict[str, Any]:
         ok, why = self.is_available()
@@ -324,6 +348,45 @@ def check_dtypes(backend: Backend, kernel: KernelIR) -> None:
                 f"Backend '{backend.name}' does not support dtype {np.dtype(m.dtype).name} "
                 f"of {m.origin} in kernel '{kernel.name}' ({kernel.source}). "
                 f"Supported: {', '.join(sorted(backend.dtypes))}.")
+
+
+# Capability tags a kernel needs, derived from its IR. A backend declares the
+# tags it supports in ``Backend.capabilities``; a backend that declares none is
+# not checked (it takes responsibility in its own ``check``).
+def required_capabilities(kernel: KernelIR) -> dict[str, str]:
+    """Tag -> where in the kernel it is needed (``file:line`` or operand)."""
+    need: dict[str, str] = {}
+    if kernel.scratch_avals:
+        need["scratch"] = kernel.source
+    if kernel.input_output_aliases:
+        need["aliasing"] = kernel.source
+    if kernel.num_batch_axes:
+        need["vmap"] = kernel.source
+    for m in kernel.mappings:
+        if np.dtype(m.dtype) == np.float64:
+            need.setdefault("float64", f"{m.origin} ({kernel.source})")
+    for eqn in kernel.iter_equations():
+        if eqn.primitive.name.startswith("semaphore_"):
+            need.setdefault("semaphores", jc.jaxpr_source_line(eqn) or kernel.source)
+    return need
+
+
+def check_capabilities(backend: Backend, kernel: KernelIR) -> None:
+    if not backend.capabilities:
+        return
+    for tag, where in required_capabilities(kernel).items():
+        if tag not in backend.capabilities:
+            raise BackendCapabilityError(
+                f"Backend '{backend.name}' lacks capability '{tag}' that kernel "
+                f"'{kernel.name}' needs at {where}. Choose another backend (e.g. "
+                "interpret=True) or rewrite the kernel without it.")
+
+
+def ref_effects(*, reads: Sequence[int] = (), writes: Sequence[int] = ()) -> set:
+    """The effects of a backend primitive that reads/writes its Ref operands
+    (by operand position), for ``Primitive.def_effectful_abstract_eval``."""
+    return ({jc.state_types.ReadEffect(i) for i in reads}
+            | {jc.state_types.WriteEffect(i) for i in writes})
 
 
 def kernel_metadata(kernel: KernelIR) -> Mapping[str, str]:

@@ -169,8 +169,7 @@ def _owner_of(params) -> str:
 def backend_for_params(*, interpret, compiler_params) -> Backend | None:
     """The backend whose interpret params or compiler params these are, if any
     (platform-independent; used to ask a backend for its launch effects)."""
-    _ensure_loaded()
-    for b in _backends.values():
+    for b in backends().values():
         if interpret not in (None, True, False):
             if b.interpret_params_type is not None and isinstance(interpret, b.interpret_params_type):
                 return b

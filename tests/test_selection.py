@@ -43,7 +43,7 @@ class Recording(backend_api.Backend):
 
 @pytest.fixture
 def accel():
-    b = registry.register_backend(Recording("accel", ("cpu", "cuda"), priority=5,
+    b = registry.register_backend(Recording("accel", ("cpu", "cuda"), priority=1000,
                                             params=AccelParams,
                                             interpret_params=AccelInterpretParams))
     yield b

@@ -61,6 +61,8 @@ class BatchedAccess:
 
     def _step_starts(self, s):
         """Start indices at step ``s``: Python ints where they do not vary."""
+        if isinstance(s, int) and self.is_view:   # an unrolled step: all static
+            return [int(v) for v in self.starts[s if self.per_step else 0]]
         if not self.per_step:
             return [int(v) for v in self.starts[0]] if self.is_view else None
         if self.is_view:
@@ -68,6 +70,11 @@ class BatchedAccess:
             return [int(self.starts[0, d]) if (self.starts[:, d] == self.starts[0, d]).all()
                     else table[s, d] for d in range(self.starts.shape[1])]
         return None
+
+    def _gather_table(self, table, s):
+        if not self.per_step:
+            return jnp.asarray(table[0])
+        return jnp.asarray(table[s]) if isinstance(s, int) else jnp.asarray(table)[s]
 
     def _view_sizes(self):
         return [self.batch_shape[j] * b if j is not None else b
@@ -106,7 +113,7 @@ class BatchedAccess:
             n_batch = sum(j is not None for j in self.tiled)
             squeezed = [n_batch + d for d in self.layout.squeezed_axes]
             return lax.squeeze(view, squeezed) if squeezed else view
-        starts = jnp.asarray(self.starts)[s] if self.per_step else jnp.asarray(self.starts[0])
+        starts = self._gather_table(self.starts, s)
         blocks = jax.vmap(lambda st: read_block(buf, self.layout, st))(starts)
         return blocks.reshape(self.batch_shape + blocks.shape[1:])
 
@@ -128,7 +135,7 @@ class BatchedAccess:
             return lax.dynamic_update_slice(buf, blocks, self._step_starts(s))
         nb = len(self.batch_shape)
         blocks = blocks.reshape((-1,) + blocks.shape[nb:])
-        starts = jnp.asarray(self.starts)[s] if self.per_step else jnp.asarray(self.starts[0])
+        starts = self._gather_table(self.starts, s)
         bsizes = self.layout.block_sizes
         index = []
         for d, b in enumerate(bsizes):
@@ -137,7 +144,7 @@ class BatchedAccess:
             index.append(starts[:, d].reshape([-1] + [1] * len(bsizes))
                          + jnp.arange(b, dtype=starts.dtype).reshape(shape))
         if self.layout.bounded_axes:
-            sizes = jnp.asarray(self.sizes)[s] if self.per_step else jnp.asarray(self.sizes[0])
+            sizes = self._gather_table(self.sizes, s)
             keep = jnp.ones(blocks.shape, bool)
             for d in self.layout.bounded_axes:
                 keep &= (index[d] - starts[:, d].reshape([-1] + [1] * len(bsizes))

@@ -30,6 +30,8 @@ from pallas_frontend.interpreter.grid_analysis import GridAnalysis, analyze_grid
 
 # Batches are never smaller than this, whatever the operands weigh.
 _MIN_BATCH_BUDGET = 1 << 20
+# A sequential loop this short is unrolled: static slices, no loop-carried copies.
+_MAX_UNROLLED_STEPS = 8
 # Batched blocks may occupy at most this multiple of the operands' bytes.
 _BATCH_BYTES_FACTOR = 2
 
@@ -39,7 +41,7 @@ class VectorizedPlan:
     """The sequential plan plus the batched schedule chosen for it."""
     base: execute.InterpreterPlan
     analysis: GridAnalysis
-    batch_axes: tuple[int, ...]              # run batched (empty: run_sequential)
+    batch_axes: tuple[int, ...]              # run batched (may be none)
     step_axes: tuple[int, ...]               # looped, row-major
     step_coords: np.ndarray                  # (num_steps, len(step_axes)) int32
     accesses: tuple[BatchedAccess, ...]      # inputs then outputs
@@ -89,7 +91,7 @@ def _schedule(base, analysis, batch_axes, note="") -> VectorizedPlan:
     step_axes = tuple(a for a in range(len(grid)) if a not in batch_axes)
     n_in = len(base.kernel.in_mappings)
     accesses = tuple(batched_access(lay, step_axes, batch_axes, grid, is_output=k >= n_in)
-                     for k, lay in enumerate(base.layouts)) if batch_axes else ()
+                     for k, lay in enumerate(base.layouts)) if all(grid) else ()
     step_grid = [grid[a] for a in step_axes]
     coords = [c.reshape(-1) for c in np.indices(step_grid)] if step_grid else []
     step_coords = (np.stack(coords, -1) if coords else np.zeros((1, 0))).astype(np.int32)
@@ -124,13 +126,18 @@ def _abstract_args(plan: VectorizedPlan):
 
 
 def _batched_body(plan: VectorizedPlan):
-    """The discharged body under one vmap per batch axis; returns new output blocks."""
+    """The discharged body under one vmap per batch axis.
+
+    Returns the new output blocks, and when nothing is batched also the new
+    scratch values (batched points never observe scratch state, see grid_analysis).
+    """
     kernel = plan.kernel
     n_grid, n_in, n_out = len(kernel.grid), len(kernel.in_mappings), len(kernel.out_mappings)
     body = plan.base.body
+    end = None if not plan.batch_axes else n_in + n_out
 
     def fn(*args):
-        return jc.eval_jaxpr(body, *args)[n_in:n_in + n_out]
+        return jc.eval_jaxpr(body, *args)[n_in:end]
 
     for j in reversed(range(len(plan.batch_axes))):
         axes = [0 if a == plan.batch_axes[j] else None for a in range(n_grid)]
@@ -142,7 +149,7 @@ def _batched_body(plan: VectorizedPlan):
 
 def run(plan: VectorizedPlan, *inputs):
     """Runs a planned kernel; returns the unpadded outputs."""
-    if not plan.batch_axes:
+    if not plan.accesses and plan.base.layouts:   # an empty grid
         return execute.run_sequential(plan.base, *inputs)
     base, kernel = plan.base, plan.kernel
     n_in = len(kernel.in_mappings)
@@ -159,28 +166,32 @@ def run(plan: VectorizedPlan, *inputs):
             if a in plan.batch_axes:
                 idx.append(jnp.arange(kernel.grid[a], dtype=jnp.int32))
             else:
-                idx.append(step_coords[s, k] if plan.num_steps > 1 else
-                           jnp.int32(plan.step_coords[0, k]))
+                idx.append(jnp.int32(plan.step_coords[s, k]) if isinstance(s, int) else
+                           step_coords[s, k])
                 k += 1
         return idx
 
     def step(s, state):
-        outs, held = state
+        outs, held, scr = state
         in_blocks = [acc.read(x, s) for acc, x in zip(in_acc, padded_in)]
         out_blocks = [h if c else acc.read(buf, s)
                       for acc, buf, h, c in zip(out_acc, outs, held, carried)]
-        new = body(*grid_indices(s), *in_blocks, *out_blocks, *scratch)
+        new = body(*grid_indices(s), *in_blocks, *out_blocks, *scr)
+        new, scr = new[:len(out_acc)], (new[len(out_acc):] if not plan.batch_axes else scr)
         outs = [buf if c else acc.write(buf, s, blk)
                 for acc, buf, blk, c in zip(out_acc, outs, new, carried)]
         held = [blk if c else None for blk, c in zip(new, carried)]
-        return outs, held
+        return outs, held, list(scr)
 
     outs = execute.initial_outputs(base, inputs)
     held = [acc.read(buf, 0) if c else None for acc, buf, c in zip(out_acc, outs, carried)]
-    if plan.num_steps == 1:
-        outs, held = step(0, (outs, held))
+    state = (outs, held, scratch)
+    if plan.num_steps <= _MAX_UNROLLED_STEPS:
+        for s in range(plan.num_steps):
+            state = step(s, state)
     else:
-        outs, held = lax.fori_loop(0, plan.num_steps, step, (outs, held))
+        state = lax.fori_loop(0, plan.num_steps, step, state)
+    outs, held, _ = state
     outs = [acc.write(buf, 0, h) if c else buf
             for acc, buf, h, c in zip(out_acc, outs, held, carried)]
     return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]

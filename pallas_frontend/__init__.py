@@ -23,7 +23,8 @@ from pallas_frontend.primitives import (  # noqa: E402
     DeviceIdType, KernelCheckError, debug_check, debug_print, enable_debug_checks, get_global,
     multiple_of, num_programs, program_id, run_scoped, semaphore_read, semaphore_signal,
     semaphore_wait)
-from pallas_frontend.registry import backends, get_backend, register_backend  # noqa: E402
+from pallas_frontend.registry import (  # noqa: E402
+    backends, get_backend, register_backend, set_default_backend, which_backend)
 from pallas_frontend.specs import (  # noqa: E402
     ANY, HOST, BlockDim, BlockSpec, Blocked, BoundedSlice, Buffered, CompilerParams, CostEstimate,
     Element, GridSpec, MemoryRef, MemorySpace, RevisitMode, Squeezed, no_block_spec, squeezed)
@@ -80,5 +81,6 @@ __all__ = [
     "get_global", "kernel", "loop", "multiple_of", "next_power_of_2", "no_block_spec",
     "num_programs", "pallas_call", "pallas_call_p", "print_backend_info", "program_id",
     "register_backend", "run_scoped", "semaphore_read", "semaphore_signal", "semaphore_wait",
-    "squeezed", "strides_from_shape", "when", "with_scoped",
+    "set_default_backend", "squeezed", "strides_from_shape", "when", "which_backend",
+    "with_scoped",
 ]

@@ -7,6 +7,8 @@ module alone. Other modules import from here, never from ``jax._src``.
 
 from __future__ import annotations
 
+from jax.sharding import PartitionSpec
+
 from jax._src import api_util
 from jax._src import core
 from jax._src import dispatch
@@ -42,8 +44,8 @@ def trace_kernel_jaxpr(fun, in_avals, *, traced_for: str):
     """
     dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
     wrapped = lu.wrap_init(fun, debug_info=dbg)
-    jaxpr, out_avals, _ = pe.trace_to_jaxpr_dynamic(wrapped, list(in_avals))
-    return jaxpr, out_avals
+    jaxpr, out_avals, consts = pe.trace_to_jaxpr_dynamic(wrapped, list(in_avals))
+    return jaxpr.with_consts(consts), out_avals
 
 
 def jaxpr_source_line(eqn) -> str:
@@ -65,3 +67,31 @@ def eval_jaxpr(jaxpr, *args):
 
 def jvp_jaxpr(jaxpr, nonzeros, instantiate):
     return ad.jvp_jaxpr(jaxpr, nonzeros, instantiate)
+
+
+def varying_axes(aval) -> frozenset:
+    """Manual mesh axes (inside shard_map) that a value varies over."""
+    mat = getattr(aval, "mat", None)
+    return frozenset(getattr(mat, "varying", ())) if mat is not None else frozenset()
+
+
+def vary_like(out_aval, in_avals):
+    """``out_aval`` varying over every manual axis any of ``in_avals`` varies over."""
+    varying = [a for a in in_avals if varying_axes(a)]
+    if not varying:
+        return out_aval
+    axes = frozenset().union(*(varying_axes(a) for a in varying))
+    # The manual axes must belong to the output's mesh: take the input's mesh,
+    # replicated over the output's dims.
+    sharding = varying[0].sharding.update(spec=PartitionSpec())
+    return out_aval.update(sharding=sharding).update_manual_axis_type(
+        core.ManualAxisType(varying=axes))
+
+
+def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
+    """Traces ``fun(*in_avals) -> list`` to ``(jaxpr, consts)`` where the jaxpr
+    takes ``*consts, *args``: values ``fun`` closes over (possibly tracers of an
+    enclosing trace) become explicit leading operands."""
+    dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=dbg), list(in_avals))
+    return jaxpr, list(consts)

@@ -169,15 +169,55 @@ def primitive_owner(prim: jc.Primitive) -> str | None:
     return _primitive_owners.get(prim)
 
 
-def register_interpret_rule(prim: jc.Primitive, rule: Callable) -> None:
-    """Lets the reference interpreter run a backend's stateful primitive.
+_interpretable: set[jc.Primitive] = set()
 
-    ``rule(ctx, *args, **params) -> (new_ref_values, outputs)`` is a state
-    discharge rule: it receives Ref operands as arrays and returns their new
-    values (``None`` for unchanged operands). Pure primitives need no rule:
-    they only need a JAX lowering (e.g. through ``mlir.lower_fun``).
+# Ref effects, for the abstract evaluation of backend primitives that read or
+# write a Ref operand: ``ReadEffect(i)`` / ``WriteEffect(i)`` name operand i.
+ReadEffect = jc.state_types.ReadEffect
+WriteEffect = jc.state_types.WriteEffect
+
+
+def register_interpret_rule(prim: jc.Primitive, rule: Callable | None = None) -> None:
+    """Lets the reference interpreter run a backend's primitive.
+
+    For a primitive that reads or writes Refs, ``rule(ctx, *args, **params)
+    -> (new_ref_values, outputs)`` is a state-discharge rule: it receives Ref
+    operands as arrays and returns their new values (``None`` where unchanged)
+    and the primitive's outputs; ``ctx.in_avals`` holds the operand types. A
+    pure primitive needs no rule (pass none): its own JAX lowering runs it.
+    Either way the primitive is then accepted by the interpreter's ``check``.
     """
-    jc.register_discharge_rule(prim)(rule)
+    if rule is not None:
+        jc.register_discharge_rule(prim)(rule)
+    _interpretable.add(prim)
+
+
+def interpretable(prim: jc.Primitive) -> bool:
+    """Whether the reference interpreter can run ``prim`` (see ``register_interpret_rule``)."""
+    return prim in _interpretable
+
+
+def trace_body(fun: Callable, in_avals, *, traced_for: str = "pallas sub-kernel"):
+    """Traces ``fun(*args) -> list`` over ``in_avals`` (Ref types allowed) into
+    ``(jaxpr, consts)``; the jaxpr takes ``*consts, *args``. For backends whose
+    primitives carry a body traced inside a kernel (e.g. a software pipeline):
+    what the body closes over becomes explicit operands of the primitive."""
+    return jc.trace_with_explicit_consts(fun, in_avals, traced_for=traced_for)
+
+
+def def_pure_primitive(prim: jc.Primitive, *, impl: Callable, abstract_eval: Callable,
+                       batch_rule: Callable | None = None, jvp_rule: Callable | None = None):
+    """Gives a side-effect-free kernel primitive its JAX rules in one call:
+    ``impl`` (a JAX-traceable function, also used as its lowering on every
+    platform), ``abstract_eval``, and optionally vmap and JVP rules."""
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract_eval)
+    jc.mlir.register_lowering(prim, jc.mlir.lower_fun(impl, multiple_results=prim.multiple_results))
+    if batch_rule is not None:
+        jc.batching.primitive_batchers[prim] = batch_rule
+    if jvp_rule is not None:
+        jc.ad.primitive_jvps[prim] = jvp_rule
+    return prim
 
 
 # --- errors -------------------------------------------------------------------
@@ -222,6 +262,12 @@ class Backend:
     capabilities: frozenset[str] = frozenset()
     dtypes: frozenset[str] | None = None     # None: any dtype
     pip_extra: str | None = None             # e.g. "triton" -> pip install "pallas-frontend[triton]"
+    # Conformance manifests (``pallas_frontend.testing``): test-name pattern
+    # (fnmatch, e.g. "test_jvp*") -> reason. ``conformance_unsupported``: a
+    # permanent gap, the test is skipped. ``conformance_xfail``: a known bug,
+    # the test must fail (an unexpected pass fails the run).
+    conformance_unsupported: Mapping[str, str] = {}
+    conformance_xfail: Mapping[str, str] = {}
 
     def is_available(self) -> tuple[bool, str]:
         """Whether this machine can run the backend; the reason when not."""
@@ -235,10 +281,35 @@ class Backend:
         """
         check_primitive_owners(self, kernel)
         check_dtypes(self, kernel)
+        check_capabilities(self, kernel)
+
+    def call_effects(self, kernel: KernelIR, interpret: Any) -> frozenset:
+        """JAX effects the launch has beyond the kernel's own (e.g. the ordered
+        host callbacks of an interpreter), so that JAX threads tokens into
+        ``lower``. Asked when ``interpret`` is this backend's interpret params
+        or the kernel's compiler params are this backend's."""
+        return frozenset()
 
     def lower(self, kernel: KernelIR, ctx: LoweringContext, *args) -> Sequence[Any]:
         """Returns the MLIR values of the outputs (JAX's lowering-rule result)."""
         raise NotImplementedError(f"backend {self.name!r} does not implement lower()")
+
+    def call_options(self, platform: str) -> dict[str, Any]:
+        """The ``pallas_call`` keywords that run a kernel on this backend on
+        ``platform`` (used by the conformance suite and ``pallas doctor``).
+
+        Default: its interpret params when it does not serve ``platform``,
+        else its default-constructed compiler params, else ``backend=name``.
+        Override when the params need arguments.
+        """
+        if platform not in self.platforms and self.interpret_params_type is not None:
+            return {"interpret": self.interpret_params_type()}
+        if self.compiler_params_type is not None:
+            try:
+                return {"compiler_params": self.compiler_params_type()}
+            except TypeError:
+                pass
+        return {"backend": self.name}
 
     def describe(self) -> dict[str, Any]:
         ok, why = self.is_available()
@@ -253,10 +324,13 @@ class Backend:
         return f"<Backend {self.name} {self.version} platforms={self.platforms}>"
 
 
-def check_primitive_owners(backend: Backend, kernel: KernelIR) -> None:
+def check_primitive_owners(backend: Backend, kernel: KernelIR,
+                           accept: Callable[[jc.Primitive], bool] = lambda prim: False) -> None:
+    """Rejects primitives owned by another backend, unless ``accept(prim)``."""
     for eqn in kernel.iter_equations():
         owner = primitive_owner(eqn.primitive)
-        if owner is not None and owner not in (FRONTEND_OWNER, backend.name):
+        if owner is not None and owner not in (FRONTEND_OWNER, backend.name) \
+                and not accept(eqn.primitive):
             where = jc.jaxpr_source_line(eqn) or kernel.source
             raise BackendCapabilityError(
                 f"Kernel '{kernel.name}' uses primitive '{eqn.primitive.name}' of backend "
@@ -274,6 +348,45 @@ def check_dtypes(backend: Backend, kernel: KernelIR) -> None:
                 f"Backend '{backend.name}' does not support dtype {np.dtype(m.dtype).name} "
                 f"of {m.origin} in kernel '{kernel.name}' ({kernel.source}). "
                 f"Supported: {', '.join(sorted(backend.dtypes))}.")
+
+
+# Capability tags a kernel needs, derived from its IR. A backend declares the
+# tags it supports in ``Backend.capabilities``; a backend that declares none is
+# not checked (it takes responsibility in its own ``check``).
+def required_capabilities(kernel: KernelIR) -> dict[str, str]:
+    """Tag -> where in the kernel it is needed (``file:line`` or operand)."""
+    need: dict[str, str] = {}
+    if kernel.scratch_avals:
+        need["scratch"] = kernel.source
+    if kernel.input_output_aliases:
+        need["aliasing"] = kernel.source
+    if kernel.num_batch_axes:
+        need["vmap"] = kernel.source
+    for m in kernel.mappings:
+        if np.dtype(m.dtype) == np.float64:
+            need.setdefault("float64", f"{m.origin} ({kernel.source})")
+    for eqn in kernel.iter_equations():
+        if eqn.primitive.name.startswith("semaphore_"):
+            need.setdefault("semaphores", jc.jaxpr_source_line(eqn) or kernel.source)
+    return need
+
+
+def check_capabilities(backend: Backend, kernel: KernelIR) -> None:
+    if not backend.capabilities:
+        return
+    for tag, where in required_capabilities(kernel).items():
+        if tag not in backend.capabilities:
+            raise BackendCapabilityError(
+                f"Backend '{backend.name}' lacks capability '{tag}' that kernel "
+                f"'{kernel.name}' needs at {where}. Choose another backend (e.g. "
+                "interpret=True) or rewrite the kernel without it.")
+
+
+def ref_effects(*, reads: Sequence[int] = (), writes: Sequence[int] = ()) -> set:
+    """The effects of a backend primitive that reads/writes its Ref operands
+    (by operand position), for ``Primitive.def_effectful_abstract_eval``."""
+    return ({jc.state_types.ReadEffect(i) for i in reads}
+            | {jc.state_types.WriteEffect(i) for i in writes})
 
 
 def kernel_metadata(kernel: KernelIR) -> Mapping[str, str]:

@@ -29,9 +29,11 @@ def _has_debug_effects(kernel: KernelIR) -> bool:
 
 
 def _abstract_eval(*in_avals, kernel: KernelIR, interpret, backend):
-    vma = frozenset().union(*(getattr(a, "vma", frozenset()) for a in in_avals))
-    outs = [a.update(vma=vma) if vma else a for a in kernel.out_avals]
+    outs = [jc.vary_like(a, in_avals) for a in kernel.out_avals]
     effs = {jc.debug_effect} if _has_debug_effects(kernel) else set()
+    owner = registry.backend_for_params(interpret=interpret, compiler_params=kernel.compiler_params)
+    if owner is not None:
+        effs |= set(owner.call_effects(kernel, interpret))
     return outs, effs
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend.backend_api import FRONTEND_OWNER, kernel_primitive
+from pallas_frontend.backend_api import FRONTEND_OWNER, def_pure_primitive, kernel_primitive
 from pallas_frontend.specs import MemoryRef
 
 
@@ -78,22 +78,10 @@ def num_programs(axis: int | str) -> int:
     return ctx.sizes[_axis_position(ctx, axis, "num_programs")]
 
 
-# --- helpers to define pure frontend primitives ------------------------------
-
-def _def_pure(prim: jc.Primitive, impl, abstract_eval, batch_rule=None, jvp_rule=None):
-    prim.def_impl(impl)
-    prim.def_abstract_eval(abstract_eval)
-    jc.mlir.register_lowering(prim, jc.mlir.lower_fun(impl, multiple_results=prim.multiple_results))
-    if batch_rule is not None:
-        jc.batching.primitive_batchers[prim] = batch_rule
-    if jvp_rule is not None:
-        jc.ad.primitive_jvps[prim] = jvp_rule
-
-
 # --- multiple_of --------------------------------------------------------------
 
 multiple_of_p = kernel_primitive("multiple_of", owner=FRONTEND_OWNER)
-_def_pure(
+def_pure_primitive(
     multiple_of_p,
     impl=lambda x, *, values: x,
     abstract_eval=lambda aval, *, values: aval,

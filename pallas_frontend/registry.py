@@ -1,47 +1,46 @@
 """Which backends exist, and which one runs a given kernel.
 
-Backends arrive through the pluggy hook ``pallas_frontend_backend``: the
-built-in interpreter is registered through it like any plugin. Selection:
-1. ``interpret=True`` -> the interpreter; a backend's interpret params object
-   -> that backend;
+Backends come from ``discovery`` (entry points, read on first need) and from
+``register_backend`` (in-process). Selection, first match wins:
+1. ``interpret=True`` -> the built-in interpreter; a backend's interpret-params
+   object -> that backend;
 2. ``compiler_params`` of a backend's type -> that backend;
 3. an explicit ``backend=`` name;
-4. the platform's default: the available backend of highest priority that
-   serves the platform (on CPU, the interpreter).
+4. the platform's default: the configured one (``set_default_backend`` or
+   ``PALLAS_FRONTEND_DEFAULT_BACKEND``), else on CPU the interpreter, else the
+   available backend of highest priority that serves the platform.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 
-import pluggy
-
-from pallas_frontend import backend_api
+from pallas_frontend import discovery
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 
+INTERPRETER = "interpret"
+ENV_DEFAULT = "PALLAS_FRONTEND_DEFAULT_BACKEND"   # "name" or "platform=name,platform=name"
+
 _lock = threading.RLock()
-_backends: dict[str, Backend] = {}
-_loaded = False
+_found: discovery.Discovered | None = None
+_registered: dict[str, Backend] = {}      # register_backend: in-process, wins over discovery
+_defaults: dict[str, str] = {}             # set_default_backend: platform -> name
 
 
-def _plugin_manager() -> pluggy.PluginManager:
-    pm = pluggy.PluginManager(backend_api.PROJECT_NAME)
-    pm.add_hookspecs(backend_api.BackendHookSpecs)
-    return pm
-
-
-def _ensure_loaded() -> None:
-    global _loaded
+def _discovered() -> discovery.Discovered:
+    global _found
     with _lock:
-        if _loaded:
-            return
-        _loaded = True
-        from pallas_frontend.interpreter import backend as interpreter_backend
-        pm = _plugin_manager()
-        pm.register(interpreter_backend, name="interpret")
-        for result in pm.hook.pallas_frontend_backend():
-            for b in (result if isinstance(result, (list, tuple)) else [result]):
-                _backends.setdefault(b.name, b)
+        if _found is None:
+            _found = discovery.discover()
+        return _found
+
+
+def reload() -> None:
+    """Forgets what was discovered (tests, or after installing a plugin in-process)."""
+    global _found
+    with _lock:
+        _found = None
 
 
 def register_backend(backend: Backend) -> Backend:
@@ -49,61 +48,154 @@ def register_backend(backend: Backend) -> Backend:
     if not isinstance(backend, Backend):
         raise TypeError(f"register_backend takes a pallas_frontend.backend_api.Backend, "
                         f"got {type(backend).__name__}")
-    _ensure_loaded()
     with _lock:
-        _backends[backend.name] = backend
+        _registered[backend.name] = backend
     return backend
 
 
+def unregister_backend(name: str) -> None:
+    with _lock:
+        _registered.pop(name, None)
+
+
 def backends() -> dict[str, Backend]:
-    _ensure_loaded()
-    return dict(_backends)
+    """Every usable backend by name."""
+    return {**_discovered().backends, **_registered}
+
+
+def load_failures() -> dict[str, discovery.LoadFailure]:
+    return dict(_discovered().failures)
+
+
+def origin(name: str) -> discovery.Origin | None:
+    return _discovered().origins.get(name)
+
+
+def pip_hint(name: str) -> str:
+    return f'pip install "pallas-frontend[{name}]"'
 
 
 def get_backend(name: str) -> Backend:
-    _ensure_loaded()
-    try:
-        return _backends[name]
-    except KeyError:
-        raise BackendUnavailableError(
-            f"No pallas_frontend backend named {name!r} is installed (installed: "
-            f"{sorted(_backends)}). Install it, e.g. pip install \"pallas-frontend[{name}]\".") from None
+    found = backends()
+    if name in found:
+        return found[name]
+    failure = _discovered().failures.get(name)
+    if failure is not None:
+        raise failure.error()
+    raise BackendUnavailableError(
+        f"No pallas_frontend backend named {name!r} is installed (installed: "
+        f"{', '.join(sorted(found))}). Install it with: {pip_hint(name)}")
+
+
+def set_default_backend(platform: str, name: str | None) -> None:
+    """Makes ``name`` the default backend for ``platform`` (None: back to the rule)."""
+    with _lock:
+        if name is None:
+            _defaults.pop(platform, None)
+        else:
+            _defaults[platform] = name
+
+
+def configured_default(platform: str) -> str | None:
+    if platform in _defaults:
+        return _defaults[platform]
+    raw = os.environ.get(ENV_DEFAULT, "").strip()
+    if not raw:
+        return None
+    for item in raw.split(","):
+        item = item.strip()
+        if "=" in item:
+            p, n = (s.strip() for s in item.split("=", 1))
+            if p == platform:
+                return n
+        elif item:
+            return item
+    return None
 
 
 def select_backend(*, platform: str, interpret, compiler_params, backend: str | None) -> Backend:
-    _ensure_loaded()
+    found = backends()
     if interpret is True:
-        return get_backend("interpret")
+        return get_backend(INTERPRETER)
     if interpret not in (False, None):
-        for b in _backends.values():
+        for b in found.values():
             if b.interpret_params_type is not None and isinstance(interpret, b.interpret_params_type):
                 return b
+        owner = _owner_of(interpret)
         raise BackendUnavailableError(
-            f"interpret={interpret!r} is not an interpret-params object of any installed "
-            "backend. Pass interpret=True for the built-in interpreter.")
+            f"interpret={interpret!r} is an interpret-params object of backend {owner!r}, which "
+            f"is not installed (platform {platform!r}). Install it with: {pip_hint(owner)}, or "
+            "pass interpret=True for the built-in interpreter.")
     if compiler_params is not None:
-        for b in _backends.values():
+        for b in found.values():
             if b.compiler_params_type is not None and isinstance(compiler_params, b.compiler_params_type):
+                if backend is not None and backend != b.name:
+                    raise BackendUnavailableError(
+                        f"backend={backend!r} contradicts compiler_params of type "
+                        f"{type(compiler_params).__qualname__}, which select backend {b.name!r}. "
+                        "Pass one or the other.")
                 return _serving(b, platform)
-        owner = getattr(type(compiler_params), "BACKEND", None) or type(compiler_params).__module__
+        owner = _owner_of(compiler_params)
+        failure = _discovered().failures.get(owner)
+        if failure is not None:
+            raise failure.error()
         raise BackendUnavailableError(
             f"compiler_params of type {type(compiler_params).__qualname__} belong to backend "
-            f"{owner!r}, which is not installed. Install it with: pip install "
-            f"\"pallas-frontend[{owner}]\".")
+            f"{owner!r}, which is not installed (platform {platform!r}). Install it with: "
+            f"{pip_hint(owner)}")
     if backend is not None:
         return _serving(get_backend(backend), platform)
-    candidates = [b for b in _backends.values() if platform in b.platforms and b.is_available()[0]]
+    configured = configured_default(platform)
+    if configured is not None:
+        return _serving(get_backend(configured), platform)
+    if platform == "cpu" and INTERPRETER in found:
+        return found[INTERPRETER]
+    candidates = [b for b in found.values() if platform in b.platforms and b.is_available()[0]]
     if not candidates:
         raise BackendUnavailableError(
             f"No installed pallas_frontend backend serves platform {platform!r}. Installed: "
-            f"{sorted(_backends)}.")
-    return max(candidates, key=lambda b: b.priority)
+            f"{', '.join(sorted(found))}. Pass interpret=True, or install a backend for it, "
+            f"e.g. {pip_hint('triton')}")
+    return max(candidates, key=lambda b: (b.priority, b.name != INTERPRETER))
+
+
+def _owner_of(params) -> str:
+    owner = getattr(params, "BACKEND", None) or getattr(type(params), "BACKEND", None)
+    if isinstance(owner, str) and owner:
+        return owner
+    return type(params).__module__.split(".")[0].removeprefix("pallas_")
+
+
+def backend_for_params(*, interpret, compiler_params) -> Backend | None:
+    """The backend whose interpret params or compiler params these are, if any
+    (platform-independent; used to ask a backend for its launch effects)."""
+    for b in backends().values():
+        if interpret not in (None, True, False):
+            if b.interpret_params_type is not None and isinstance(interpret, b.interpret_params_type):
+                return b
+        elif b.compiler_params_type is not None and isinstance(compiler_params, b.compiler_params_type):
+            return b
+    return None
 
 
 def _serving(b: Backend, platform: str) -> Backend:
     if platform not in b.platforms:
         raise BackendUnavailableError(
             f"Backend {b.name!r} does not serve platform {platform!r} (it serves "
-            f"{', '.join(b.platforms)}). Run on one of those, or pass interpret=True to run the "
-            "kernel in the reference interpreter.")
+            f"{', '.join(b.platforms)}). Run on one of those, pass its interpret params "
+            f"if it has any, or pass interpret=True for the reference interpreter. "
+            f"(Backend {b.name!r} is installed by {pip_hint(b.pip_extra or b.name)}.)")
+    ok, why = b.is_available()
+    if not ok:
+        raise BackendUnavailableError(
+            f"Backend {b.name!r} cannot run on this machine (platform {platform!r}): {why}")
     return b
+
+
+def which_backend(*, platform: str | None = None, interpret=False, compiler_params=None,
+                  backend: str | None = None) -> Backend:
+    """The backend a pallas_call with these arguments would use on ``platform``
+    (default: JAX's default backend)."""
+    import jax
+    return select_backend(platform=platform or jax.default_backend(), interpret=interpret,
+                          compiler_params=compiler_params, backend=backend)

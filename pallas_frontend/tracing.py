@@ -33,6 +33,12 @@ def source_of(fn: Callable) -> str:
     return f"{code.co_filename}:{code.co_firstlineno}" if code else repr(fn)
 
 
+def _type_str(x) -> str:
+    """``f32[4,8]``: a value's (or an aval's) type, as JAX prints it."""
+    aval = x if isinstance(x, jc.core.AbstractValue) else jax.typeof(x)
+    return aval.str_short(short_dtypes=True)
+
+
 def _fn_name(fn: Callable) -> str:
     fn = getattr(fn, "func", fn)
     return getattr(fn, "__name__", type(fn).__name__)
@@ -137,11 +143,11 @@ def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(prefetch_avals)
     jaxpr, _ = jc.trace_kernel_jaxpr(flat_fn, in_avals, traced_for="pallas index_map")
-    bad = [c for c in jaxpr.consts if np.ndim(c) > 0]
+    bad = [c for c in jaxpr.consts if np.size(c) > 1]
     if bad:
         raise ValueError(
             f"Index map function {src} for {origin} must not capture array constants "
-            f"(captured {[jax.typeof(c).str_short() for c in bad]}). Compute indices from the grid "
+            f"(captured {[_type_str(c) for c in bad]}). Compute indices from the grid "
             "indices, or pass data through scalar prefetch.")
     assert len(jaxpr.outvars) == n_out
     return jaxpr, src
@@ -155,7 +161,7 @@ def _as_index(v, src, origin, i):
     if aval is not None and (aval.shape != () or not jnp.issubdtype(aval.dtype, jnp.integer)):
         raise TypeError(
             f"Index map function {src} for {origin} must return integer scalars; output {i} "
-            f"has type {aval.str_short()}. Return one int32 block index per dim.")
+            f"has type {_type_str(aval)}. Return one int32 block index per dim.")
     return jnp.asarray(v, jnp.int32)
 
 
@@ -211,16 +217,17 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
             raise ValueError(
                 f"The kernel function {name} should return None: kernels write their results "
                 f"into the output Refs (o_ref[...] = value). It returned {type(out).__name__}: "
-                f"{jax.tree.map(lambda x: jax.typeof(x).str_short() if hasattr(x, 'dtype') else x, out)}.")
+                f"{jax.tree.map(lambda x: _type_str(x) if hasattr(x, 'dtype') else x, out)}.")
         return []
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(ref_avals)
     jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
-    bad = [c for c in jaxpr.consts if np.ndim(c) > 0 and not isinstance(jax.typeof(c), jc.AbstractRef)]
+    bad = [c for c in jaxpr.consts
+           if np.size(c) > 1 and not isinstance(jax.typeof(c), jc.AbstractRef)]
     if bad:
         raise ValueError(
             f"The kernel function {name} captures constants "
-            f"{[jax.typeof(c).str_short() for c in bad]}. You should pass them as inputs "
+            f"{[_type_str(c) for c in bad]}. You should pass them as inputs "
             "(add them to the pallas_call arguments with a BlockSpec).")
     return jaxpr
 
@@ -338,8 +345,8 @@ def validate_aliases(aliases, in_avals, in_paths, out_avals, out_paths):
         if a.shape != b.shape or a.dtype != b.dtype:
             raise ValueError(
                 f"input_output_aliases contains the mapping '{i}:{o}' referring to "
-                f"{in_paths[i]} with abstract value {a.str_short()} and to {out_paths[o]} with a "
-                f"different abstract value {b.str_short()}. Aliased buffers must match in shape "
+                f"{in_paths[i]} with abstract value {_type_str(a)} and to {out_paths[o]} with a "
+                f"different abstract value {_type_str(b)}. Aliased buffers must match in shape "
                 "and dtype.")
         pairs.append((int(i), int(o)))
     return tuple(pairs)

@@ -21,6 +21,11 @@ class InterpreterBackend(backend_api.Backend):
         from pallas_frontend import __version__
         self.version = __version__
 
+    def check(self, kernel):
+        # Other backends' primitives are fine where they registered interpret rules.
+        backend_api.check_primitive_owners(self, kernel, accept=backend_api.interpretable)
+        backend_api.check_dtypes(self, kernel)
+
     def lower(self, kernel, ctx, *args):
         plan = vectorized.make_plan(kernel)
         return ctx.lower_fun(lambda *xs: vectorized.run(plan, *xs), *args)

@@ -136,6 +136,13 @@ def write_block(buf, layout: OperandLayout, starts, sizes, block):
     return lax.dynamic_update_slice(buf, block, list(starts))
 
 
+def varying_like(x, inputs):
+    """Marks ``x`` as varying over the manual mesh axes the inputs vary over
+    (inside shard_map), so loop carries built from constants type-check."""
+    axes = frozenset().union(*(jc.varying_axes(jax.typeof(a)) for a in inputs))
+    return lax.pcast(x, tuple(sorted(axes)), to="varying") if axes else x
+
+
 def initial_outputs(plan: InterpreterPlan, inputs):
     kernel = plan.kernel
     aliased = {o: i for i, o in kernel.input_output_aliases}
@@ -145,12 +152,13 @@ def initial_outputs(plan: InterpreterPlan, inputs):
             base = inputs[aliased[k]]
         else:
             base = jnp.full(m.array_shape, padding_value(m.dtype), m.dtype)
-        outs.append(plan.layouts[len(kernel.in_mappings) + k].pad(base))
+        outs.append(varying_like(plan.layouts[len(kernel.in_mappings) + k].pad(base), inputs))
     return outs
 
 
-def initial_scratch(kernel: KernelIR):
-    return [jnp.full(a.inner_aval.shape, padding_value(a.inner_aval.dtype), a.inner_aval.dtype)
+def initial_scratch(kernel: KernelIR, inputs):
+    return [varying_like(jnp.full(a.inner_aval.shape, padding_value(a.inner_aval.dtype),
+                                  a.inner_aval.dtype), inputs)
             for a in kernel.scratch_avals]
 
 
@@ -177,7 +185,7 @@ def run_sequential(plan: InterpreterPlan, *inputs):
                 for k, (buf, lay, blk) in enumerate(zip(outs, out_layouts, new_outs))]
         return outs, list(new[n_in + len(outs):])
 
-    carry = (initial_outputs(plan, inputs), initial_scratch(kernel))
+    carry = (initial_outputs(plan, inputs), initial_scratch(kernel, inputs))
     if plan.num_points == 1:
         outs, _ = step(0, carry)
     else:

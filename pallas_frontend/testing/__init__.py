@@ -1,1 +1,6 @@
-"""The conformance suite backends run against themselves."""
+"""The conformance suite backends run against themselves.
+
+``pytest --pyargs pallas_frontend.testing --pallas-backend=NAME`` runs it; the
+pytest plugin (``plugin.py``) selects the backend, applies capability markers
+and manifests; ``kernels.py`` holds the kernels and their NumPy references.
+"""

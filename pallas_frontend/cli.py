@@ -1,0 +1,62 @@
+"""The ``pallas`` command: ``pallas backends`` and ``pallas doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _backends(args) -> int:
+    from pallas_frontend import diagnostics
+    if args.json:
+        print(json.dumps(diagnostics.backend_rows(), indent=2))
+    else:
+        diagnostics.print_backend_info()
+    if args.verbose:
+        from pallas_frontend import discovery, registry
+        for f in registry.load_failures().values():
+            print(f"\n--- {f.name} ({f.origin}) ---\n{discovery.format_cause(f)}")
+    return 0
+
+
+def _doctor(args) -> int:
+    import jax
+    from pallas_frontend import diagnostics
+    platform = jax.default_backend()
+    diagnostics.print_backend_info()
+    print(f"\nsmoke test (blocked add of 1000 float32 vs NumPy float64) on platform {platform}:")
+    results = diagnostics.smoke_test_all(platform)
+    failed = 0
+    for r in results:
+        status = {True: "PASS", False: "FAIL", None: "SKIP"}[r.passed]
+        failed += r.passed is False
+        print(f"  {status}  {r.backend:<16} {r.mode:<32} {r.detail}")
+    from pallas_frontend import registry
+    broken = registry.load_failures()
+    if broken:
+        print(f"  {len(broken)} backend(s) failed to load; see the table above "
+              "(pallas backends --verbose shows the tracebacks).")
+    print("doctor:", "FAILED" if failed or broken else "all available backends pass")
+    return 1 if failed or broken else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pallas", description="pallas_frontend backend tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("backends", help="list discovered backends and load errors")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--verbose", "-v", action="store_true", help="print load tracebacks")
+    p.set_defaults(run=_backends)
+    p = sub.add_parser("doctor", help="run a smoke kernel on every available backend")
+    p.set_defaults(run=_doctor)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Negative layer: errors name the backend, the primitive and the fix."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pallas_frontend as pl
+from pallas_frontend import backend_api, registry
+
+pytestmark = pytest.mark.negative
+
+# A primitive owned by a backend that is never installed: every backend under
+# test must refuse it in check(), before lowering.
+FOREIGN_OWNER = "conformance_foreign"
+foreign_p = backend_api.kernel_primitive("conformance_foreign_op", owner=FOREIGN_OWNER)
+foreign_p.def_abstract_eval(lambda x: x)
+
+
+def test_foreign_primitive_is_refused_by_check(call_kernel, pallas_backend):
+    def body(x, o):
+        o[...] = foreign_p.bind(x[...])
+
+    def builder(**call):
+        return pl.pallas_call(body, jax.ShapeDtypeStruct((8,), jnp.float32), name="foreign", **call)
+    f = call_kernel(builder)
+    with pytest.raises(backend_api.BackendCapabilityError) as info:
+        jax.jit(f).lower(np.ones(8, np.float32)).compile()
+    msg = str(info.value)
+    assert "conformance_foreign_op" in msg and FOREIGN_OWNER in msg
+    assert repr(pallas_backend.name) in msg or f"'{pallas_backend.name}'" in msg
+    assert "test_negative.py" in msg   # the kernel's source line
+
+
+def test_unknown_backend_name_names_the_pip_extra(platform):
+    with pytest.raises(backend_api.BackendUnavailableError, match=r"pallas-frontend\[nosuch\]"):
+        registry.select_backend(platform=platform, interpret=False, compiler_params=None,
+                                backend="nosuch")
+
+
+def test_out_of_range_block_fails_before_running(call_kernel):
+    def builder(**call):
+        return pl.pallas_call(
+            lambda x, o: o.__setitem__(..., x[...]), jax.ShapeDtypeStruct((8,), jnp.float32),
+            grid=(2,), in_specs=[pl.BlockSpec((8,), lambda i: (i,))],
+            out_specs=pl.BlockSpec((8,), lambda i: (0,)), **call)
+    with pytest.raises(pl.BlockIndexError, match="args\\[0\\]"):
+        call_kernel(builder)(np.ones(8, np.float32))

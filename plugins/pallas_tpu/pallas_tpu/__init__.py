@@ -1,0 +1,31 @@
+"""pallas_tpu: the TPU backend of pallas_frontend, through Mosaic TPU.
+
+``import pallas_tpu as pltpu`` gives the TPU-only kernel API; the kernels
+themselves are written with ``pallas_frontend``. Passing
+``compiler_params=pltpu.CompilerParams(...)`` selects this backend;
+``interpret=pltpu.InterpretParams()`` runs it through JAX's TPU interpreter.
+"""
+
+from __future__ import annotations
+
+from pallas_tpu.backend import TpuBackend, __version__
+from pallas_tpu.grid_spec import PrefetchScalarGridSpec
+from pallas_tpu.memory import (
+    ANY, CMEM, HBM, SEMAPHORE, SMEM, VMEM, MemorySpace, SemaphoreType)
+from pallas_tpu.params import (
+    ARBITRARY, CORE_PARALLEL, PARALLEL, SUBCORE_PARALLEL, CompilerParams, InterpretParams,
+    SideEffectType, force_tpu_interpret_mode, set_tpu_interpret_mode)
+from pallas_tpu.pipeline import emit_pipeline
+from pallas_tpu.primitives import (
+    AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
+    make_async_remote_copy, prng_random_bits, prng_seed, reciprocal, store, sync_copy)
+
+__all__ = [
+    "ANY", "ARBITRARY", "AsyncCopyDescriptor", "CMEM", "CORE_PARALLEL",
+    "CompilerParams", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",
+    "PrefetchScalarGridSpec", "SEMAPHORE", "SMEM", "SUBCORE_PARALLEL", "SemaphoreType",
+    "SideEffectType", "TpuBackend", "VMEM", "__version__", "async_copy", "async_remote_copy",
+    "emit_pipeline", "force_tpu_interpret_mode", "load", "make_async_copy",
+    "make_async_remote_copy", "prng_random_bits", "prng_seed", "reciprocal",
+    "set_tpu_interpret_mode", "store", "sync_copy",
+]

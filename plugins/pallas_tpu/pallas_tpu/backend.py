@@ -1,0 +1,101 @@
+"""The ``tpu`` backend: lowers a KernelIR through Mosaic TPU (in jaxlib)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from pallas_frontend import backend_api
+from pallas_frontend.backend_api import Backend, BackendUnavailableError, KernelIR
+
+from pallas_tpu import check
+from pallas_tpu.memory import MemorySpace
+from pallas_tpu.params import CompilerParams, InterpretParams, active_interpret_mode
+
+__version__ = "0.1.0"
+
+
+class TpuBackend(Backend):
+    name = "tpu"
+    distribution = "pallas-tpu"
+    version = __version__
+    platforms = ("tpu",)
+    priority = 10
+    compiler_params_type = CompilerParams
+    interpret_params_type = InterpretParams
+    memory_spaces = tuple(MemorySpace)
+    pip_extra = "tpu"
+    dtypes = None  # checked by check.check_dtypes, which also covers scratch
+    capabilities = frozenset({
+        "grid", "blocked", "element", "squeezed", "bounded_slice", "scratch", "aliasing",
+        "run_scoped", "scalar_prefetch", "semaphores", "dma", "remote_dma", "multi_device",
+        "pipeline", "prng", "debug_print", "loops", "vmap", "jvp", "interpret_mode",
+    })
+
+    def check(self, kernel: KernelIR) -> None:
+        super().check(kernel)
+        check.check_kernel(kernel)
+
+    def call_effects(self, kernel: KernelIR, interpret) -> frozenset:
+        if isinstance(interpret, InterpretParams) or active_interpret_mode() is not None:
+            return _interpreter_effects()
+        return frozenset()
+
+    def lower(self, kernel: KernelIR, ctx, *args):
+        from pallas_tpu import rebuild
+        interpret = ctx.interpret_params
+        if not isinstance(interpret, InterpretParams):
+            # set_tpu_interpret_mode / force_tpu_interpret_mode (on a TPU host: the
+            # frontend only sends kernels with our CompilerParams to "tpu" platforms)
+            interpret = active_interpret_mode()
+        if interpret is None and ctx.platform != "tpu":
+            raise BackendUnavailableError(
+                f"Backend 'tpu' compiles kernel '{kernel.name}' for TPU only, but the platform "
+                f"is {ctx.platform!r}. Pass interpret=pallas_tpu.InterpretParams() to run it "
+                "through JAX's TPU interpreter here.")
+        build = rebuild.build_pallas_call(kernel, ctx.mlir_ctx.avals_out, interpret)
+        with _tpu_info_context(kernel):
+            return ctx.lower_fun(build, *args)
+
+
+def _interpreter_effects() -> frozenset:
+    """The effects JAX's TPU interpreter puts on a pallas_call (ordered host
+    callbacks), found by tracing a trivial interpreted call: the frontend's
+    primitive must declare them so that JAX threads a token into our lowering."""
+    global _INTERPRET_EFFECTS
+    if _INTERPRET_EFFECTS is None:
+        import jax
+        import jax.numpy as jnp
+        from jax.experimental import pallas as pl
+        from jax.experimental.pallas import tpu as pltpu
+
+        def copy(x_ref, o_ref):
+            o_ref[...] = x_ref[...]
+        probe = pl.pallas_call(copy, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                               interpret=pltpu.InterpretParams())
+        _INTERPRET_EFFECTS = frozenset(jax.make_jaxpr(probe)(jax.ShapeDtypeStruct((8, 128), jnp.float32)).effects)
+    return _INTERPRET_EFFECTS
+
+
+_INTERPRET_EFFECTS = None
+
+
+def _tpu_info_context(kernel: KernelIR):
+    """JAX's emit_pipeline reads chip details from the context mesh's device;
+    on a host without a TPU we name a v5e when the context names none."""
+    from pallas_tpu.pipeline import uses_pipeline
+    if not uses_pipeline(kernel):
+        return contextlib.nullcontext()
+    import jax
+    mesh = jax.sharding.get_abstract_mesh()
+    if getattr(mesh, "abstract_device", None) is not None or jax.default_backend() == "tpu":
+        return contextlib.nullcontext()
+    if mesh.shape_tuple:
+        return contextlib.nullcontext()
+    from pallas_tpu import _jax_private
+    return jax.sharding.use_abstract_mesh(
+        jax.sharding.AbstractMesh((), (), abstract_device=_jax_private.abstract_tpu_device()))
+
+
+@backend_api.hookimpl
+def pallas_frontend_backend():
+    return TpuBackend()

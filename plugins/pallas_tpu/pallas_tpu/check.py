@@ -1,0 +1,61 @@
+"""What Mosaic TPU cannot take, rejected before any lowering work."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pallas_frontend as pf
+from pallas_frontend.backend_api import BackendCapabilityError, BlockMapping, KernelIR
+
+from pallas_tpu.memory import MemorySpace
+
+# Mosaic's vector layouts cover these; 64-bit types and complex numbers have none.
+SUPPORTED_DTYPES = frozenset({
+    "float32", "bfloat16", "float16", "int32", "int16", "int8", "uint32", "uint16", "uint8",
+    "bool", "float8_e4m3fn", "float8_e5m2", "int4", "uint4",
+})
+
+LANES, SUBLANES = 128, 8
+
+_VMEM_SPACES = (None, pf.MemorySpace.DEFAULT, MemorySpace.VMEM)
+
+
+def check_block_tiling(kernel: KernelIR, m: BlockMapping) -> None:
+    """A VMEM block's last two dims must tile (8, 128) unless they span the array."""
+    if m.memory_space not in _VMEM_SPACES or not m.block_dims:
+        return
+    checks = [(-1, LANES)]
+    if len(m.block_dims) >= 2:
+        checks.append((-2, SUBLANES))
+    for axis, unit in checks:
+        d = m.block_dims[axis]
+        if not isinstance(d, pf.Blocked):
+            continue
+        full = m.array_shape[axis]
+        if d.block_size % unit and d.block_size != full:
+            raise BackendCapabilityError(
+                f"Backend 'tpu' (Mosaic) cannot take the block shape "
+                f"{tuple(x.block_size for x in m.block_dims)} of {m.origin} (array "
+                f"{m.dtype}{list(m.array_shape)}) in kernel '{kernel.name}' ({kernel.source}): "
+                f"in VMEM the last two block dims must be divisible by {SUBLANES} and {LANES} "
+                f"(dim {len(m.block_dims) + axis} is {d.block_size}, array dim {full}), or equal "
+                "the array dims. Pick a multiple (e.g. 8/128), the full dim, or "
+                "memory_space=pallas_tpu.ANY and copy by hand.")
+
+
+def check_dtypes(kernel: KernelIR) -> None:
+    avals = [(m.origin, m.dtype) for m in kernel.mappings]
+    avals += [(f"scratch[{i}]", a.inner_aval.dtype) for i, a in enumerate(kernel.scratch_avals)]
+    for origin, dtype in avals:
+        name = np.dtype(dtype).name
+        if name not in SUPPORTED_DTYPES:
+            raise BackendCapabilityError(
+                f"Backend 'tpu' (Mosaic) does not support dtype {name} of {origin} in kernel "
+                f"'{kernel.name}' ({kernel.source}). Supported: {', '.join(sorted(SUPPORTED_DTYPES))}."
+                + (" Use float32 (enable x64 only outside the kernel)." if name == "float64" else ""))
+
+
+def check_kernel(kernel: KernelIR) -> None:
+    check_dtypes(kernel)
+    for m in kernel.mappings:
+        check_block_tiling(kernel, m)

@@ -1,0 +1,353 @@
+"""Replays a kernel jaxpr inside a JAX TPU Pallas kernel.
+
+Most equations are re-bound unchanged: they are JAX primitives that JAX's
+Mosaic lowering already knows (arithmetic, Ref get/swap, control flow). The
+frontend's own primitives and this plugin's primitives are *substituted*:
+each has a rule here that calls the ``jax.experimental.pallas`` function of
+the same meaning. Loops, conditionals and nested calls are rebuilt with
+``lax`` and their bodies replayed recursively: their bodies were traced over
+the frontend's Ref types, so they cannot be re-bound as they are.
+
+Scoped allocations (``run_scoped`` traces to ``empty_ref`` ... ``free_ref``)
+become ``pl.run_scoped`` around the rest of the enclosing body: the buffer
+lives a little longer than the user asked, which only costs memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+from jax import lax
+from jax.extend import core as jex
+
+from pallas_frontend.backend_api import FRONTEND_OWNER, primitive_owner
+
+from pallas_tpu import primitives as tpu_prims
+from pallas_tpu.spaces import scratch_type
+
+_RULES: dict[object, Callable] = {}          # primitive -> rule(eqn, invals) -> outvals
+_FRONTEND_RULES: dict[str, Callable] = {}    # frontend primitive name -> rule
+_SCOPE_START, _SCOPE_END = "empty_ref", "free_ref"
+# shard_map's varying-manual-axes casts: types only. The frontend traces the
+# kernel inside shard_map, JAX Pallas does not, and Mosaic has no rule for them.
+_TYPE_ONLY = ("pvary", "pcast")
+
+
+def _rule(table, key):
+    def register(fn):
+        table[key] = fn
+        return fn
+    return register
+
+
+def _needs_replay(eqn) -> bool:
+    prim = eqn.primitive
+    return (prim in _RULES or prim.name in (_SCOPE_START, _SCOPE_END)
+            or primitive_owner(prim) == FRONTEND_OWNER)
+
+
+_replay_cache: dict[int, bool] = {}
+
+
+def jaxpr_needs_replay(jaxpr) -> bool:
+    """Whether ``jaxpr`` (or a body nested in it) holds a substituted primitive."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    key = id(jaxpr)
+    if key not in _replay_cache:
+        _replay_cache[key] = any(
+            _needs_replay(e) or any(jaxpr_needs_replay(j) for j in jex.jaxprs_in_params(e.params))
+            for e in jaxpr.eqns)
+    return _replay_cache[key]
+
+
+def eval_jaxpr(jaxpr, consts, *args):
+    """Evaluates ``jaxpr`` on (traced) ``args``, substituting as described above."""
+    env = {}
+    for v, x in zip(jaxpr.constvars, consts):
+        env[v] = x
+    for v, x in zip(jaxpr.invars, args):
+        env[v] = x
+    return _eval_from(jaxpr, 0, env)
+
+
+def eval_closed(closed, *args):
+    return eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+def _read(env, atom):
+    return atom.val if isinstance(atom, jex.Literal) else env[atom]
+
+
+def _eval_from(jaxpr, start: int, env: dict):
+    eqns = jaxpr.eqns
+    for k in range(start, len(eqns)):
+        eqn = eqns[k]
+        invals = [_read(env, a) for a in eqn.invars]
+        name = eqn.primitive.name
+        if name == _SCOPE_END:
+            continue
+        if name == _SCOPE_START:
+            return _open_scope(jaxpr, k, env)
+        if name in _TYPE_ONLY:
+            outs = invals if eqn.primitive.multiple_results else invals[0]
+        elif eqn.primitive in _RULES:
+            outs = _RULES[eqn.primitive](eqn, invals)
+        elif primitive_owner(eqn.primitive) == FRONTEND_OWNER:
+            rule = _FRONTEND_RULES.get(name)
+            if rule is None:
+                raise NotImplementedError(
+                    f"pallas_tpu cannot lower the frontend primitive '{name}' yet.")
+            outs = rule(eqn, invals)
+        elif name in _REF_ACCESS and _is_view(invals[0]):
+            outs = _access_through_view(eqn, invals)
+        elif name in _REPLAYED or any(jaxpr_needs_replay(j)
+                                      for j in jex.jaxprs_in_params(eqn.params)):
+            outs = _replay_control_flow(eqn, invals)
+        else:
+            outs = eqn.primitive.bind(*invals, **eqn.params)
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for v, x in zip(eqn.outvars, outs):
+            if not isinstance(v, jex.DropVar):
+                env[v] = x
+    return [_read(env, a) for a in jaxpr.outvars]
+
+
+def _open_scope(jaxpr, k: int, env: dict):
+    from jax.experimental import pallas as pl
+    eqn = jaxpr.eqns[k]
+    ty = eqn.params["ty"]
+    buffer_type = scratch_type(ty.shape, ty.dtype, eqn.params.get("memory_space"))
+
+    def body(ref):
+        env[eqn.outvars[0]] = ref
+        return _eval_from(jaxpr, k + 1, env)
+    return pl.run_scoped(body, buffer_type)
+
+
+# --- control flow whose bodies must be replayed --------------------------------------
+
+def _is_view(x) -> bool:
+    return hasattr(x, "transforms") and hasattr(x, "ref")
+
+
+def _is_ref(x) -> bool:
+    return _is_view(x) or isinstance(jax.typeof(x), jax.ref.AbstractRef)
+
+
+# Ref reads/writes: operands (ref, [value,] *transform leaves), param ``tree``.
+_REF_ACCESS = {"get": 1, "swap": 2, "addupdate": 2}
+
+
+def _access_through_view(eqn, invals):
+    """A read/write whose Ref is a view (JAX hands emit_pipeline bodies views
+    of its buffers): prepend the view's transforms and bind on the base Ref."""
+    n_lead = _REF_ACCESS[eqn.primitive.name]
+    view, lead, leaves = invals[0], invals[1:n_lead], invals[n_lead:]
+    transforms = (*view.transforms, *jax.tree.unflatten(eqn.params["tree"], leaves))
+    flat, tree = jax.tree.flatten(transforms)
+    return eqn.primitive.bind(view.ref, *lead, *flat, **{**eqn.params, "tree": tree})
+
+
+# Always replayed, never re-bound: their bodies were traced over the
+# frontend's Ref types, which JAX's TPU lowering and interpreter do not know.
+_REPLAYED = ("cond", "while", "scan", "pjit", "jit", "closed_call")
+
+
+def _replay_control_flow(eqn, invals):
+    name = eqn.primitive.name
+    if name == "cond":
+        return _replay_cond(eqn, invals)
+    if name == "while":
+        return _replay_while(eqn, invals)
+    if name == "scan":
+        return _replay_scan(eqn, invals)
+    if "jaxpr" in eqn.params and name in ("pjit", "jit", "closed_call", "core_call",
+                                          "custom_jvp_call", "custom_vjp_call", "remat"):
+        return eval_closed(_closed(eqn.params["jaxpr"]), *invals[:len(_jaxpr(eqn.params["jaxpr"]).invars)])
+    raise NotImplementedError(
+        f"pallas_tpu cannot replay a '{name}' equation whose body uses frontend or TPU "
+        "primitives; move those primitives out of it.")
+
+
+def _jaxpr(j):
+    return getattr(j, "jaxpr", j)
+
+
+def _closed(j):
+    if hasattr(j, "consts"):
+        return j
+    return jex.ClosedJaxpr(j, ())
+
+
+def _split_refs(values):
+    """Refs are closed over, the rest is passed: ``lax`` bodies then see the
+    same Refs the kernel does, whatever ``lax`` accepts as operands."""
+    return [x if _is_ref(x) else None for x in values], [x for x in values if not _is_ref(x)]
+
+
+def _merge(ref_slots, others):
+    it = iter(others)
+    return [r if r is not None else next(it) for r in ref_slots]
+
+
+def _replay_cond(eqn, invals):
+    index, *ops = invals
+    ref_slots, passed = _split_refs(ops)
+    branches = [lambda *xs, br=br: eval_closed(br, *_merge(ref_slots, xs))
+                for br in eqn.params["branches"]]
+    return lax.switch(index, branches, *passed)
+
+
+def _replay_while(eqn, invals):
+    p = eqn.params
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    cconsts, bconsts, init = invals[:nc], invals[nc:nc + nb], invals[nc + nb:]
+    if any(_is_ref(x) for x in init):
+        raise NotImplementedError("pallas_tpu: Refs as while-loop carries are not supported.")
+
+    def cond_fun(carry):
+        return eval_closed(p["cond_jaxpr"], *cconsts, *carry)[0]
+
+    def body_fun(carry):
+        return tuple(eval_closed(p["body_jaxpr"], *bconsts, *carry))
+    return list(lax.while_loop(cond_fun, body_fun, tuple(init)))
+
+
+def _replay_scan(eqn, invals):
+    p = eqn.params
+    if "ft_in" in p:   # jax >= 0.12 groups the operands in a flat tree
+        consts, init, xs = (list(g) for g in p["ft_in"].update(invals).unpack())
+    else:
+        n, c = p["num_consts"], p["num_carry"]
+        consts, init, xs = invals[:n], invals[n:n + c], invals[n + c:]
+    ncarry = len(init)
+
+    def body(carry, x):
+        outs = eval_closed(p["jaxpr"], *consts, *carry, *x)
+        return tuple(outs[:ncarry]), tuple(outs[ncarry:])
+    carry, ys = lax.scan(body, tuple(init), tuple(xs), length=p["length"],
+                         reverse=p["reverse"], unroll=p["unroll"])
+    return [*carry, *ys]
+
+
+# --- the frontend's primitives --------------------------------------------------------
+
+def _sem_view(ref, transforms):
+    for t in transforms:
+        ref = ref.at[tuple(t.indices)]
+    return ref
+
+
+@_rule(_FRONTEND_RULES, "multiple_of")
+def _multiple_of(eqn, invals):
+    from jax.experimental import pallas as pl
+    values = eqn.params["values"]
+    return pl.multiple_of(invals[0], list(values) if len(values) > 1 else values[0])
+
+
+@_rule(_FRONTEND_RULES, "debug_print")
+def _debug_print(eqn, invals):
+    from jax.experimental import pallas as pl
+    pl.debug_print(eqn.params["fmt"], *invals)
+    return []
+
+
+@_rule(_FRONTEND_RULES, "debug_check")
+def _debug_check(eqn, invals):
+    from jax.experimental import pallas as pl
+    # The frontend only records a check when checks were enabled at trace time.
+    with pl.enable_debug_checks(True):
+        pl.debug_check(invals[0], eqn.params["message"])
+    return []
+
+
+@_rule(_FRONTEND_RULES, "semaphore_read")
+def _semaphore_read(eqn, invals):
+    from jax.experimental import pallas as pl
+    return pl.semaphore_read(_sem_view(invals[0], eqn.params["transforms"]))
+
+
+@_rule(_FRONTEND_RULES, "semaphore_signal")
+def _semaphore_signal(eqn, invals):
+    from jax.experimental import pallas as pl
+    ref, inc = invals
+    pl.semaphore_signal(_sem_view(ref, eqn.params["transforms"]), inc,
+                        device_id=eqn.params["device_id"], core_index=eqn.params["core_index"])
+    return []
+
+
+@_rule(_FRONTEND_RULES, "semaphore_wait")
+def _semaphore_wait(eqn, invals):
+    from jax.experimental import pallas as pl
+    ref, value = invals
+    pl.semaphore_wait(_sem_view(ref, eqn.params["transforms"]), value,
+                      decrement=eqn.params["decrement"])
+    return []
+
+
+# --- this plugin's primitives ----------------------------------------------------------
+
+def _unflatten(eqn, invals):
+    return [tpu_prims.join_view(p) for p in jax.tree.unflatten(eqn.params["tree"], invals)]
+
+
+def _descriptor(eqn, invals):
+    from jax.experimental.pallas import tpu as pltpu
+    src, dst, dst_sem, src_sem, device_id = _unflatten(eqn, invals)
+    if device_id is not None:
+        return pltpu.make_async_remote_copy(src, dst, src_sem, dst_sem, device_id=device_id)
+    return pltpu.make_async_copy(src, dst, dst_sem)
+
+
+@_rule(_RULES, tpu_prims.dma_start_p)
+def _dma_start(eqn, invals):
+    _descriptor(eqn, invals).start(priority=eqn.params["priority"], add=eqn.params["add"])
+    return []
+
+
+@_rule(_RULES, tpu_prims.dma_wait_p)
+def _dma_wait(eqn, invals):
+    desc = _descriptor(eqn, invals)
+    {"all": desc.wait, "recv": desc.wait_recv, "send": desc.wait_send}[eqn.params["wait_for"]]()
+    return []
+
+
+@_rule(_RULES, tpu_prims.load_p)
+def _load(eqn, invals):
+    from jax.experimental.pallas import tpu as pltpu
+    ref, mask = _unflatten(eqn, invals)
+    return pltpu.load(ref, mask=mask)
+
+
+@_rule(_RULES, tpu_prims.store_p)
+def _store(eqn, invals):
+    from jax.experimental.pallas import tpu as pltpu
+    ref, val, mask = _unflatten(eqn, invals)
+    pltpu.store(ref, val, mask=mask)
+    return []
+
+
+@_rule(_RULES, tpu_prims.prng_seed_p)
+def _prng_seed(eqn, invals):
+    from jax.experimental.pallas import tpu as pltpu
+    pltpu.prng_seed(*invals)
+    return []
+
+
+@_rule(_RULES, tpu_prims.prng_random_bits_p)
+def _prng_random_bits(eqn, invals):
+    from jax.experimental.pallas import tpu as pltpu
+    return pltpu.prng_random_bits(eqn.params["shape"])
+
+
+@_rule(_RULES, tpu_prims.reciprocal_approx_p)
+def _reciprocal_approx(eqn, invals):
+    from jax.experimental.pallas import tpu as pltpu
+    return pltpu.reciprocal(invals[0], approx=True)
+
+
+def register_rule(prim, rule: Callable) -> None:
+    """Adds a substitution (used by ``pipeline.py`` for ``emit_pipeline``)."""
+    _RULES[prim] = rule

@@ -1,0 +1,86 @@
+"""TPU memory spaces and semaphore types, as the frontend sees them.
+
+A kernel is traced by the frontend, so these types only have to describe a
+Ref (shape, dtype, memory space). The backend maps them onto JAX's Mosaic
+types when it rebuilds the kernel (``rebuild.py``). Semaphores are traced as
+int32 Refs, which is what the frontend's semaphore primitives expect.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+import pallas_frontend as pf
+
+
+class MemorySpace(enum.Enum):
+    """Where a TPU operand or scratch buffer lives.
+
+    ``MemorySpace.VMEM((8, 128), jnp.float32)`` makes a scratch type; as a
+    ``BlockSpec(memory_space=...)`` it places the operand's blocks there.
+    """
+    ANY = "any"              # leave the operand in HBM; the kernel DMAs by hand
+    VMEM = "vmem"            # vector memory: the default for pipelined blocks
+    SMEM = "smem"            # scalar memory
+    CMEM = "cmem"
+    HBM = "hbm"
+    SEMAPHORE = "semaphore"
+
+    def __call__(self, shape, dtype) -> pf.MemoryRef:
+        return pf.MemoryRef(tuple(shape), np.dtype(dtype), self)
+
+    def __str__(self):
+        return self.name
+
+
+ANY = MemorySpace.ANY
+VMEM = MemorySpace.VMEM
+SMEM = MemorySpace.SMEM
+CMEM = MemorySpace.CMEM
+HBM = MemorySpace.HBM
+SEMAPHORE = MemorySpace.SEMAPHORE
+
+
+class SemaphoreKind(enum.Enum):
+    """The memory space a semaphore Ref carries; it also says which kind it is."""
+    REGULAR = "regular"
+    DMA = "dma"
+    BARRIER = "barrier"
+
+    def __str__(self):
+        return f"SEMAPHORE({self.value})"
+
+
+class SemaphoreType(enum.Enum):
+    """``SemaphoreType.DMA`` is one DMA semaphore; ``SemaphoreType.DMA((2,))``
+    an array of two. Usable as scratch shapes and in ``run_scoped``."""
+    REGULAR = "regular"
+    DMA = "dma"
+    BARRIER = "barrier"
+
+    def __call__(self, shape=()) -> SemaphoreArray:
+        return SemaphoreArray(SemaphoreKind(self.value), tuple(int(d) for d in shape))
+
+    def get_ref_aval(self):
+        return self(()).get_ref_aval()
+
+
+class SemaphoreArray:
+    """A shaped array of semaphores of one kind (a scratch type)."""
+
+    def __init__(self, kind: SemaphoreKind, shape: tuple[int, ...]):
+        self.kind, self.shape, self.dtype = kind, shape, np.dtype(np.int32)
+
+    def get_ref_aval(self):
+        import jax
+        return jax.ref.AbstractRef(jax.core.ShapedArray(self.shape, self.dtype),
+                                   memory_space=self.kind)
+
+    def __repr__(self):
+        return f"SemaphoreType.{self.kind.name}({self.shape})"
+
+
+def is_semaphore_space(space) -> bool:
+    return isinstance(space, SemaphoreKind) or space is MemorySpace.SEMAPHORE

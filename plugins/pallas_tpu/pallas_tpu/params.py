@@ -1,0 +1,158 @@
+"""``CompilerParams`` (Mosaic's options) and ``InterpretParams`` (TPU interpret mode).
+
+Both are plain frozen dataclasses of this plugin; the backend converts them to
+JAX's ``pltpu`` objects when it rebuilds a kernel. Their *type* is what makes
+the frontend pick this backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pallas_frontend as pf
+
+PARALLEL = "parallel"
+ARBITRARY = "arbitrary"
+CORE_PARALLEL = "core_parallel"
+SUBCORE_PARALLEL = "subcore_parallel"
+_SEMANTICS = (PARALLEL, ARBITRARY, CORE_PARALLEL, SUBCORE_PARALLEL)
+
+
+class SideEffectType(enum.Enum):
+    PURE = "pure"
+    DATAFLOW_SIDE_EFFECTING = "dataflow_side_effecting"
+    SIDE_EFFECTING = "side_effecting"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompilerParams(pf.CompilerParams):
+    """Mosaic TPU compiler options; passing them selects the ``tpu`` backend.
+
+    ``dimension_semantics`` has one entry per grid axis of the kernel as the
+    user wrote it ("parallel", "arbitrary", "core_parallel",
+    "subcore_parallel"); axes added by ``vmap`` are parallel.
+    """
+    dimension_semantics: tuple[str, ...] | None = None
+    allow_input_fusion: tuple[bool, ...] | None = None
+    vmem_limit_bytes: int | None = None
+    collective_id: int | None = None
+    has_side_effects: bool | SideEffectType = False
+    flags: tuple[tuple[str, Any], ...] | None = None
+    internal_scratch_in_bytes: int | None = None
+    serialization_format: int = 1
+    disable_bounds_checks: bool = False
+    disable_semaphore_checks: bool = False
+    skip_device_barrier: bool = False
+    allow_collective_id_without_custom_barrier: bool = False
+    shape_invariant_numerics: bool = True
+    needs_layout_passes: bool = True
+    fuse_transposed_lhs_in_matmul: bool = False
+    BACKEND: Any = dataclasses.field(default="tpu", init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        ds = self.dimension_semantics
+        if ds is not None:
+            ds = tuple(getattr(d, "value", d) for d in ds)
+            bad = [d for d in ds if not isinstance(d, str) or d.lower() not in _SEMANTICS]
+            if bad:
+                raise ValueError(f"pallas_tpu.CompilerParams: dimension_semantics entries must be "
+                                 f"one of {_SEMANTICS}, got {bad}.")
+            object.__setattr__(self, "dimension_semantics", tuple(d.lower() for d in ds))
+        if self.allow_input_fusion is not None:
+            object.__setattr__(self, "allow_input_fusion",
+                               tuple(bool(b) for b in self.allow_input_fusion))
+        if isinstance(self.flags, Mapping):
+            object.__setattr__(self, "flags", tuple(sorted(self.flags.items())))
+        if self.vmem_limit_bytes is not None and self.vmem_limit_bytes <= 0:
+            raise ValueError(f"vmem_limit_bytes must be positive, got {self.vmem_limit_bytes}.")
+
+    def to_jax(self, num_batch_axes: int = 0):
+        """The equivalent ``jax.experimental.pallas.tpu.CompilerParams``."""
+        from jax.experimental.pallas import tpu as pltpu
+        ds = self.dimension_semantics
+        if ds is not None:
+            ds = (PARALLEL,) * num_batch_axes + ds
+        side = self.has_side_effects
+        if isinstance(side, SideEffectType):
+            side = getattr(pltpu.SideEffectType, side.name)
+        return pltpu.CompilerParams(
+            dimension_semantics=ds, allow_input_fusion=self.allow_input_fusion,
+            vmem_limit_bytes=self.vmem_limit_bytes, collective_id=self.collective_id,
+            has_side_effects=side, flags=dict(self.flags) if self.flags else None,
+            internal_scratch_in_bytes=self.internal_scratch_in_bytes,
+            serialization_format=self.serialization_format,
+            disable_bounds_checks=self.disable_bounds_checks,
+            disable_semaphore_checks=self.disable_semaphore_checks,
+            skip_device_barrier=self.skip_device_barrier,
+            allow_collective_id_without_custom_barrier=self.allow_collective_id_without_custom_barrier,
+            shape_invariant_numerics=self.shape_invariant_numerics,
+            needs_layout_passes=self.needs_layout_passes,
+            fuse_transposed_lhs_in_matmul=self.fuse_transposed_lhs_in_matmul)
+
+
+class InterpretParams:
+    """Runs a kernel on CPU through JAX's TPU interpreter (DMAs, semaphores,
+    race detection, uninitialised-memory poisoning) instead of compiling it.
+
+    Takes the keyword options of ``jax.experimental.pallas.tpu.InterpretParams``
+    (``detect_races``, ``dma_execution_mode``, ``uninitialized_memory``,
+    ``num_cores_or_threads``, ``random_seed``, ...); they are validated here.
+    """
+
+    def __init__(self, **options):
+        self._options = tuple(sorted(options.items()))
+        self.to_jax()  # reject unknown or bad options now, not at lowering time
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self._options)
+
+    def to_jax(self):
+        from jax.experimental.pallas import tpu as pltpu
+        return pltpu.InterpretParams(**self.options)
+
+    def __eq__(self, other):
+        return isinstance(other, InterpretParams) and self._options == other._options
+
+    def __hash__(self):
+        return hash(self._options)
+
+    def __repr__(self):
+        return "InterpretParams(" + ", ".join(f"{k}={v!r}" for k, v in self._options) + ")"
+
+
+# --- process-wide interpret mode ------------------------------------------------
+
+_local = threading.local()
+_global_mode: list[InterpretParams | None] = [None]
+
+
+def set_tpu_interpret_mode(params: InterpretParams | None = None) -> None:
+    """Runs every later kernel that selects the ``tpu`` backend in TPU
+    interpret mode (``None`` turns it off)."""
+    if params is not None and not isinstance(params, InterpretParams):
+        raise TypeError(f"set_tpu_interpret_mode takes pallas_tpu.InterpretParams, got {params!r}")
+    _global_mode[0] = params
+
+
+@contextlib.contextmanager
+def force_tpu_interpret_mode(params: InterpretParams | None = None):
+    """Within the block, kernels that select the ``tpu`` backend run in TPU
+    interpret mode with ``params`` (default ``InterpretParams()``)."""
+    prev = getattr(_local, "mode", None)
+    _local.mode = params if params is not None else InterpretParams()
+    try:
+        yield
+    finally:
+        _local.mode = prev
+
+
+def active_interpret_mode() -> InterpretParams | None:
+    return getattr(_local, "mode", None) or _global_mode[0]
+
+

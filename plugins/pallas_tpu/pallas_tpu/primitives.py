@@ -1,0 +1,221 @@
+"""TPU-only kernel primitives (owned by backend ``tpu``) and their user API.
+
+Each primitive records, in the kernel jaxpr, what the user asked for; the
+evaluator (``evaluate.py``) replays it with JAX's ``pltpu`` function of the
+same meaning. Ref operands may be views (``ref.at[...]``): they are flattened
+as pytrees, and the tree travels as a static parameter.
+
+The frontend's reference interpreter refuses these primitives (they belong
+to another backend); run such kernels with ``interpret=InterpretParams()``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from pallas_frontend.backend_api import kernel_primitive
+
+from pallas_frontend import backend_api
+
+OWNER = "tpu"
+
+dma_start_p = kernel_primitive("tpu_dma_start", owner=OWNER, multiple_results=True)
+dma_wait_p = kernel_primitive("tpu_dma_wait", owner=OWNER, multiple_results=True)
+load_p = kernel_primitive("tpu_load", owner=OWNER)
+store_p = kernel_primitive("tpu_store", owner=OWNER, multiple_results=True)
+prng_seed_p = kernel_primitive("tpu_prng_seed", owner=OWNER, multiple_results=True)
+prng_random_bits_p = kernel_primitive("tpu_prng_random_bits", owner=OWNER)
+
+
+def _is_ref(x) -> bool:
+    return isinstance(jax.typeof(x), jax.ref.AbstractRef)
+
+
+def split_view(x):
+    """A Ref or a view ``ref.at[...]`` -> ``(ref, transforms)``; anything else
+    is returned as it is. (Views are not pytrees, their parts are.)"""
+    if hasattr(x, "transforms") and hasattr(x, "ref"):
+        return (x.ref, tuple(x.transforms))
+    return x
+
+
+def join_view(part):
+    """Inverse of ``split_view`` over the kernel's actual Refs."""
+    if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], tuple):
+        ref, transforms = part
+        for t in transforms:
+            if not hasattr(t, "indices"):
+                raise NotImplementedError(f"pallas_tpu: Ref view transform {t} is not supported")
+            ref = ref.at[tuple(t.indices)]
+        return ref
+    return part
+
+
+def _flatten_with_effects(parts, kinds):
+    """Flattens ``parts`` (Refs, views, values or None); ``kinds[i]`` is "r",
+    "w" or None for the role of part i. Returns (flat, tree, effect spec)."""
+    parts = tuple(split_view(p) for p in parts)
+    flat, spec = [], []
+    for part, kind in zip(parts, kinds):
+        leaves = jax.tree.leaves(part)
+        if kind is not None and leaves and _is_ref(leaves[0]):
+            spec.append((len(flat), kind))
+        flat.extend(leaves)
+    _, tree = jax.tree.flatten(parts)
+    return flat, tree, tuple(spec)
+
+
+def _effects(spec):
+    return {(backend_api.ReadEffect if k == "r" else backend_api.WriteEffect)(i)
+            for i, k in spec}
+
+
+# --- DMAs ----------------------------------------------------------------------
+
+dma_start_p.def_effectful_abstract_eval(
+    lambda *avals, tree, effect_spec, priority, add: ([], _effects(effect_spec)))
+dma_wait_p.def_effectful_abstract_eval(
+    lambda *avals, tree, effect_spec, wait_for: ([], _effects(effect_spec)))
+
+
+class AsyncCopyDescriptor:
+    """A DMA from ``src_ref`` to ``dst_ref``; ``start()`` issues it, ``wait()``
+    blocks until it has landed (and, for remote copies, has been sent)."""
+
+    def __init__(self, src_ref, dst_ref, dst_sem, src_sem=None, device_id=None):
+        self.src_ref, self.dst_ref = src_ref, dst_ref
+        self.dst_sem, self.src_sem, self.device_id = dst_sem, src_sem, device_id
+
+    @property
+    def is_remote(self) -> bool:
+        return self.device_id is not None
+
+    def _parts(self):
+        return (self.src_ref, self.dst_ref, self.dst_sem, self.src_sem, self.device_id)
+
+    def start(self, priority: int = 0, *, add: bool = False):
+        flat, tree, spec = _flatten_with_effects(self._parts(), ("r", "w", "w", "w", None))
+        dma_start_p.bind(*flat, tree=tree, effect_spec=spec, priority=int(priority),
+                         add=bool(add))
+
+    def _wait(self, wait_for: str):
+        flat, tree, spec = _flatten_with_effects(self._parts(), ("r", "w", "w", "w", None))
+        dma_wait_p.bind(*flat, tree=tree, effect_spec=spec, wait_for=wait_for)
+
+    def wait(self):
+        self._wait("all")
+
+    def wait_recv(self):
+        self._wait("recv")
+
+    def wait_send(self):
+        if not self.is_remote:
+            raise RuntimeError("wait_send() is for remote copies; use wait() on a local copy.")
+        self._wait("send")
+
+
+def make_async_copy(src_ref, dst_ref, sem) -> AsyncCopyDescriptor:
+    """Describes a local DMA from ``src_ref`` to ``dst_ref`` signalling ``sem``."""
+    return AsyncCopyDescriptor(src_ref, dst_ref, sem)
+
+
+def async_copy(src_ref, dst_ref, sem, *, priority: int = 0, add: bool = False):
+    """Starts a local DMA now and returns its descriptor."""
+    desc = make_async_copy(src_ref, dst_ref, sem)
+    desc.start(priority, add=add)
+    return desc
+
+
+def make_async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id):
+    """Describes a DMA into ``dst_ref`` on device ``device_id`` (a dict
+    ``{mesh_axis: index}`` or a tuple of mesh coordinates)."""
+    if device_id is None:
+        raise ValueError("make_async_remote_copy needs a device_id; use make_async_copy for "
+                         "a copy on this device.")
+    return AsyncCopyDescriptor(src_ref, dst_ref, recv_sem, send_sem, device_id)
+
+
+def async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id):
+    desc = make_async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id)
+    desc.start()
+    return desc
+
+
+def sync_copy(src_ref, dst_ref):
+    """Copies ``src_ref`` into ``dst_ref`` and waits (a DMA on TPU)."""
+    from pallas_frontend import run_scoped
+
+    from pallas_tpu.memory import SemaphoreType
+
+    def body(sem):
+        desc = async_copy(src_ref, dst_ref, sem)
+        desc.wait()
+    run_scoped(body, SemaphoreType.DMA)
+
+
+# --- masked load / store ----------------------------------------------------------
+
+def _load_abstract_eval(*avals, tree, effect_spec, has_mask, shape, dtype):
+    return jax.core.ShapedArray(shape, dtype), _effects(effect_spec)
+
+
+def _store_abstract_eval(*avals, tree, effect_spec, has_mask):
+    return [], _effects(effect_spec)
+
+
+load_p.def_effectful_abstract_eval(_load_abstract_eval)
+store_p.def_effectful_abstract_eval(_store_abstract_eval)
+
+
+def _view_shape_dtype(ref):
+    """Shape and dtype of a Ref or a view of one, without reading it."""
+    if hasattr(ref, "transforms"):
+        return tuple(ref.shape), ref.dtype
+    inner = jax.typeof(ref).inner_aval
+    return inner.shape, inner.dtype
+
+
+def load(ref, *, mask=None):
+    """Reads ``ref`` (or a view); lanes where ``mask`` is false are unspecified."""
+    shape, dtype = _view_shape_dtype(ref)
+    flat, tree, spec = _flatten_with_effects((ref, mask), ("r", None))
+    return load_p.bind(*flat, tree=tree, effect_spec=spec, has_mask=mask is not None,
+                       shape=tuple(shape), dtype=jnp.dtype(dtype))
+
+
+def store(ref, val, *, mask=None):
+    """Writes ``val`` into ``ref`` (or a view) where ``mask`` holds."""
+    flat, tree, spec = _flatten_with_effects((ref, val, mask), ("w", None, None))
+    store_p.bind(*flat, tree=tree, effect_spec=spec, has_mask=mask is not None)
+
+
+# --- hardware PRNG ------------------------------------------------------------------
+
+prng_seed_p.def_abstract_eval(lambda *seeds: [])
+prng_random_bits_p.def_abstract_eval(
+    lambda *, shape: jax.core.ShapedArray(shape, jnp.dtype(jnp.int32)))
+
+
+def prng_seed(*seeds):
+    """Seeds the core's hardware PRNG (ints or int32 scalars)."""
+    prng_seed_p.bind(*(jnp.asarray(s, jnp.int32) for s in seeds))
+
+
+def prng_random_bits(shape):
+    """A block of random int32 bits from the hardware PRNG."""
+    return prng_random_bits_p.bind(shape=tuple(int(d) for d in shape))
+
+
+# --- value ops with no portable spelling ----------------------------------------------
+
+def reciprocal(x, *, approx: bool = False):
+    """``1 / x``; ``approx=True`` allows the TPU's fast approximate reciprocal.
+    Expressed with portable ops, so the exact form runs on any backend."""
+    if approx:
+        return reciprocal_approx_p.bind(x)
+    return 1.0 / x
+
+
+reciprocal_approx_p = kernel_primitive("tpu_reciprocal_approx", owner=OWNER)
+reciprocal_approx_p.def_abstract_eval(lambda aval: aval)

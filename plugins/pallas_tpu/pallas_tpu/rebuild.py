@@ -1,0 +1,139 @@
+"""KernelIR -> a ``jax.experimental.pallas.pallas_call`` for Mosaic TPU.
+
+Everything is derived from the KernelIR: BlockSpecs from the BlockMappings
+(index maps evaluate their jaxprs), scratch types from the scratch avals,
+``pltpu.CompilerParams`` from ours, and the kernel body replays the kernel
+jaxpr (``evaluate.py``) with program ids from ``pl.program_id``. Grid axes
+added by the frontend's ``vmap`` are ordinary grid axes here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+
+import pallas_frontend as pf
+from pallas_frontend.backend_api import BlockMapping, KernelIR
+
+from pallas_tpu import evaluate
+from pallas_tpu.params import CompilerParams, InterpretParams
+from pallas_tpu.spaces import block_memory_space, scratch_type_of_aval
+
+
+def _block_dim(d):
+    from jax.experimental import pallas as pl
+    if isinstance(d, pf.Blocked):
+        return d.block_size
+    if isinstance(d, pf.Element):
+        return pl.Element(d.block_size, d.padding)
+    if isinstance(d, pf.Squeezed):
+        return pl.Squeezed()
+    if isinstance(d, pf.BoundedSlice):
+        return pl.BoundedSlice(d.block_size)
+    raise NotImplementedError(f"block dim {d!r} has no TPU counterpart")
+
+
+def _index_map_fn(m: BlockMapping):
+    """A Python index_map evaluating ``m.index_map``; BoundedSlice dims get
+    their (start, size) pair back as ``pl.ds``."""
+    from jax.experimental import pallas as pl
+    jaxpr = m.index_map
+
+    def index_map(*args):
+        flat = evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *args)
+        out, k = [], 0
+        for d in m.block_dims:
+            if isinstance(d, pf.BoundedSlice):
+                out.append(pl.ds(flat[k], flat[k + 1]))
+                k += 2
+            else:
+                out.append(flat[k])
+                k += 1
+        return tuple(out)
+    return index_map
+
+
+def _is_unwindowed(m: BlockMapping) -> bool:
+    """ANY/HBM/SEMAPHORE operands are handed to the kernel whole, unwindowed."""
+    from pallas_tpu.memory import MemorySpace
+    return m.memory_space in (pf.MemorySpace.ANY, MemorySpace.ANY, MemorySpace.HBM,
+                              MemorySpace.SEMAPHORE)
+
+
+def block_spec(m: BlockMapping):
+    from jax.experimental import pallas as pl
+    space = block_memory_space(m.memory_space)
+    if _is_unwindowed(m):
+        return pl.BlockSpec(memory_space=space)
+    kwargs = {}
+    if m.pipeline_mode is not None:
+        kwargs["pipeline_mode"] = pl.Buffered(m.pipeline_mode.buffer_count)
+    if space is not None:
+        kwargs["memory_space"] = space
+    return pl.BlockSpec(tuple(_block_dim(d) for d in m.block_dims), _index_map_fn(m), **kwargs)
+
+
+def _kernel_body(kernel: KernelIR):
+    from jax.experimental import pallas as pl
+    jaxpr, n_grid = kernel.jaxpr, len(kernel.grid)
+
+    def body(*refs):
+        ids = [pl.program_id(a) for a in range(n_grid)]
+        evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs)
+    body.__name__ = kernel.name
+    return body
+
+
+def _out_shapes(kernel: KernelIR, out_avals: Sequence):
+    shapes = []
+    for m, aval in zip(kernel.out_mappings, out_avals):
+        mat = getattr(aval, "manual_axis_type", None)
+        kw = {"manual_axis_type": mat} if mat is not None else {}
+        shapes.append(jax.ShapeDtypeStruct(m.array_shape, m.dtype, **kw))
+    return shapes
+
+
+def jax_compiler_params(kernel: KernelIR):
+    from jax.experimental.pallas import tpu as pltpu
+    params = kernel.compiler_params
+    if isinstance(params, CompilerParams):
+        if params.dimension_semantics is not None:
+            user_axes = len(kernel.grid) - kernel.num_batch_axes
+            if len(params.dimension_semantics) != user_axes:
+                raise ValueError(
+                    f"Kernel '{kernel.name}': dimension_semantics has "
+                    f"{len(params.dimension_semantics)} entries but the grid has {user_axes} axes.")
+        return params.to_jax(kernel.num_batch_axes)
+    if kernel.num_batch_axes:
+        return pltpu.CompilerParams(
+            dimension_semantics=("parallel",) * kernel.num_batch_axes
+            + ("arbitrary",) * (len(kernel.grid) - kernel.num_batch_axes))
+    return pltpu.CompilerParams()
+
+
+def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: InterpretParams | None):
+    """The JAX pallas_call equivalent to ``kernel``; call it on the flat operands."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+    in_specs = [block_spec(m) for m in kernel.in_mappings]
+    out_specs = [block_spec(m) for m in kernel.out_mappings]
+    scratch = [scratch_type_of_aval(a) for a in kernel.scratch_avals]
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=kernel.num_scalar_prefetch, grid=tuple(kernel.grid),
+        in_specs=in_specs, out_specs=out_specs, scratch_shapes=scratch)
+    cost = None
+    if kernel.cost_estimate is not None:
+        c = kernel.cost_estimate
+        cost = pl.CostEstimate(flops=c.flops, transcendentals=c.transcendentals,
+                               bytes_accessed=c.bytes_accessed)
+    call = pl.pallas_call(
+        _kernel_body(kernel), out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
+        input_output_aliases=dict(kernel.input_output_aliases),
+        compiler_params=jax_compiler_params(kernel), cost_estimate=cost,
+        interpret=interpret.to_jax() if interpret is not None else False,
+        name=kernel.name, metadata=dict(kernel.metadata) or None)
+
+    def run(*args):
+        return list(call(*args))
+    return run

@@ -1,0 +1,45 @@
+"""From frontend/plugin memory spaces and scratch Ref types to JAX's ``pltpu`` ones."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pallas_frontend as pf
+
+from pallas_tpu.memory import MemorySpace, SemaphoreKind
+
+
+def block_memory_space(space):
+    """The ``pl.BlockSpec(memory_space=...)`` value for a BlockMapping's space."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+    if space is None or space is pf.MemorySpace.DEFAULT:
+        return None
+    table = {
+        pf.MemorySpace.ANY: pl.ANY, pf.MemorySpace.HOST: pl.HOST,
+        MemorySpace.ANY: pl.ANY, MemorySpace.VMEM: pltpu.VMEM, MemorySpace.SMEM: pltpu.SMEM,
+        MemorySpace.CMEM: pltpu.CMEM, MemorySpace.HBM: pltpu.HBM,
+        MemorySpace.SEMAPHORE: pltpu.SEMAPHORE,
+    }
+    if space not in table:
+        raise NotImplementedError(f"memory space {space!r} has no TPU counterpart")
+    return table[space]
+
+
+def scratch_type(shape, dtype, space):
+    """The ``pltpu`` scratch type (for ``scratch_shapes`` or ``pl.run_scoped``)."""
+    from jax.experimental.pallas import tpu as pltpu
+    shape = tuple(shape)
+    if isinstance(space, SemaphoreKind):
+        return getattr(pltpu.SemaphoreType, space.name)(shape)
+    if space is MemorySpace.SEMAPHORE:
+        return pltpu.SemaphoreType.REGULAR(shape)
+    target = block_memory_space(space)
+    if target is None:
+        target = pltpu.VMEM
+    return target(shape, np.dtype(dtype))
+
+
+def scratch_type_of_aval(ref_aval):
+    inner = ref_aval.inner_aval
+    return scratch_type(inner.shape, inner.dtype, ref_aval.memory_space)

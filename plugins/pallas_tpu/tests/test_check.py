@@ -1,0 +1,80 @@
+"""Backend.check rejects what Mosaic cannot take, before lowering, naming the operand."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pallas_frontend as pl
+import pallas_tpu as pltpu
+from pallas_frontend.backend_api import BackendCapabilityError, kernel_primitive
+
+
+def _copy(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def _call(block, shape=(256, 256), dtype=jnp.float32, kernel=_copy):
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(shape, dtype),
+        grid=(shape[0] // block[0], shape[1] // block[1]),
+        in_specs=[pl.BlockSpec(block, lambda i, j: (i, j))],
+        out_specs=pl.BlockSpec(block, lambda i, j: (i, j)),
+        compiler_params=pltpu.CompilerParams(), interpret=pltpu.InterpretParams())
+
+
+def test_rejects_untiled_lane_dim():
+    with pytest.raises(BackendCapabilityError, match=r"args\[0\].*divisible by 8 and 128"):
+        jax.jit(_call((128, 64))).trace(jnp.zeros((256, 256))).lower()
+
+
+def test_rejects_untiled_sublane_dim():
+    with pytest.raises(BackendCapabilityError, match=r"block shape \(4, 128\) of args\[0\]"):
+        jax.jit(_call((4, 128))).trace(jnp.zeros((256, 256))).lower()
+
+
+def test_accepts_full_array_dims_and_runs():
+    x = np.random.default_rng().standard_normal((20, 72)).astype(np.float32)
+    out = _call((20, 72), shape=(20, 72))(jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(out), x)
+
+
+def test_rejects_float64():
+    with jax.enable_x64(True):
+        with pytest.raises(BackendCapabilityError, match="float64 of args"):
+            jax.jit(_call((8, 128), dtype=jnp.float64)).trace(
+                jnp.zeros((256, 256), jnp.float64)).lower()
+
+
+other_p = kernel_primitive("other_backend_op", owner="triton")
+other_p.def_abstract_eval(lambda x: x)
+
+
+def test_rejects_other_backends_primitive():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = other_p.bind(x_ref[...])
+    with pytest.raises(BackendCapabilityError, match="other_backend_op.*'triton'"):
+        jax.jit(_call((8, 128), kernel=kernel)).trace(jnp.zeros((256, 256))).lower()
+
+
+def test_interpreter_refuses_tpu_primitives():
+    def kernel(x_ref, o_ref, sem):
+        pltpu.async_copy(x_ref, o_ref, sem).wait()
+    f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                       scratch_shapes=[pltpu.SemaphoreType.DMA], interpret=True)
+    with pytest.raises(BackendCapabilityError, match="tpu_dma_start.*'tpu'"):
+        f(jnp.zeros((8, 128)))
+
+
+def test_compiler_params_validate():
+    with pytest.raises(ValueError, match="dimension_semantics"):
+        pltpu.CompilerParams(dimension_semantics=("sideways",))
+    with pytest.raises(TypeError):
+        pltpu.InterpretParams(no_such_option=True)
+
+
+def test_cpu_without_interpret_is_refused():
+    f = pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                       compiler_params=pltpu.CompilerParams())
+    with pytest.raises(Exception, match="tpu"):
+        f(jnp.zeros((8, 128)))

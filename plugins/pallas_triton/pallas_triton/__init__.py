@@ -1,0 +1,25 @@
+"""pallas_triton: the Triton backend of pallas_frontend.
+
+Kernels written with ``pallas_frontend`` become one generated ``@triton.jit``
+function. Choose this backend with ``compiler_params=pallas_triton.CompilerParams(...)``
+or run the generated kernel anywhere with ``interpret=pallas_triton.InterpretParams()``;
+``compile_for_target`` returns PTX/cubin for an explicit GPU without needing one.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from pallas_triton.params import CompilerParams, InterpretParams  # noqa: E402
+from pallas_triton.backend import TritonBackend, generate_source  # noqa: E402
+from pallas_triton.compile import compile_for_target, kernel_ir_of  # noqa: E402
+from pallas_triton.primitives import (  # noqa: E402
+    approx_tanh, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
+    atomic_sub, atomic_xchg, atomic_xor, debug_barrier, elementwise_inline_asm, load,
+    max_contiguous, store)
+
+__all__ = ["CompilerParams", "InterpretParams", "TritonBackend", "compile_for_target",
+           "generate_source", "kernel_ir_of", "__version__", "approx_tanh", "atomic_add",
+           "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub",
+           "atomic_xchg", "atomic_xor", "debug_barrier", "elementwise_inline_asm", "load",
+           "max_contiguous", "store"]

@@ -1,0 +1,156 @@
+"""The Triton backend: checks, code generation cache, and the three run paths."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import jax
+import numpy as np
+
+import pallas_frontend as pl
+from pallas_frontend import backend_api
+from pallas_triton import __version__
+from pallas_triton.errors import TritonCapabilityError, unsupported
+from pallas_triton.params import CompilerParams, InterpretParams
+
+
+def _compiler_params(kernel, interpret_params=None) -> CompilerParams:
+    if isinstance(interpret_params, InterpretParams) and interpret_params.compiler_params:
+        return interpret_params.compiler_params
+    p = kernel.compiler_params
+    return p if isinstance(p, CompilerParams) else CompilerParams()
+
+
+@functools.lru_cache(maxsize=256)
+def _generate_cached(fingerprint, kernel, target, precision):
+    del fingerprint  # the cache key; kernel objects are compared by identity otherwise
+    from pallas_triton import structured  # noqa: F401  (registers the statement emitters)
+    from pallas_triton import primitives  # noqa: F401  (registers the Triton primitives)
+    from pallas_triton.codegen import generate
+    return generate(kernel, target=target, dot_input_precision=precision)
+
+
+def generate_source(kernel: backend_api.KernelIR, *, target: str = "interpret",
+                    params: CompilerParams | None = None):
+    """The generated kernel (source and launch facts), cached by a hash of KernelIR+params."""
+    from pallas_triton.codegen import kernel_fingerprint
+    params = params or _compiler_params(kernel)
+    key = kernel_fingerprint(kernel, (target, params))
+    gen = _generate_cached(key, _Keyed(kernel, key), target, params.dot_input_precision)
+    return gen
+
+
+class _Keyed:
+    """Lets lru_cache key on the fingerprint while passing the kernel through."""
+    def __init__(self, kernel, key):
+        self.kernel, self.key = kernel, key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, _Keyed) and other.key == self.key
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+
+def check_kernel(backend, kernel: backend_api.KernelIR) -> None:
+    backend_api.check_primitive_owners(backend, kernel)
+    if kernel.num_scalar_prefetch:
+        raise unsupported(f"scalar prefetch (kernel '{kernel.name}', {kernel.source})")
+    if kernel.scratch_avals:
+        raise unsupported(f"scratch buffers (kernel '{kernel.name}', {kernel.source}); keep "
+                          "accumulators in loop carries instead")
+    for m in kernel.mappings:
+        for d, dim in enumerate(m.block_dims):
+            if isinstance(dim, pl.BoundedSlice):
+                raise unsupported(f"BoundedSlice block dims ({m.origin}, dim {d})")
+            if isinstance(dim, pl.Element) and dim.padding != (0, 0):
+                raise unsupported(f"Element padding ({m.origin}, dim {d}, padding {dim.padding})")
+            if not isinstance(dim, pl.Squeezed) and not _pow2(dim.block_size):
+                raise TritonCapabilityError(
+                    f"The Triton backend needs power-of-two block dims: {m.origin} has block "
+                    f"shape {m.block_shape} (dim {d} is {dim.block_size}) in kernel "
+                    f"'{kernel.name}' ({kernel.source}); its BlockSpec index_map is at "
+                    f"{m.index_map_source}. Round the block up (pl.next_power_of_2) and let "
+                    "the edge block be masked.")
+        _check_no_revisit(kernel, m)
+    # Code generation finds unsupported primitives and shapes; do it now, before lowering.
+    generate_source(kernel)
+
+
+def _check_no_revisit(kernel, m):
+    """Triton runs programs in parallel: an output block shared by grid points races."""
+    if m not in kernel.out_mappings:
+        return
+    from jax.extend.core import Literal
+    used = {v for e in m.index_map.eqns for v in e.invars if not isinstance(v, Literal)}
+    used |= {v for v in m.index_map.outvars if not isinstance(v, Literal)}
+    for axis, (v, n) in enumerate(zip(m.index_map.invars, kernel.grid)):
+        if n > 1 and v not in used:
+            raise TritonCapabilityError(
+                f"{m.origin} of kernel '{kernel.name}' ({kernel.source}) is revisited along grid "
+                f"axis {axis} (its index_map at {m.index_map_source} ignores that axis). Triton "
+                "runs grid points in parallel, so accumulating into an output across the grid "
+                "races; loop over that axis inside the kernel (lax.fori_loop) instead.")
+
+
+def _pow2(n):
+    return n > 0 and n & (n - 1) == 0
+
+
+class TritonBackend(backend_api.Backend):
+    name = "triton"
+    distribution = "pallas-triton"
+    version = __version__
+    platforms = ("cuda", "rocm")
+    priority = 10
+    compiler_params_type = CompilerParams
+    interpret_params_type = InterpretParams
+    pip_extra = "triton"
+    capabilities = frozenset({
+        "grid", "blocked", "element", "squeezed", "aliasing", "loops", "cond", "vmap",
+        "atomics", "interpret_on_cpu", "compile_only",
+    })
+    dtypes = frozenset({"float32", "float16", "bfloat16", "float64", "int8", "int16", "int32",
+                        "int64", "uint8", "uint16", "uint32", "uint64", "bool"})
+
+    def is_available(self):
+        try:
+            import triton  # noqa: F401
+        except ImportError as e:
+            return False, f"the triton package cannot be imported ({e})"
+        return True, ""
+
+    def check(self, kernel):
+        super().check(kernel)
+        check_kernel(self, kernel)
+
+    def lower(self, kernel, ctx, *args):
+        if isinstance(ctx.interpret_params, InterpretParams):
+            return self._lower_interpreted(kernel, ctx, *args)
+        from pallas_triton.gpu_launch import lower_for_gpu
+        return lower_for_gpu(kernel, ctx, _compiler_params(kernel), *args)
+
+    def _lower_interpreted(self, kernel, ctx, *args):
+        params = _compiler_params(kernel, ctx.interpret_params)
+        gen = generate_source(kernel, target="interpret", params=params)
+        if kernel.debug:
+            print(gen.source, file=sys.stdout)
+        from pallas_triton.interpret import host_runner
+        run = host_runner(kernel, gen)
+        out_types = [jax.ShapeDtypeStruct(m.array_shape, m.dtype) for m in kernel.out_mappings]
+
+        def call(*xs):
+            return jax.pure_callback(run, out_types, *xs, vmap_method="sequential")
+        return ctx.lower_fun(call, *args)
+
+
+@backend_api.hookimpl
+def pallas_frontend_backend():
+    return TritonBackend()
+
+
+__all__ = ["TritonBackend", "generate_source", "pallas_frontend_backend", "np"]

@@ -1,0 +1,385 @@
+"""KernelIR -> the Python source of one ``@triton.jit`` function.
+
+The kernel runs on a 1-D Triton grid; each program recovers its coordinates
+along the KernelIR grid (row-major, last axis fastest). Every block Ref is a
+pointer to its whole array plus per-dim element offsets computed from the
+index_map at the program's coordinates; reads and writes become masked
+``tl.load``/``tl.store`` where a block may overhang its array. Array shapes
+are static, so strides and bounds are literals in the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+
+import jax
+import numpy as np
+from jax.extend.core import Literal
+
+import pallas_frontend as pl
+from pallas_frontend.backend_api import KernelIR
+from pallas_triton.emitters import EMITTERS, helper_source, is_float, tl_dtype
+from pallas_triton.errors import TritonCapabilityError, unsupported
+
+
+@dataclasses.dataclass
+class BlockRef:
+    """A kernel Ref as pointer arithmetic: ``ptr`` + per-array-dim element offsets."""
+    ptr: str
+    array_shape: tuple[int, ...]
+    dtype: np.dtype
+    starts: list[str]               # element offset of the block, per array dim
+    visible: list[int]              # array dims the kernel sees (squeezed dims dropped)
+    block_sizes: list[int]          # per array dim
+    masked: list[bool]              # per array dim: can the block overhang?
+
+    @property
+    def strides(self):
+        out, acc = [], 1
+        for n in reversed(self.array_shape):
+            out.append(acc)
+            acc *= n
+        return out[::-1]
+
+
+def used_vars(jaxpr) -> set:
+    """Every variable read by an equation or returned, nested jaxprs included."""
+    from jax.extend.core import jaxprs_in_params
+    out = set()
+
+    def walk(j):
+        j = getattr(j, "jaxpr", j)
+        for eqn in j.eqns:
+            out.update(v for v in eqn.invars if not isinstance(v, Literal))
+            for sub in jaxprs_in_params(eqn.params):
+                walk(sub)
+        out.update(v for v in j.outvars if not isinstance(v, Literal))
+    walk(jaxpr)
+    return out
+
+
+def is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+class KernelWriter:
+    def __init__(self, kernel: KernelIR, *, target: str, dot_input_precision: str):
+        self.kernel = kernel
+        self.target = target                        # "interpret", "cuda" or "rocm"
+        self.dot_input_precision = dot_input_precision
+        self.lines: list[str] = []
+        self.depth = 1
+        self.counter = 0
+        self.helpers: dict[str, str] = {}
+        self.env: dict = {}
+        self.current_eqn = None
+        self.used_vars = used_vars(kernel.jaxpr)
+
+    # --- text ------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def bind(self, expr: str, prefix: str = "t") -> str:
+        """Assigns ``expr`` to a fresh local; returns the name (keeps lines short)."""
+        if expr.isidentifier():
+            return expr
+        name = self.fresh(prefix)
+        self.line(f"{name} = {expr}")
+        return name
+
+    def helper(self, kind: str) -> str:
+        self.helpers.setdefault(kind, helper_source(kind))
+        return f"_combine_{kind}"
+
+    # --- values ---------------------------------------------------------------------
+    def read(self, atom):
+        if isinstance(atom, Literal):
+            return literal(atom.val, atom.aval.dtype)
+        return self.env[atom]
+
+    def emit_jaxpr(self, jaxpr, args) -> list[str]:
+        """Emits ``jaxpr`` with its invars bound to ``args``; returns its outputs."""
+        consts = getattr(jaxpr, "consts", ())
+        if hasattr(jaxpr, "jaxpr"):               # a ClosedJaxpr
+            jaxpr = jaxpr.jaxpr
+        for v, c in zip(jaxpr.constvars, consts):
+            if np.shape(c):
+                raise unsupported("array constants captured by a kernel (pass them as inputs)")
+            c = np.asarray(c)
+            self.env[v] = self.bind(f"tl.full([], {literal(c.item(), np.float32 if is_float(c.dtype) else np.int32)}, "
+                                    f"{tl_dtype(c.dtype)})", "k")
+        for v, a in zip(jaxpr.invars, args):
+            self.env[v] = a
+        for eqn in jaxpr.eqns:
+            self.emit_eqn(eqn)
+        return [self.read(v) for v in jaxpr.outvars]
+
+    def emit_eqn(self, eqn) -> None:
+        name = eqn.primitive.name
+        emitter = EMITTERS.get(name)
+        if emitter is None:
+            raise TritonCapabilityError(
+                f"The Triton backend has no code generator for primitive '{name}' "
+                f"(kernel '{self.kernel.name}', at {source_line(eqn) or self.kernel.source}).")
+        for v in eqn.outvars:
+            shape = getattr(v.aval, "shape", ())
+            if any(not is_pow2(d) for d in shape):
+                raise TritonCapabilityError(
+                    f"'{name}' at {source_line(eqn) or self.kernel.source} makes a value of shape "
+                    f"{tuple(shape)}; Triton tensors need power-of-two dims.")
+        self.current_eqn = eqn
+        try:
+            outs = emitter(self, eqn, [self.read(v) for v in eqn.invars])
+        except TritonCapabilityError as e:
+            if " at " in str(e):
+                raise
+            raise TritonCapabilityError(
+                f"{e} (primitive '{name}' in kernel '{self.kernel.name}', at "
+                f"{source_line(eqn) or self.kernel.source})") from None
+        for v, expr in zip(eqn.outvars, outs or ()):
+            if type(v).__name__ == "DropVar":
+                continue
+            if isinstance(expr, BlockRef):
+                self.env[v] = expr
+            else:
+                self.env[v] = self.bind(expr, "v")
+
+    # --- memory -------------------------------------------------------------------
+    def address(self, ref: BlockRef, indexer):
+        """(pointer expr, mask expr or None, result shape) for ``ref[indexer]``."""
+        indices = indexer_entries(ref, indexer)
+        result_axes = [i for i, ix in enumerate(indices) if ix[0] != "scalar"]
+        rank = len(result_axes)
+        offset_terms, mask_terms, shape = [], [], []
+        pos_of_visible = dict(zip(ref.visible, indices))
+        axis = 0
+        for d in range(len(ref.array_shape)):
+            stride = ref.strides[d]
+            if d not in pos_of_visible:                      # squeezed dim
+                pos, size = ref.starts[d], None
+            else:
+                kind, start, size, step = pos_of_visible[d]
+                if kind == "scalar":
+                    pos = add_expr(ref.starts[d], start)
+                else:
+                    local = "tl.arange(0, %d)" % size
+                    if step != 1:
+                        local = f"{local} * {step}"
+                    local = add_expr(start, local)
+                    local = add_expr(ref.starts[d], local)
+                    idx = ", ".join(":" if k == axis else "None" for k in range(rank))
+                    pos = f"({local})[{idx}]" if rank > 1 else f"({local})"
+                    shape.append(size)
+                    axis += 1
+            if ref.masked[d]:
+                mask_terms.append(f"({pos} < {ref.array_shape[d]})")
+            if pos != "0":
+                offset_terms.append(pos if stride == 1 else f"({pos}) * {stride}")
+        offset = " + ".join(offset_terms) or "0"
+        ptr = self.bind(f"{ref.ptr} + {offset}", "p")
+        mask = self.bind(" & ".join(mask_terms), "m") if mask_terms else None
+        return ptr, mask, shape
+
+    def load(self, ref: BlockRef, indexer, *, mask=None, other=None, extra="") -> str:
+        ptr, bounds, _ = self.address(ref, indexer)
+        mask = join_masks(bounds, mask)
+        if mask is None:
+            return f"tl.load({ptr}{extra})"
+        if other is None:
+            other = padding_literal(ref.dtype)
+        return f"tl.load({ptr}, mask={mask}, other={other}{extra})"
+
+    def store(self, ref: BlockRef, indexer, value: str, *, mask=None, extra="") -> None:
+        ptr, bounds, _ = self.address(ref, indexer)
+        mask = join_masks(bounds, mask)
+        if value.isidentifier():
+            value = f"{value}.to({tl_dtype(ref.dtype)})"
+        self.line(f"tl.store({ptr}, {value}" + (f", mask={mask}" if mask else "") + f"{extra})")
+
+
+def join_masks(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return f"({a}) & ({b})"
+
+
+def add_expr(a: str, b: str) -> str:
+    if a == "0":
+        return b
+    if b == "0":
+        return a
+    return f"{a} + {b}"
+
+
+def literal(value, dtype) -> str:
+    dtype = np.dtype(dtype)
+    value = np.asarray(value).item()
+    if dtype == np.dtype(bool):
+        return "True" if value else "False"
+    if is_float(dtype):
+        text = repr(float(value)) if math.isfinite(value) else f"float('{value}')"
+        return text if dtype == np.float32 else f"tl.full([], {text}, {tl_dtype(dtype)})"
+    return str(int(value)) if dtype == np.int32 else f"tl.full([], {int(value)}, {tl_dtype(dtype)})"
+
+
+def padding_literal(dtype) -> str:
+    """What an overhanging read gives: NaN / the lowest int, as in the frontend interpreter."""
+    dtype = np.dtype(dtype)
+    if is_float(dtype):
+        return "float('nan')"
+    if np.issubdtype(dtype, np.integer):
+        return str(int(np.iinfo(dtype).min))
+    return "False"
+
+
+def source_line(eqn) -> str:
+    tb = getattr(eqn.source_info, "traceback", None)
+    frames = getattr(tb, "frames", None) if tb is not None else None
+    for f in frames or ():
+        if "/jax/" not in f.file_name and "pallas_frontend" not in f.file_name:
+            return f"{f.file_name}:{f.line_num}"
+    return ""
+
+
+def indexer_entries(ref: BlockRef, indexer):
+    """One ``(kind, start, size, step)`` per visible dim; kind is "scalar" or "slice"."""
+    block = [ref.block_sizes[d] for d in ref.visible]
+    if indexer is None:
+        return [("slice", "0", n, 1) for n in block]
+    out = []
+    for k, ix in enumerate(indexer.indices):
+        if isinstance(ix, pl.Slice):
+            start = ix.start if isinstance(ix.start, str) else str(int(ix.start))
+            out.append(("slice", start, int(ix.size), int(ix.stride)))
+            if not is_pow2(int(ix.size)):
+                raise unsupported(f"a Ref slice of size {ix.size} (Triton needs powers of two)")
+        elif isinstance(ix, str):
+            out.append(("scalar", ix, None, None))
+        else:
+            raise unsupported("integer-array (gather) indexing of Refs")
+    return out
+
+
+def resolve_indexer(w: KernelWriter, transforms):
+    """The single NDIndexer of a Ref access with its dynamic parts as expressions."""
+    if not transforms:
+        return None
+    if len(transforms) != 1 or not hasattr(transforms[0], "indices"):
+        raise unsupported(f"Ref transforms {[type(t).__name__ for t in transforms]}")
+    (nd,) = transforms
+    if getattr(nd, "int_indexer_shape", ()):
+        raise unsupported("integer-array (gather) indexing of Refs")
+
+    def res(x):
+        if isinstance(x, pl.Slice):
+            return pl.Slice(res(x.start), x.size, x.stride)
+        if isinstance(x, (int, np.integer)):
+            return str(int(x))
+        return w.read(x)
+    return type("Indexer", (), {"indices": [res(i) for i in nd.indices]})()
+
+
+def unflatten_transforms(eqn, leaves):
+    return jax.tree_util.tree_unflatten(eqn.params["tree"], leaves)
+
+
+# --- the kernel --------------------------------------------------------------------------
+
+def grid_coordinate_lines(w: KernelWriter, grid) -> list[str]:
+    names = []
+    if len(grid) == 1:
+        w.line("pid0 = tl.program_id(0)")
+        return ["pid0"]
+    w.line("pid = tl.program_id(0)")
+    inner = 1
+    exprs = []
+    for k in range(len(grid) - 1, -1, -1):
+        e = "pid" if inner == 1 else f"pid // {inner}"
+        exprs.append(f"({e}) % {grid[k]}" if k > 0 else e)
+        inner *= grid[k]
+    for k, e in enumerate(reversed(exprs)):
+        w.line(f"pid{k} = {e}")
+        names.append(f"pid{k}")
+    return names
+
+
+def block_ref(w: KernelWriter, mapping, ptr: str, grid_names) -> BlockRef:
+    index = w.emit_jaxpr(mapping.index_map, grid_names)
+    starts, masked, visible, sizes = [], [], [], []
+    for d, (dim, idx) in enumerate(zip(mapping.block_dims, index)):
+        n = mapping.array_shape[d]
+        if isinstance(dim, pl.Blocked):
+            starts.append(mul_expr(idx, dim.block_size))
+            masked.append(n % dim.block_size != 0)
+        elif isinstance(dim, pl.Element):
+            starts.append(idx)
+            masked.append(True)
+        elif isinstance(dim, pl.Squeezed):
+            starts.append(idx)
+            masked.append(False)
+        else:
+            raise unsupported(f"{type(dim).__name__} block dims")
+        sizes.append(dim.block_size)
+        if not isinstance(dim, pl.Squeezed):
+            visible.append(d)
+    starts = [s if s.isidentifier() or s.lstrip("-").isdigit() else w.bind(s, f"{ptr[:-4]}_start")
+              for s in starts]
+    return BlockRef(ptr, tuple(mapping.array_shape), np.dtype(mapping.dtype), starts, visible,
+                    sizes, masked)
+
+
+def mul_expr(idx: str, k: int) -> str:
+    if idx.lstrip("-").isdigit():
+        return str(int(idx) * k)
+    return idx if k == 1 else f"{idx} * {k}"
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratedKernel:
+    name: str                       # the @triton.jit function's name in ``source``
+    source: str
+    num_programs: int
+    arg_names: tuple[str, ...]
+    arg_dtypes: tuple[np.dtype, ...]
+
+
+def generate(kernel: KernelIR, *, target: str = "interpret",
+             dot_input_precision: str = "tf32") -> GeneratedKernel:
+    if kernel.num_scalar_prefetch:
+        raise unsupported("scalar prefetch")
+    w = KernelWriter(kernel, target=target, dot_input_precision=dot_input_precision)
+    fn_name = "pallas_" + "".join(c if c.isalnum() else "_" for c in kernel.name)
+    n_in = len(kernel.in_mappings)
+    arg_names = tuple([f"in{k}_ptr" for k in range(n_in)] +
+                      [f"out{k}_ptr" for k in range(len(kernel.out_mappings))])
+    grid = kernel.grid or (1,)
+    grid_names = grid_coordinate_lines(w, grid)
+    if not kernel.grid:
+        grid_names = []
+    refs = [block_ref(w, m, p, grid_names) for m, p in zip(kernel.mappings, arg_names)]
+    if kernel.scratch_avals:
+        raise unsupported("scratch buffers (scratch_shapes)")
+    jaxpr = kernel.jaxpr
+    body_args = grid_names + refs
+    w.emit_jaxpr(jaxpr, body_args)
+    header = ["import triton", "import triton.language as tl", "", ""]
+    helpers = [src + "\n" for src in w.helpers.values()]
+    signature = f"def {fn_name}({', '.join(arg_names)}):"
+    doc = f'    """Generated by pallas_triton from {kernel.name} ({kernel.source})."""'
+    source = "\n".join(header + helpers + ["@triton.jit", signature, doc] + w.lines) + "\n"
+    return GeneratedKernel(fn_name, source, math.prod(grid), arg_names,
+                           tuple(np.dtype(m.dtype) for m in kernel.mappings))
+
+
+def kernel_fingerprint(kernel: KernelIR, extra=()) -> str:
+    """A hash of everything codegen reads: the KernelIR dump plus target and params."""
+    text = kernel.pretty() + repr(extra)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]

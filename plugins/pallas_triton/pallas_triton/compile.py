@@ -1,0 +1,76 @@
+"""Compile-only: the generated kernel to TTIR/TTGIR/LLIR/PTX/cubin for an explicit GPU target.
+
+Needs no GPU: Triton ships ptxas. Uses ``JITFunction`` directly, so it works
+whether or not the process also runs kernels under the interpreter.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from pallas_frontend.backend_api import KernelIR
+from pallas_triton.emitters import tl_dtype
+from pallas_triton.params import CompilerParams
+from pallas_triton.triton_runtime import load_module
+
+
+def kernel_ir_of(fn, *example_args) -> KernelIR:
+    """The KernelIR of the (single) pallas_call inside ``fn(*example_args)``."""
+    from jax.extend.core import jaxprs_in_params
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "pallas_call":
+                found.append(eqn.params["kernel"])
+            for sub in jaxprs_in_params(eqn.params):
+                walk(getattr(sub, "jaxpr", sub))
+    walk(jax.make_jaxpr(fn)(*example_args).jaxpr)
+    if len(found) != 1:
+        raise ValueError(f"expected exactly one pallas_call in {fn}, found {len(found)}")
+    return found[0]
+
+
+def _pointer_type(dtype) -> str:
+    return "*" + {"tl.float32": "fp32", "tl.float16": "fp16", "tl.bfloat16": "bf16",
+                  "tl.float64": "fp64", "tl.int1": "i1"}.get(tl_dtype(dtype),
+                                                            tl_dtype(dtype)[3:].replace("int", "i"))
+
+
+def compile_for_target(kernel_or_fn, *example_args, target=("cuda", 90),
+                       params: CompilerParams | None = None, warp_size: int = 32) -> dict:
+    """Compiles a kernel for ``target`` = (backend, arch), e.g. ("cuda", 80) or ("hip", "gfx942").
+
+    ``kernel_or_fn`` is a ``KernelIR`` or a function containing one pallas_call (then
+    ``example_args`` trace it). Returns ``{"source", "ttir", "ttgir", "llir", "ptx"|"amdgcn",
+    "cubin"|"hsaco", "metadata"}``.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    from pallas_triton.backend import _compiler_params, generate_source
+    kernel = kernel_or_fn if isinstance(kernel_or_fn, KernelIR) else kernel_ir_of(
+        kernel_or_fn, *example_args)
+    params = params or _compiler_params(kernel)
+    backend_name, arch = target
+    gen = generate_source(kernel, target="cuda" if backend_name == "cuda" else "rocm",
+                          params=params)
+    namespace = load_module(gen.source, gen.name)
+    fn = namespace[gen.name]
+    fn = fn if isinstance(fn, JITFunction) else JITFunction(fn)
+    signature = {n: _pointer_type(d) for n, d in zip(gen.arg_names, gen.arg_dtypes)}
+    # XLA buffers are at least 16-byte aligned: tell Triton so it can vectorize.
+    attrs = {(k,): [["tt.divisibility", 16]] for k in range(len(gen.arg_names))}
+    src = ASTSource(fn, signature=signature, constexprs={}, attrs=attrs)
+    compiled = triton.compile(src, target=GPUTarget(backend_name, arch, warp_size),
+                              options=params.triton_options())
+    out = {k: v for k, v in compiled.asm.items()}
+    out["source"] = gen.source
+    out["metadata"] = compiled.metadata
+    return out
+
+
+__all__ = ["compile_for_target", "kernel_ir_of", "np"]

@@ -1,0 +1,395 @@
+"""The emitter table: one function per JAX primitive, producing Triton expressions.
+
+An emitter is ``emit(w, eqn, ins) -> list[str]``: ``w`` is the ``KernelWriter``
+(for fresh names, helper functions and nested jaxprs), ``ins`` the Python
+expressions of the operands; it returns one expression per output. Emitters
+that need statements (loops, branches, memory) write them through ``w``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+EMITTERS: dict[str, Callable] = {}
+
+TL_DTYPES = {
+    "float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
+    "float64": "tl.float64", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
+    "int64": "tl.int64", "uint8": "tl.uint8", "uint16": "tl.uint16", "uint32": "tl.uint32",
+    "uint64": "tl.uint64", "bool": "tl.int1",
+}
+
+
+def tl_dtype(dtype) -> str:
+    name = np.dtype(dtype).name
+    if name not in TL_DTYPES:
+        from pallas_triton.errors import unsupported
+        raise unsupported(f"dtype {name} has no Triton equivalent")
+    return TL_DTYPES[name]
+
+
+def is_float(dtype) -> bool:
+    return np.issubdtype(np.dtype(dtype), np.floating) or np.dtype(dtype).name == "bfloat16"
+
+
+def register(*names: str):
+    """Registers an emitter under one or more primitive names (used by plugins' primitives too)."""
+    def decorator(fn):
+        for n in names:
+            EMITTERS[n] = fn
+        return fn
+    return decorator
+
+
+def out_aval(eqn, k=0):
+    return eqn.outvars[k].aval
+
+
+def in_aval(eqn, k=0):
+    return eqn.invars[k].aval
+
+
+# --- elementwise ---------------------------------------------------------------
+
+def _binary(op):
+    return lambda w, eqn, ins: [f"({ins[0]} {op} {ins[1]})"]
+
+
+for _name, _op in {"add": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^",
+                   "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+                   "shift_left": "<<", "shift_right_arithmetic": ">>", "rem": "%"}.items():
+    register(_name)(_binary(_op))
+
+
+@register("div")
+def _div(w, eqn, ins):
+    # lax.div truncates toward zero for integers, as Triton's // does (C semantics).
+    op = "/" if is_float(out_aval(eqn).dtype) else "//"
+    return [f"({ins[0]} {op} {ins[1]})"]
+
+
+@register("shift_right_logical")
+def _shift_right_logical(w, eqn, ins):
+    dt = np.dtype(out_aval(eqn).dtype)
+    unsigned = TL_DTYPES[f"uint{dt.itemsize * 8}"]
+    return [f"(({ins[0]}).to({unsigned}, bitcast=True) >> {ins[1]}).to({tl_dtype(dt)}, bitcast=True)"]
+
+
+def _call(fn):
+    return lambda w, eqn, ins: [f"{fn}({', '.join(ins)})"]
+
+
+for _name, _fn in {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "sqrt": "tl.sqrt",
+                   "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos", "abs": "tl.abs",
+                   "floor": "tl.floor", "ceil": "tl.ceil", "erf": "tl.erf",
+                   "max_contiguous": "tl.max_contiguous"}.items():
+    register(_name)(_call(_fn))
+
+
+@register("neg")
+def _neg(w, eqn, ins):
+    return [f"(-{ins[0]})"]
+
+
+@register("not")
+def _not(w, eqn, ins):
+    return [f"(~{ins[0]})"]
+
+
+@register("square")
+def _square(w, eqn, ins):
+    return [f"({ins[0]} * {ins[0]})"]
+
+
+@register("logistic")
+def _logistic(w, eqn, ins):
+    return [f"(1.0 / (1.0 + tl.exp(-{ins[0]})))"]
+
+
+@register("tanh")
+def _tanh(w, eqn, ins):
+    # exp-based so it also runs under Triton's interpreter (libdevice does not there);
+    # exp(-2|x|) never overflows.
+    x = w.bind(ins[0])
+    t = w.bind(f"tl.exp(-2.0 * tl.abs({x}))")
+    return [f"tl.where({x} >= 0, (1.0 - {t}) / (1.0 + {t}), ({t} - 1.0) / (1.0 + {t}))"]
+
+
+@register("log1p")
+def _log1p(w, eqn, ins):
+    # log1p(x) = log(u) * x / (u - 1) with u = 1 + x: accurate for small x.
+    x = w.bind(ins[0])
+    u = w.bind(f"1.0 + {x}")
+    return [f"tl.where({u} == 1.0, {x}, tl.log({u}) * {x} / ({u} - 1.0))"]
+
+
+@register("expm1")
+def _expm1(w, eqn, ins):
+    x = w.bind(ins[0])
+    u = w.bind(f"tl.exp({x})")
+    return [f"tl.where({u} == 1.0, {x}, tl.where({u} - 1.0 == -1.0, -1.0, "
+            f"({u} - 1.0) * {x} / tl.log({u})))"]
+
+
+@register("sign")
+def _sign(w, eqn, ins):
+    x = ins[0]
+    return [f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0)).to({tl_dtype(out_aval(eqn).dtype)})"]
+
+
+@register("max", "min")
+def _max_min(w, eqn, ins):
+    fn = "tl.maximum" if eqn.primitive.name == "max" else "tl.minimum"
+    nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float(out_aval(eqn).dtype) else ""
+    return [f"{fn}({ins[0]}, {ins[1]}{nan})"]
+
+
+@register("clamp")
+def _clamp(w, eqn, ins):
+    lo, x, hi = ins
+    return [f"tl.minimum(tl.maximum({x}, {lo}), {hi})"]
+
+
+@register("integer_pow")
+def _integer_pow(w, eqn, ins):
+    y = eqn.params["y"]
+    if y == 0:
+        return [f"tl.full({list(out_aval(eqn).shape)}, 1, {tl_dtype(out_aval(eqn).dtype)})"]
+    x = w.bind(ins[0])
+    # square-and-multiply keeps the number of multiplies at O(log y)
+    acc, base, n = None, x, abs(y)
+    while n:
+        if n & 1:
+            acc = base if acc is None else w.bind(f"{acc} * {base}")
+        n >>= 1
+        if n:
+            base = w.bind(f"{base} * {base}")
+    return [f"(1.0 / {acc})" if y < 0 else acc]
+
+
+@register("pow")
+def _pow(w, eqn, ins):
+    # exp2(y * log2(x)): exact semantics for x > 0 only; documented in the manifest.
+    return [f"tl.exp2({ins[1]} * tl.log2({ins[0]}))"]
+
+
+@register("select_n")
+def _select_n(w, eqn, ins):
+    pred, *cases = ins
+    if len(cases) == 1:
+        return [cases[0]]
+    if in_aval(eqn).dtype == np.dtype(bool):
+        return [f"tl.where({pred}, {cases[1]}, {cases[0]})"]
+    expr = cases[-1]
+    for k in range(len(cases) - 2, -1, -1):
+        expr = f"tl.where({pred} == {k}, {cases[k]}, {expr})"
+    return [expr]
+
+
+@register("convert_element_type")
+def _convert(w, eqn, ins):
+    new = np.dtype(eqn.params["new_dtype"])
+    if type(eqn.invars[0]).__name__ == "Literal":
+        from pallas_triton.codegen import literal
+        return [literal(np.asarray(eqn.invars[0].val).astype(new), new)]
+    if new == np.dtype(bool):
+        return [f"({ins[0]} != 0)"]
+    return [f"tl.cast({ins[0]}, {tl_dtype(new)})"]
+
+
+@register("multiple_of")
+def _multiple_of(w, eqn, ins):
+    values = list(eqn.params["values"])
+    if not in_aval(eqn).shape:
+        return [ins[0]]          # Triton's hint needs a tensor; scalars get divisibility from constants
+    return [f"tl.multiple_of({ins[0]}, {values if len(values) > 1 else values[0]})"]
+
+
+@register("copy", "copy_p", "reduce_precision", "optimization_barrier")
+def _identity(w, eqn, ins):
+    return list(ins)
+
+
+# --- shapes ----------------------------------------------------------------------
+
+def broadcast_expr(x: str, in_shape, out_shape, dims) -> str:
+    if tuple(in_shape) == tuple(out_shape):
+        return x
+    if not in_shape:
+        return f"tl.broadcast_to({x}, {list(out_shape)})"
+    with_ones = [1] * len(out_shape)
+    for src, dst in enumerate(dims):
+        with_ones[dst] = in_shape[src]
+    if with_ones != list(in_shape):
+        x = f"tl.reshape({x}, {with_ones})"
+    return f"tl.broadcast_to({x}, {list(out_shape)})"
+
+
+@register("broadcast_in_dim")
+def _broadcast_in_dim(w, eqn, ins):
+    if not in_aval(eqn).shape and type(eqn.invars[0]).__name__ == "Literal":
+        # a Python number is not a tensor; tl.full makes one of the right type
+        return [f"tl.full({list(eqn.params['shape'])}, {ins[0]}, {tl_dtype(out_aval(eqn).dtype)})"]
+    return [broadcast_expr(ins[0], in_aval(eqn).shape, eqn.params["shape"],
+                           eqn.params["broadcast_dimensions"])]
+
+
+def reshape_expr(w, x: str, in_shape, out_shape) -> str:
+    if tuple(in_shape) == tuple(out_shape):
+        return x
+    if not out_shape:                        # a one-element tensor to a scalar
+        flat = x if len(in_shape) == 1 else f"tl.reshape({x}, [1])"
+        return f"tl.reduce({flat}, 0, {w.helper('add')})"
+    if not in_shape:
+        return f"tl.broadcast_to({x}, {list(out_shape)})"
+    return f"tl.reshape({x}, {list(out_shape)})"
+
+
+@register("reshape", "squeeze", "expand_dims")
+def _reshape(w, eqn, ins):
+    return [reshape_expr(w, ins[0], in_aval(eqn).shape, out_aval(eqn).shape)]
+
+
+@register("transpose")
+def _transpose(w, eqn, ins):
+    perm = tuple(eqn.params["permutation"])
+    if perm == tuple(range(len(perm))):
+        return [ins[0]]
+    return [f"tl.permute({ins[0]}, {perm})"]
+
+
+@register("iota")
+def _iota(w, eqn, ins):
+    shape, dim = tuple(eqn.params["shape"]), eqn.params["dimension"]
+    expr = f"tl.arange(0, {shape[dim]})"
+    expr = broadcast_expr(expr, (shape[dim],), shape, (dim,))
+    dtype = np.dtype(eqn.params["dtype"])
+    return [expr if dtype == np.int32 else f"({expr}).to({tl_dtype(dtype)})"]
+
+
+@register("slice")
+def _slice(w, eqn, ins):
+    # Triton tensors cannot be sliced; gather along each narrowed axis instead.
+    x = ins[0]
+    shape = list(in_aval(eqn).shape)
+    starts, limits = eqn.params["start_indices"], eqn.params["limit_indices"]
+    strides = eqn.params["strides"] or (1,) * len(shape)
+    for axis, (lo, hi, st) in enumerate(zip(starts, limits, strides)):
+        n = len(range(lo, hi, st))
+        if (lo, n, st) == (0, shape[axis], 1):
+            continue
+        new_shape = shape[:axis] + [n] + shape[axis + 1:]
+        idx = broadcast_expr(f"({lo} + tl.arange(0, {n}) * {st})", (n,), new_shape, (axis,))
+        if n < shape[axis]:
+            x = w.bind(f"tl.gather({x}, {idx}, {axis})")
+        else:
+            from pallas_triton.errors import unsupported
+            raise unsupported("a slice that is not narrower than its operand")
+        shape = new_shape
+    return [x]
+
+
+# --- reductions ----------------------------------------------------------------------
+
+def reduce_expr(w, x: str, axes, combine: str) -> str:
+    for axis in sorted(axes, reverse=True):
+        x = f"tl.reduce({x}, {axis}, {w.helper(combine)})"
+    return x
+
+
+@register("reduce_sum")
+def _reduce_sum(w, eqn, ins):
+    return [reduce_expr(w, ins[0], eqn.params["axes"], "add")]
+
+
+@register("reduce_max")
+def _reduce_max(w, eqn, ins):
+    kind = "max_nan" if is_float(in_aval(eqn).dtype) else "max"
+    return [reduce_expr(w, ins[0], eqn.params["axes"], kind)]
+
+
+@register("reduce_min")
+def _reduce_min(w, eqn, ins):
+    kind = "min_nan" if is_float(in_aval(eqn).dtype) else "min"
+    return [reduce_expr(w, ins[0], eqn.params["axes"], kind)]
+
+
+@register("reduce_and")
+def _reduce_and(w, eqn, ins):
+    return [reduce_expr(w, ins[0], eqn.params["axes"], "and")]
+
+
+@register("reduce_or")
+def _reduce_or(w, eqn, ins):
+    return [reduce_expr(w, ins[0], eqn.params["axes"], "or")]
+
+
+@register("argmax", "argmin")
+def _argmax(w, eqn, ins):
+    (axis,) = eqn.params["axes"]
+    shape = in_aval(eqn).shape
+    idx = broadcast_expr(f"tl.arange(0, {shape[axis]})", (shape[axis],), shape, (axis,))
+    combine = "argmax" if eqn.primitive.name == "argmax" else "argmin"
+    expr = f"tl.reduce(({ins[0]}, {idx}), {axis}, {w.helper(combine)})[1]"
+    dt = np.dtype(eqn.params["index_dtype"])
+    return [expr if dt == np.int32 else f"({expr}).to({tl_dtype(dt)})"]
+
+
+# --- matmul -------------------------------------------------------------------------
+
+@register("dot_general")
+def _dot_general(w, eqn, ins):
+    from pallas_triton.errors import unsupported
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    la, ra = in_aval(eqn, 0), in_aval(eqn, 1)
+    if lb or rb or la.ndim != 2 or ra.ndim != 2:
+        raise unsupported("dot_general other than a 2-D matrix product (no batch dims)")
+    a, b = ins
+    if tuple(lc) == (0,):
+        a = f"tl.trans({a})"
+    if tuple(rc) == (1,):
+        b = f"tl.trans({b})"
+    m = la.shape[1 - lc[0]]
+    n = ra.shape[1 - rc[0]]
+    k = la.shape[lc[0]]
+    if min(m, n, k) < 16:
+        raise unsupported(f"a dot of shape ({m}x{k}) @ ({k}x{n}): tl.dot needs every dim >= 16")
+    out = np.dtype(out_aval(eqn).dtype)
+    acc = "tl.int32" if np.issubdtype(la.dtype, np.integer) else "tl.float32"
+    extra = ""
+    if np.dtype(la.dtype) == np.float32:
+        precision = eqn.params.get("precision")
+        highest = precision is not None and "HIGHEST" in str(precision)
+        extra = f", input_precision={'ieee' if highest else w.dot_input_precision!r}"
+    expr = f"tl.dot({a}, {b}, out_dtype={acc}{extra})"
+    if tl_dtype(out) != acc:
+        expr = f"({expr}).to({tl_dtype(out)})"
+    return [expr]
+
+
+# --- helpers the generated module defines (Triton's own are @jit; see triton_runtime) --
+
+HELPERS = {
+    "add": "return a + b",
+    "max": "return tl.maximum(a, b)",
+    "min": "return tl.minimum(a, b)",
+    "max_nan": "return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)",
+    "min_nan": "return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)",
+    "and": "return a & b",
+    "or": "return a | b",
+}
+TUPLE_HELPERS = {
+    # (value, index) pairs; ties keep the lower index, as jnp.argmax does.
+    "argmax": "gt = (a > c) | ((a == c) & (b < d))\n    return tl.where(gt, a, c), tl.where(gt, b, d)",
+    "argmin": "lt = (a < c) | ((a == c) & (b < d))\n    return tl.where(lt, a, c), tl.where(lt, b, d)",
+}
+
+
+def helper_source(kind: str) -> str:
+    if kind in TUPLE_HELPERS:
+        return f"@triton.jit\ndef _combine_{kind}(a, b, c, d):\n    {TUPLE_HELPERS[kind]}\n"
+    return f"@triton.jit\ndef _combine_{kind}(a, b):\n    {HELPERS[kind]}\n"
+
+

@@ -1,0 +1,32 @@
+"""What the Triton backend does not do, each with the reason (for the conformance suite).
+
+Plain data: ``{feature: reason}``. ``UNSUPPORTED`` features are refused in
+``check()`` with a capability error; ``XFAIL`` ones are expected to fail today.
+"""
+
+UNSUPPORTED = {
+    "scratch": "Triton values are SSA tensors in registers; there is no kernel-visible scratch "
+               "memory. Keep accumulators in loop carries.",
+    "scalar_prefetch": "not implemented: would need a scalar-pointer argument per operand.",
+    "bounded_slice": "block sizes vary per program; Triton shapes are compile-time constants.",
+    "element_padding": "not implemented (would be masked loads with a shifted origin).",
+    "non_power_of_two_blocks": "Triton tensors need power-of-two dims.",
+    "revisited_outputs": "Triton runs grid points in parallel; accumulating into one output "
+                         "block across the grid races.",
+    "semaphores": "no cross-program synchronization in Triton's model.",
+    "run_scoped": "no kernel-local memory allocation in Triton.",
+    "gather_indexing": "integer-array indexing of Refs is not generated yet.",
+    "scan_with_xs": "only fori_loop-style scans (carry only) become Python for-loops.",
+    "batched_dot": "tl.dot here is 2-D only; dims must be >= 16.",
+    "debug_print": "not generated yet (tl.device_print exists; no emitter written).",
+    "gpu_launch": "XLA Triton custom call not emitted: jax-triton 0.4.1 is broken with jax 0.12 "
+                  "and the custom call needs jaxlib's private gpu_triton bindings.",
+}
+
+XFAIL = {
+    "pow_negative_base": "pow is exp2(y*log2(x)); NaN for x < 0 where lax.pow is defined for "
+                         "integral y.",
+    "frontend_interpret_of_triton_primitives": "the frontend interpreter's check() rejects "
+                                               "primitives owned by 'triton' even with interpret "
+                                               "rules registered (contract change requested).",
+}

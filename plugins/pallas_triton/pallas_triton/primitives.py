@@ -1,0 +1,391 @@
+"""Triton-specific kernel primitives: memory ops with hints, atomics, and hints/escapes.
+
+Each is a ``kernel_primitive(owner="triton")`` with an abstract eval, a code
+emitter, and either a JAX lowering (pure ops) or an interpret rule (Ref ops)
+so the frontend's reference interpreter runs kernels that use them.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.interpreters import mlir
+
+import pallas_frontend as pl
+from pallas_frontend.backend_api import (
+    ReadEffect, WriteEffect, def_pure_primitive, kernel_primitive, register_interpret_rule)
+from pallas_triton.codegen import resolve_indexer
+from pallas_triton.emitters import register
+from pallas_triton.errors import unsupported
+
+OWNER = "triton"
+
+
+# --- Ref plumbing shared by load/store/atomics ---------------------------------------
+
+def _split_ref(ref):
+    """(underlying ref, transforms) of a Ref or ``ref.at[...]`` view."""
+    if hasattr(ref, "transforms") and hasattr(ref, "ref"):
+        return ref.ref, tuple(ref.transforms)
+    return ref, ()
+
+
+def _indexed_shape(ref_aval_shape, transforms):
+    if not transforms:
+        return tuple(ref_aval_shape)
+    return tuple(transforms[-1].get_indexer_shape())
+
+
+def _read_indexed(x, nd):
+    if nd is None:
+        return x
+    for axis in range(len(nd.indices) - 1, -1, -1):
+        ix = nd.indices[axis]
+        if isinstance(ix, pl.Slice):
+            span = (ix.size - 1) * ix.stride + 1
+            x = lax.dynamic_slice_in_dim(x, ix.start, span, axis)
+            if ix.stride != 1:
+                x = lax.slice_in_dim(x, 0, span, ix.stride, axis)
+        else:
+            x = lax.dynamic_index_in_dim(x, ix, axis, keepdims=False)
+    return x
+
+
+def _write_indexed(x, nd, value):
+    if nd is None:
+        return jnp.broadcast_to(value, x.shape).astype(x.dtype)
+    starts, shape = [], []
+    for ix in nd.indices:
+        if isinstance(ix, pl.Slice):
+            if ix.stride != 1:
+                raise NotImplementedError("strided Ref writes in the interpret rule")
+            starts.append(ix.start)
+            shape.append(ix.size)
+        else:
+            starts.append(ix)
+            shape.append(1)
+    value = jnp.broadcast_to(value, _indexed_shape_of(nd)).reshape(shape).astype(x.dtype)
+    return lax.dynamic_update_slice(x, value, starts)
+
+
+def _indexed_shape_of(nd):
+    return tuple(ix.size for ix in nd.indices if isinstance(ix, pl.Slice))
+
+
+def _unflatten(tree, leaves):
+    transforms = jax.tree_util.tree_unflatten(tree, leaves)
+    return transforms[0] if transforms else None
+
+
+def _leaves(transforms):
+    leaves, tree = jax.tree_util.tree_flatten(transforms)
+    return leaves, tree
+
+
+# --- load / store ---------------------------------------------------------------------
+
+load_p = kernel_primitive("triton_load", owner=OWNER)
+
+
+def load(ref, *, mask=None, other=None, cache_modifier=None, eviction_policy=None,
+         volatile=False):
+    """``tl.load`` of ``ref`` (or ``ref.at[...]``) with an optional mask and fill value."""
+    if other is not None and mask is None:
+        raise ValueError("pallas_triton.load: other= requires mask=")
+    base, transforms = _split_ref(ref)
+    leaves, tree = _leaves(transforms)
+    extra = [x for x in (mask, other) if x is not None]
+    return load_p.bind(base, *leaves, *extra, tree=tree, has_mask=mask is not None,
+                       has_other=other is not None, cache_modifier=cache_modifier,
+                       eviction_policy=eviction_policy, volatile=volatile)
+
+
+def _load_abstract(ref, *rest, tree, **_):
+    n = tree.num_leaves
+    nd = _unflatten(tree, list(rest[:n]))
+    shape = ref.shape if nd is None else _indexed_shape_of(nd)
+    return jax.core.ShapedArray(shape, ref.dtype)
+
+
+load_p.def_effectful_abstract_eval(lambda *a, **p: (_load_abstract(*a, **p), {ReadEffect(0)}))
+
+
+def _load_rule(ctx, x, *rest, tree, has_mask, has_other, **_):
+    n = tree.num_leaves
+    nd = _unflatten(tree, list(rest[:n]))
+    value = _read_indexed(x, nd)
+    if has_mask:
+        mask = rest[n]
+        other = rest[n + 1] if has_other else jnp.zeros((), x.dtype)
+        value = jnp.where(mask, value, other)
+    return (None,) * (1 + len(rest)), value
+
+
+register_interpret_rule(load_p, _load_rule)
+
+
+def _hints(cache_modifier=None, eviction_policy=None, volatile=False, **_):
+    text = ""
+    if cache_modifier:
+        text += f", cache_modifier={cache_modifier!r}"
+    if eviction_policy:
+        text += f", eviction_policy={eviction_policy!r}"
+    if volatile:
+        text += ", volatile=True"
+    return text
+
+
+@register("triton_load")
+def _emit_load(w, eqn, ins):
+    p = eqn.params
+    n = p["tree"].num_leaves
+    nd = resolve_indexer(w, jax.tree_util.tree_unflatten(p["tree"], eqn.invars[1:1 + n]))
+    rest = ins[1 + n:]
+    mask = rest[0] if p["has_mask"] else None
+    other = rest[1] if p["has_other"] else None
+    return [w.load(ins[0], nd, mask=mask, other=other, extra=_hints(**p))]
+
+
+store_p = kernel_primitive("triton_store", owner=OWNER, multiple_results=True)
+
+
+def store(ref, val, *, mask=None, eviction_policy=None):
+    """``tl.store`` of ``val`` into ``ref`` (or ``ref.at[...]``), where ``mask`` holds."""
+    base, transforms = _split_ref(ref)
+    leaves, tree = _leaves(transforms)
+    extra = [mask] if mask is not None else []
+    store_p.bind(base, *leaves, jnp.asarray(val), *extra, tree=tree,
+                 has_mask=mask is not None, eviction_policy=eviction_policy)
+
+
+store_p.def_effectful_abstract_eval(lambda *args, **params: ([], {WriteEffect(0)}))
+
+
+def _store_rule(ctx, x, *rest, tree, has_mask, eviction_policy):
+    n = tree.num_leaves
+    nd = _unflatten(tree, list(rest[:n]))
+    val = rest[n]
+    if has_mask:
+        val = jnp.where(rest[n + 1], val, _read_indexed(x, nd))
+    return (_write_indexed(x, nd, val),) + (None,) * len(rest), []
+
+
+register_interpret_rule(store_p, _store_rule)
+
+
+@register("triton_store")
+def _emit_store(w, eqn, ins):
+    p = eqn.params
+    n = p["tree"].num_leaves
+    nd = resolve_indexer(w, jax.tree_util.tree_unflatten(p["tree"], eqn.invars[1:1 + n]))
+    val = ins[1 + n]
+    mask = ins[2 + n] if p["has_mask"] else None
+    w.store(ins[0], nd, val, mask=mask, extra=_hints(eviction_policy=p["eviction_policy"]))
+    return []
+
+
+# --- atomics -----------------------------------------------------------------------------
+
+atomic_rmw_p = kernel_primitive("triton_atomic_rmw", owner=OWNER)
+_ATOMIC_OPS = {
+    "add": jnp.add, "sub": jnp.subtract, "max": jnp.maximum, "min": jnp.minimum,
+    "and": jnp.bitwise_and, "or": jnp.bitwise_or, "xor": jnp.bitwise_xor,
+    "xchg": lambda old, new: new,
+}
+
+
+def _atomic(op):
+    def atomic(ref, idx, val, *, mask=None):
+        f"""Atomically applies {op} at ``ref[idx]``; returns the old values."""
+        view = ref.at[idx] if idx is not None else ref
+        base, transforms = _split_ref(view)
+        leaves, tree = _leaves(transforms)
+        if op == "sub":   # Triton has no atomic_sub: add the negation
+            val = -jnp.asarray(val)
+        extra = [mask] if mask is not None else []
+        return atomic_rmw_p.bind(base, *leaves, jnp.asarray(val), *extra, tree=tree,
+                                 op="add" if op == "sub" else op, has_mask=mask is not None)
+    atomic.__name__ = f"atomic_{op}"
+    atomic.__doc__ = f"Atomic {op} at ``ref[idx]`` (where ``mask`` holds); returns the old values."
+    return atomic
+
+
+atomic_add, atomic_sub, atomic_max, atomic_min = (_atomic(o) for o in ("add", "sub", "max", "min"))
+atomic_and, atomic_or, atomic_xor, atomic_xchg = (_atomic(o) for o in ("and", "or", "xor", "xchg"))
+
+
+def _atomic_effectful(*args, **params):
+    return _atomic_abstract(*args, **params), {ReadEffect(0), WriteEffect(0)}
+
+
+def _atomic_abstract(ref, *rest, tree, **_):
+    nd = _unflatten(tree, list(rest[:tree.num_leaves]))
+    shape = ref.shape if nd is None else _indexed_shape_of(nd)
+    return jax.core.ShapedArray(shape, ref.dtype)
+
+
+atomic_rmw_p.def_effectful_abstract_eval(_atomic_effectful)
+
+
+def _atomic_rule(ctx, x, *rest, tree, op, has_mask):
+    n = tree.num_leaves
+    nd = _unflatten(tree, list(rest[:n]))
+    old = _read_indexed(x, nd)
+    new = _ATOMIC_OPS[op](old, rest[n]).astype(x.dtype)
+    if has_mask:
+        new = jnp.where(rest[n + 1], new, old)
+    return (_write_indexed(x, nd, new),) + (None,) * len(rest), old
+
+
+register_interpret_rule(atomic_rmw_p, _atomic_rule)
+
+
+@register("triton_atomic_rmw")
+def _emit_atomic(w, eqn, ins):
+    p = eqn.params
+    n = p["tree"].num_leaves
+    nd = resolve_indexer(w, jax.tree_util.tree_unflatten(p["tree"], eqn.invars[1:1 + n]))
+    ptr, bounds, _ = w.address(ins[0], nd)
+    mask = ins[2 + n] if p["has_mask"] else None
+    if bounds and mask:
+        mask = f"({bounds}) & ({mask})"
+    mask = mask or bounds
+    return [f"tl.atomic_{p['op']}({ptr}, {ins[1 + n]}" + (f", mask={mask}" if mask else "") + ")"]
+
+
+atomic_cas_p = kernel_primitive("triton_atomic_cas", owner=OWNER)
+
+
+def atomic_cas(ref, cmp, val):
+    """Compare-and-swap at ``ref`` (a Ref or ``ref.at[...]``): stores ``val`` where the
+    current value equals ``cmp``; returns the old values."""
+    base, transforms = _split_ref(ref)
+    leaves, tree = _leaves(transforms)
+    return atomic_cas_p.bind(base, *leaves, jnp.asarray(cmp), jnp.asarray(val), tree=tree)
+
+
+atomic_cas_p.def_effectful_abstract_eval(_atomic_effectful)
+
+
+def _cas_rule(ctx, x, *rest, tree):
+    n = tree.num_leaves
+    nd = _unflatten(tree, list(rest[:n]))
+    old = _read_indexed(x, nd)
+    new = jnp.where(old == rest[n], rest[n + 1], old)
+    return (_write_indexed(x, nd, new),) + (None,) * len(rest), old
+
+
+register_interpret_rule(atomic_cas_p, _cas_rule)
+
+
+@register("triton_atomic_cas")
+def _emit_cas(w, eqn, ins):
+    n = eqn.params["tree"].num_leaves
+    nd = resolve_indexer(w, jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars[1:1 + n]))
+    ptr, bounds, _ = w.address(ins[0], nd)
+    if bounds:
+        raise unsupported("atomic_cas on a block that may overhang its array")
+    return [f"tl.atomic_cas({ptr}, {ins[1 + n]}, {ins[2 + n]})"]
+
+
+# --- pure primitives -------------------------------------------------------------------
+
+def _pure(name, impl, abstract_eval=None):
+    prim = kernel_primitive(name, owner=OWNER)
+    def_pure_primitive(prim, impl=impl, abstract_eval=abstract_eval or (
+        lambda x, **_: jax.core.ShapedArray(x.shape, x.dtype)))
+    register_interpret_rule(prim)      # pure: the frontend interpreter runs its lowering
+    return prim
+
+
+approx_tanh_p = _pure("triton_approx_tanh", lambda x: jnp.tanh(x))
+
+
+def approx_tanh(x):
+    """tanh by the hardware approximation (``tanh.approx.f32`` on CUDA)."""
+    return approx_tanh_p.bind(x)
+
+
+@register("triton_approx_tanh")
+def _emit_approx_tanh(w, eqn, ins):
+    if w.target == "cuda" and np.dtype(eqn.invars[0].aval.dtype) == np.float32:
+        return [f'tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [{ins[0]}], '
+                "dtype=tl.float32, is_pure=True, pack=1)"]
+    from pallas_triton.emitters import EMITTERS
+    return EMITTERS["tanh"](w, eqn, ins)   # the interpreter and ROCm: the exact formula
+
+
+max_contiguous_p = _pure("max_contiguous", lambda x, *, values: x)
+
+
+def max_contiguous(x, values):
+    """Hints that the first ``values`` elements of ``x`` are contiguous."""
+    values = tuple(values) if isinstance(values, (list, tuple)) else (int(values),)
+    return max_contiguous_p.bind(x, values=values)
+
+
+@register("max_contiguous")
+def _emit_max_contiguous(w, eqn, ins):
+    values = list(eqn.params["values"])
+    if not eqn.invars[0].aval.shape:
+        return [ins[0]]
+    return [f"tl.max_contiguous({ins[0]}, {values if len(values) > 1 else values[0]})"]
+
+
+inline_asm_p = kernel_primitive("triton_elementwise_inline_asm", owner=OWNER, multiple_results=True)
+
+
+def elementwise_inline_asm(asm: str, *, args, constraints: str, pack: int, result_shape_dtypes):
+    """Inline PTX/AMDGCN applied elementwise (``tl.inline_asm_elementwise``).
+    Cannot run in any interpreter."""
+    return inline_asm_p.bind(*args, asm=asm, constraints=constraints, pack=pack,
+                             results=tuple((tuple(r.shape), np.dtype(r.dtype))
+                                           for r in result_shape_dtypes))
+
+
+def _inline_asm_impl(*args, asm, **_):
+    raise NotImplementedError(
+        f"pallas_triton.elementwise_inline_asm ({asm!r}) runs only on a GPU: neither the frontend "
+        "interpreter nor Triton's interpreter can execute inline assembly.")
+
+
+inline_asm_p.def_impl(_inline_asm_impl)
+inline_asm_p.def_abstract_eval(
+    lambda *args, results, **_: [jax.core.ShapedArray(s, d) for s, d in results])
+mlir.register_lowering(inline_asm_p, mlir.lower_fun(_inline_asm_impl, multiple_results=True))
+register_interpret_rule(inline_asm_p)         # its lowering raises a clear error on the host
+
+
+@register("triton_elementwise_inline_asm")
+def _emit_inline_asm(w, eqn, ins):
+    if w.target == "interpret":
+        raise unsupported("elementwise_inline_asm under Triton's interpreter")
+    from pallas_triton.emitters import tl_dtype
+    dtypes = [tl_dtype(d) for _, d in eqn.params["results"]]
+    dt = dtypes[0] if len(dtypes) == 1 else f"({', '.join(dtypes)},)"
+    expr = (f"tl.inline_asm_elementwise({eqn.params['asm']!r}, {eqn.params['constraints']!r}, "
+            f"[{', '.join(ins)}], dtype={dt}, is_pure=True, pack={eqn.params['pack']})")
+    if len(dtypes) == 1:
+        return [expr]
+    t = w.bind(expr)
+    return [f"{t}[{k}]" for k in range(len(dtypes))]
+
+
+debug_barrier_p = kernel_primitive("triton_debug_barrier", owner=OWNER, multiple_results=True)
+debug_barrier_p.def_impl(lambda: [])
+debug_barrier_p.def_abstract_eval(lambda: [])
+mlir.register_lowering(debug_barrier_p, lambda ctx: [])
+register_interpret_rule(debug_barrier_p)      # a no-op in a sequential interpreter
+
+
+def debug_barrier():
+    """Synchronizes all threads of the program (``tl.debug_barrier``); a no-op when interpreted."""
+    debug_barrier_p.bind()
+
+
+@register("triton_debug_barrier")
+def _emit_debug_barrier(w, eqn, ins):
+    w.line("tl.debug_barrier()")
+    return []

@@ -1,0 +1,132 @@
+"""Emitters that write statements: Ref reads/writes, loops, branches, inlined calls."""
+
+from __future__ import annotations
+
+from pallas_triton.codegen import resolve_indexer, unflatten_transforms
+from pallas_triton.emitters import register
+from pallas_triton.errors import unsupported
+
+
+def _ref_and_indexer(w, eqn, ins, n_leading):
+    ref = ins[0]
+    transforms = unflatten_transforms(eqn, eqn.invars[n_leading:])
+    return ref, resolve_indexer(w, transforms)
+
+
+@register("get")
+def _get(w, eqn, ins):
+    ref, indexer = _ref_and_indexer(w, eqn, ins, 1)
+    return [w.load(ref, indexer)]
+
+
+def _is_used(w, var) -> bool:
+    return var in w.used_vars
+
+
+@register("swap")
+def _swap(w, eqn, ins):
+    ref, indexer = _ref_and_indexer(w, eqn, ins, 2)
+    old = None
+    if _is_used(w, eqn.outvars[0]):
+        old = w.bind(w.load(ref, indexer), "old")
+    w.store(ref, indexer, ins[1])
+    return [old or "None"]
+
+
+@register("addupdate")
+def _addupdate(w, eqn, ins):
+    ref, indexer = _ref_and_indexer(w, eqn, ins, 2)
+    old = w.bind(w.load(ref, indexer), "old")
+    w.store(ref, indexer, f"{old} + {ins[1]}")
+    return []
+
+
+# --- control flow -----------------------------------------------------------------------
+
+def _assign(w, names, values):
+    if names:
+        w.line(f"{', '.join(names)} = {', '.join(values)}")
+
+
+def _scan_counts(p):
+    """(num consts, num carry): named params before jax 0.12, flat trees (consts, carry, xs) after."""
+    if "num_consts" in p:
+        return p["num_consts"], p["num_carry"]
+    ft = p["ft_in"]
+    consts, carry, _ = ft.unpack() if hasattr(ft, "unpack") else ft
+    return _count(consts), _count(carry)
+
+
+def _count(tree) -> int:
+    return len(tree) if isinstance(tree, (tuple, list)) else len(list(tree))
+
+
+@register("scan")
+def _scan(w, eqn, ins):
+    p = eqn.params
+    n_consts, n_carry = _scan_counts(p)
+    consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
+    if xs or len(eqn.outvars) != n_carry:
+        raise unsupported("scan over arrays or with stacked outputs (only fori_loop-style scans)")
+    carry = [w.fresh("c") for _ in init]
+    _assign(w, carry, init)
+    it = w.fresh("it")
+    w.line(f"for {it} in range({p['length']}):")
+    w.depth += 1
+    outs = w.emit_jaxpr(p["jaxpr"], consts + carry)
+    _assign(w, carry, outs)
+    w.depth -= 1
+    return carry
+
+
+@register("while")
+def _while(w, eqn, ins):
+    p = eqn.params
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    cond_consts, body_consts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+    carry = [w.fresh("c") for _ in init]
+    _assign(w, carry, init)
+    pred = w.fresh("go")
+    (first,) = w.emit_jaxpr(p["cond_jaxpr"], cond_consts + carry)
+    w.line(f"{pred} = {first}")
+    w.line(f"while {pred}:")
+    w.depth += 1
+    outs = w.emit_jaxpr(p["body_jaxpr"], body_consts + carry)
+    _assign(w, carry, outs)
+    (again,) = w.emit_jaxpr(p["cond_jaxpr"], cond_consts + carry)
+    w.line(f"{pred} = {again}")
+    w.depth -= 1
+    return carry
+
+
+@register("cond")
+def _cond(w, eqn, ins):
+    branches = eqn.params["branches"]
+    index, ops = ins[0], ins[1:]
+    results = [w.fresh("r") for _ in eqn.outvars]
+    for k in range(len(branches) - 1, -1, -1):
+        if k == len(branches) - 1 and len(branches) > 1:
+            w.line(f"if {index} == {k}:" if len(branches) > 2 else f"if {index}:")
+        elif k > 0:
+            w.line(f"elif {index} == {k}:")
+        else:
+            w.line("else:" if len(branches) > 1 else "if True:")
+        w.depth += 1
+        outs = w.emit_jaxpr(branches[k], list(ops))
+        _assign(w, results, outs)
+        if not results:
+            w.line("pass")
+        w.depth -= 1
+    return results
+
+
+@register("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint")
+def _inline(w, eqn, ins):
+    sub = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
+    return w.emit_jaxpr(sub, list(ins))
+
+
+@register("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
+def _inline_custom(w, eqn, ins):
+    sub = eqn.params.get("call_jaxpr") or eqn.params.get("fun_jaxpr")
+    return w.emit_jaxpr(sub, list(ins))

@@ -1,0 +1,75 @@
+"""What the backend refuses, and how it says so (before any code generation or launch)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pallas_frontend as pl
+import pallas_triton as pt
+from pallas_frontend.backend_api import BackendCapabilityError, kernel_primitive
+
+TRITON = dict(interpret=pt.InterpretParams())
+
+
+def _copy(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def test_non_power_of_two_block_names_the_blockspec():
+    spec = pl.BlockSpec((24,), lambda i: (i,))
+    f = pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct((48,), jnp.float32), grid=(2,),
+                       in_specs=[spec], out_specs=spec, **TRITON)
+    with pytest.raises(BackendCapabilityError, match=r"power-of-two.*args\[0\].*\(24,\)"):
+        f(jnp.ones(48, jnp.float32))
+
+
+def test_other_backends_primitive_is_named():
+    foreign = kernel_primitive("tpu_only_thing", owner="tpu")
+    foreign.def_abstract_eval(lambda x: x)
+
+    def body(x_ref, o_ref):
+        o_ref[...] = foreign.bind(x_ref[...])
+    f = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), **TRITON)
+    with pytest.raises(BackendCapabilityError, match="tpu_only_thing.*'tpu'"):
+        f(jnp.ones(16, jnp.float32))
+
+
+def test_unsupported_primitive_names_primitive_and_line():
+    def body(x_ref, o_ref):
+        o_ref[...] = jnp.cumprod(x_ref[...])
+    f = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), **TRITON)
+    with pytest.raises(BackendCapabilityError, match=r"cumprod.*test_negative.py:\d+"):
+        f(jnp.ones(16, jnp.float32))
+
+
+def test_scratch_is_refused():
+    def body(x_ref, o_ref, s_ref):
+        s_ref[...] = x_ref[...]
+        o_ref[...] = s_ref[...]
+    f = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32),
+                       scratch_shapes=[jax.ShapeDtypeStruct((16,), jnp.float32)], **TRITON)
+    with pytest.raises(BackendCapabilityError, match="scratch"):
+        f(jnp.ones(16, jnp.float32))
+
+
+def test_output_revisited_across_grid_is_refused():
+    spec_in = pl.BlockSpec((16,), lambda i: (i,))
+    spec_out = pl.BlockSpec((16,), lambda i: (0,))
+    f = pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), grid=(2,),
+                       in_specs=[spec_in], out_specs=spec_out, **TRITON)
+    with pytest.raises(BackendCapabilityError, match="revisited along grid axis 0"):
+        f(jnp.ones(32, jnp.float32))
+
+
+def test_gpu_launch_is_not_available_yet():
+    from pallas_frontend.backend_api import BackendUnavailableError
+    from pallas_triton.gpu_launch import lower_for_gpu
+
+    class Ctx:
+        platform = "cuda"
+    ir = pt.kernel_ir_of(lambda x: pl.pallas_call(
+        _copy, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), **TRITON)(x),
+        np.ones(16, np.float32))
+    with pytest.raises(BackendUnavailableError, match="jax-triton"):
+        lower_for_gpu(ir, Ctx(), pt.CompilerParams())

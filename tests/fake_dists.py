@@ -1,0 +1,79 @@
+"""Lightweight fake plugin distributions: a module plus a ``*.dist-info`` with
+``entry_points.txt`` in a directory that is put on ``sys.path`` of a
+subprocess, so importlib.metadata discovers them like installed wheels."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+def make_dist(root: Path, dist: str, version: str, module: str, source: str,
+              entry_name: str) -> None:
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(
+        f"[pallas_frontend.backends]\n{entry_name} = {module}\n")
+
+
+def backend_source(name: str, api=(1, 0), extra: str = "") -> str:
+    return f"""
+        import dataclasses
+        import pallas_frontend as pl
+        from pallas_frontend import backend_api
+
+        @dataclasses.dataclass(frozen=True)
+        class Params(pl.CompilerParams):
+            BACKEND = {name!r}
+
+        class B(backend_api.Backend):
+            name = {name!r}
+            api_version = {tuple(api)!r}
+            platforms = ("cpu",)
+            compiler_params_type = Params
+            def lower(self, kernel, ctx, *args):
+                return pl.get_backend("interpret").lower(kernel, ctx, *args)
+        {extra}
+        @backend_api.hookimpl
+        def pallas_frontend_backend():
+            return B()
+    """
+
+
+PROBE = """
+import json, sys, warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    from pallas_frontend import registry
+    try:
+        names = sorted(registry.backends())
+        failures = {k: [f.origin.distribution, f.origin.version, f.reason]
+                    for k, f in registry.load_failures().items()}
+        error = None
+    except Exception as e:
+        names, failures, error = None, None, f"{type(e).__name__}: {e}"
+uses = {}
+for name in sys.argv[1:]:
+    try:
+        registry.get_backend(name)
+        uses[name] = "ok"
+    except Exception as e:
+        uses[name] = f"{type(e).__name__}: {e} | cause: {e.__cause__!r}"
+print(json.dumps({"names": names, "failures": failures, "error": error, "uses": uses,
+                  "warnings": [str(w.message) for w in caught
+                               if "BackendLoadWarning" in type(w.message).__name__]}))
+"""
+
+
+def probe(path: Path, *use, env=None) -> dict:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PALLAS_FRONTEND_")}
+    full_env["PYTHONPATH"] = os.pathsep.join([str(path), full_env.get("PYTHONPATH", "")])
+    full_env.update(env or {})
+    out = subprocess.run([sys.executable, "-c", PROBE, *use], env=full_env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])

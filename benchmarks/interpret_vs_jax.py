@@ -183,7 +183,8 @@ def _randn(seed, shape):
 # --- measurement -------------------------------------------------------------
 
 def _first_call_seconds(make, args):
-    """trace + lower + compile of a freshly built call."""
+    """trace + lower + compile of a freshly built call, with JAX's caches empty."""
+    jax.clear_caches()
     t = time.perf_counter()
     jax.jit(make()).lower(*args).compile()
     return time.perf_counter() - t

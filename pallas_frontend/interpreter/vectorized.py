@@ -155,7 +155,7 @@ def run(plan: VectorizedPlan, *inputs):
     n_in = len(kernel.in_mappings)
     in_acc, out_acc = plan.accesses[:n_in], plan.accesses[n_in:]
     padded_in = [acc.layout.pad(x) for acc, x in zip(in_acc, inputs)]
-    scratch = execute.initial_scratch(kernel)
+    scratch = execute.initial_scratch(kernel, inputs)
     body = _batched_body(plan)
     carried = [not acc.per_step for acc in out_acc]
     step_coords = jnp.asarray(plan.step_coords)

@@ -268,12 +268,17 @@ class Backend:
     def check(self, kernel: KernelIR) -> None:
         """Raises ``BackendCapabilityError`` for what this backend cannot take.
 
-        The base check rejects other backends' primitives and unsupported
-        dtypes; override and call ``super().check(kernel)``.
+        The base check rejects other backends' primitives (unless
+        ``accepts_foreign_primitive``), unsupported dtypes and missing
+        capabilities; override and call ``super().check(kernel)``.
         """
-        check_primitive_owners(self, kernel)
+        check_primitive_owners(self, kernel, accept=self.accepts_foreign_primitive)
         check_dtypes(self, kernel)
         check_capabilities(self, kernel)
+
+    def accepts_foreign_primitive(self, prim: jc.Primitive) -> bool:
+        """Whether this backend can run ``prim`` although another backend owns it."""
+        return False
 
     def call_effects(self, kernel: KernelIR, interpret: Any) -> frozenset:
         """JAX effects the launch has beyond the kernel's own (e.g. the ordered

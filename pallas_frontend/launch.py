@@ -1,4 +1,4 @@
-"""``pallas_call`` and ``kernel``: the user's entry points."""
+"""`pallas_call`, `kernel` and the deprecated `core_map`: launching kernels."""
 
 from __future__ import annotations
 

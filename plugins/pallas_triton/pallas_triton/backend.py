@@ -122,12 +122,13 @@ class TritonBackend(backend_api.Backend):
     conformance_unsupported = manifests.CONFORMANCE_UNSUPPORTED
     conformance_xfail = manifests.CONFORMANCE_XFAIL
 
-    def call_options(self, platform):
-        """Compiler params where the kernel can be launched; elsewhere (no GPU, or no
-        launch path yet) the generated kernel under Triton's interpreter."""
-        if platform in self.platforms and gpu_launch.AVAILABLE:
-            return {"compiler_params": CompilerParams()}
-        return {"interpret": InterpretParams()}
+    def call_options(self, platform, params: CompilerParams | None = None):
+        """``params`` where the kernel can be launched; elsewhere (no GPU, or no launch
+        path yet) the generated kernel under Triton's interpreter, compiled with them."""
+        # jax.default_backend() says "gpu" where lowering says "cuda"/"rocm"
+        if platform in (*self.platforms, "gpu") and gpu_launch.AVAILABLE:
+            return {"compiler_params": params or CompilerParams()}
+        return {"interpret": InterpretParams(compiler_params=params)}
 
     def is_available(self):
         try:

@@ -16,26 +16,23 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pluggy
-
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.specs import BlockDim, BoundedSlice, Buffered, Squeezed
 
 API_VERSION: tuple[int, int] = (1, 0)
-PROJECT_NAME = "pallas_frontend"
+PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+_HOOK_NAMES = ("hookimpl", "hookspec", "BackendHookSpecs")
 
 
-class BackendHookSpecs:
-    """Hooks a backend plugin implements (mark implementations with ``hookimpl``)."""
-
-    @hookspec
-    def pallas_frontend_backend(self) -> Backend | Sequence[Backend] | None:
-        """Return the plugin's ``Backend`` (or several). Must be cheap: do not
-        import compilers here; do that in ``Backend.lower``."""
+def __getattr__(name):
+    # The pluggy markers load on first use: plugins need them, `import
+    # pallas_frontend` does not.
+    if name in _HOOK_NAMES:
+        from pallas_frontend import hookspecs
+        return getattr(hookspecs, name)
+    raise AttributeError(f"module 'pallas_frontend.backend_api' has no attribute {name!r}")
 
 
 # --- the kernel as a backend sees it -----------------------------------------

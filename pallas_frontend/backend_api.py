@@ -12,7 +12,7 @@ accepted (new fields and hooks are optional for it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -167,11 +167,6 @@ def primitive_owner(prim: jc.Primitive) -> str | None:
 
 
 _interpretable: set[jc.Primitive] = set()
-
-# Ref effects, for the abstract evaluation of backend primitives that read or
-# write a Ref operand: ``ReadEffect(i)`` / ``WriteEffect(i)`` name operand i.
-ReadEffect = jc.state_types.ReadEffect
-WriteEffect = jc.state_types.WriteEffect
 
 
 def register_interpret_rule(prim: jc.Primitive, rule: Callable | None = None) -> None:
@@ -384,7 +379,3 @@ def ref_effects(*, reads: Sequence[int] = (), writes: Sequence[int] = ()) -> set
     (by operand position), for ``Primitive.def_effectful_abstract_eval``."""
     return ({jc.state_types.ReadEffect(i) for i in reads}
             | {jc.state_types.WriteEffect(i) for i in writes})
-
-
-def kernel_metadata(kernel: KernelIR) -> Mapping[str, str]:
-    return dict(kernel.metadata)

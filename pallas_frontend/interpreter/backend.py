@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pallas_frontend import backend_api
-from pallas_frontend.interpreter import execute
+from pallas_frontend.interpreter import vectorized
 
 
 class InterpreterBackend(backend_api.Backend):
@@ -27,8 +27,8 @@ class InterpreterBackend(backend_api.Backend):
         backend_api.check_dtypes(self, kernel)
 
     def lower(self, kernel, ctx, *args):
-        plan = execute.make_plan(kernel)
-        return ctx.lower_fun(lambda *xs: execute.run(plan, *xs), *args)
+        plan = vectorized.make_plan(kernel)
+        return ctx.lower_fun(lambda *xs: vectorized.run(plan, *xs), *args)
 
 
 @backend_api.hookimpl

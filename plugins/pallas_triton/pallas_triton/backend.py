@@ -6,11 +6,10 @@ import functools
 import sys
 
 import jax
-import numpy as np
 
 import pallas_frontend as pl
 from pallas_frontend import backend_api
-from pallas_triton import __version__
+from pallas_triton import __version__, gpu_launch, manifests
 from pallas_triton.errors import TritonCapabilityError, unsupported
 from pallas_triton.params import CompilerParams, InterpretParams
 
@@ -110,12 +109,26 @@ class TritonBackend(backend_api.Backend):
     compiler_params_type = CompilerParams
     interpret_params_type = InterpretParams
     pip_extra = "triton"
+    # Tags the base check keys on: "aliasing", "vmap", "float64" are supported (the
+    # generated kernel is indifferent to them); "scratch" and "semaphores" are not (see
+    # manifests.UNSUPPORTED). "jvp" works because a JVP is just another generated kernel.
     capabilities = frozenset({
-        "grid", "blocked", "element", "squeezed", "aliasing", "loops", "cond", "vmap",
-        "atomics", "interpret_on_cpu", "compile_only",
+        "grid", "blocked", "element", "squeezed", "aliasing", "loops", "cond", "vmap", "jvp",
+        "float64", "atomics", "interpret_on_cpu", "compile_only",
     })
     dtypes = frozenset({"float32", "float16", "bfloat16", "float64", "int8", "int16", "int32",
                         "int64", "uint8", "uint16", "uint32", "uint64", "bool"})
+
+    conformance_unsupported = manifests.CONFORMANCE_UNSUPPORTED
+    conformance_xfail = manifests.CONFORMANCE_XFAIL
+
+    def call_options(self, platform, params: CompilerParams | None = None):
+        """``params`` where the kernel can be launched; elsewhere (no GPU, or no launch
+        path yet) the generated kernel under Triton's interpreter, compiled with them."""
+        # jax.default_backend() says "gpu" where lowering says "cuda"/"rocm"
+        if platform in (*self.platforms, "gpu") and gpu_launch.AVAILABLE:
+            return {"compiler_params": params or CompilerParams()}
+        return {"interpret": InterpretParams(compiler_params=params)}
 
     def is_available(self):
         try:
@@ -153,4 +166,4 @@ def pallas_frontend_backend():
     return TritonBackend()
 
 
-__all__ = ["TritonBackend", "generate_source", "pallas_frontend_backend", "np"]
+__all__ = ["TritonBackend", "generate_source", "pallas_frontend_backend"]

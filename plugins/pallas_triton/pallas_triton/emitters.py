@@ -57,7 +57,8 @@ def _binary(op):
     return lambda w, eqn, ins: [f"({ins[0]} {op} {ins[1]})"]
 
 
-for _name, _op in {"add": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^",
+# add_any: the tangent sum that JVP kernels contain (same arithmetic as add).
+for _name, _op in {"add": "+", "add_any": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^",
                    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
                    "shift_left": "<<", "shift_right_arithmetic": ">>", "rem": "%"}.items():
     register(_name)(_binary(_op))

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from pallas_frontend.backend_api import BackendUnavailableError
 
+# Whether lower_for_gpu can launch; callers (call_options, the autotuner) fall back to
+# Triton's interpreter while it cannot.
+AVAILABLE = False
+
 
 def lower_for_gpu(kernel, ctx, params, *args):
     raise BackendUnavailableError(

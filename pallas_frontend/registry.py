@@ -122,23 +122,23 @@ def select_backend(*, platform: str, interpret, compiler_params, backend: str | 
     if interpret is True:
         return get_backend(INTERPRETER)
     if interpret not in (False, None):
-        for b in found.values():
-            if b.interpret_params_type is not None and isinstance(interpret, b.interpret_params_type):
-                return b
+        b = _backend_of(found, interpret, "interpret_params_type")
+        if b is not None:
+            return b
         owner = _owner_of(interpret)
         raise BackendUnavailableError(
             f"interpret={interpret!r} is an interpret-params object of backend {owner!r}, which "
             f"is not installed (platform {platform!r}). Install it with: {pip_hint(owner)}, or "
             "pass interpret=True for the built-in interpreter.")
     if compiler_params is not None:
-        for b in found.values():
-            if b.compiler_params_type is not None and isinstance(compiler_params, b.compiler_params_type):
-                if backend is not None and backend != b.name:
-                    raise BackendUnavailableError(
-                        f"backend={backend!r} contradicts compiler_params of type "
-                        f"{type(compiler_params).__qualname__}, which select backend {b.name!r}. "
-                        "Pass one or the other.")
-                return _serving(b, platform)
+        b = _backend_of(found, compiler_params, "compiler_params_type")
+        if b is not None:
+            if backend is not None and backend != b.name:
+                raise BackendUnavailableError(
+                    f"backend={backend!r} contradicts compiler_params of type "
+                    f"{type(compiler_params).__qualname__}, which select backend {b.name!r}. "
+                    "Pass one or the other.")
+            return _serving(b, platform)
         owner = _owner_of(compiler_params)
         failure = _discovered().failures.get(owner)
         if failure is not None:
@@ -173,11 +173,16 @@ def _owner_of(params) -> str:
 def backend_for_params(*, interpret, compiler_params) -> Backend | None:
     """The backend whose interpret params or compiler params these are, if any
     (platform-independent; used to ask a backend for its launch effects)."""
-    for b in backends().values():
-        if interpret not in (None, True, False):
-            if b.interpret_params_type is not None and isinstance(interpret, b.interpret_params_type):
-                return b
-        elif b.compiler_params_type is not None and isinstance(compiler_params, b.compiler_params_type):
+    if interpret not in (None, True, False):
+        return _backend_of(backends(), interpret, "interpret_params_type")
+    return _backend_of(backends(), compiler_params, "compiler_params_type")
+
+
+def _backend_of(found: dict[str, Backend], params, type_attr: str) -> Backend | None:
+    """The backend whose ``type_attr`` (a params type) ``params`` is an instance of."""
+    for b in found.values():
+        params_type = getattr(b, type_attr)
+        if params_type is not None and isinstance(params, params_type):
             return b
     return None
 

@@ -15,12 +15,14 @@ from pallas_frontend.backend_api import BackendUnavailableError
 TOPOLOGY = "v5e:2x2"
 
 
-def _quiet_libtpu() -> None:
-    """libtpu prints start-up warnings on a host without a TPU unless both are
-    set before it loads. Only set here, on the compile-only path of a host
-    whose JAX runs without a TPU: on a TPU host they would misdescribe it."""
+def _prepare_libtpu() -> None:
+    """Set before libtpu loads, on the compile-only path of a host whose JAX
+    runs without a TPU (on a TPU host they would misdescribe it): the first
+    two silence libtpu's start-up warnings; the third lets several processes
+    (parallel test runs) load libtpu, whose lock guards TPU chips there are none of."""
     os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 @functools.cache
@@ -32,7 +34,7 @@ def topology_mesh(topology: str = TOPOLOGY):
         raise BackendUnavailableError(
             f"compiling for TPU topology {topology!r} without a TPU needs libtpu: "
             'pip install "pallas-tpu[libtpu]"')
-    _quiet_libtpu()
+    _prepare_libtpu()
     topo = topologies.get_topology_desc(topology_name=topology, platform="tpu")
     return jax.sharding.Mesh(topo.devices[:1], ("x",))
 

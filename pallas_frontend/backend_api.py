@@ -12,30 +12,27 @@ accepted (new fields and hooks are optional for it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import pluggy
-
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.specs import BlockDim, BoundedSlice, Buffered, Squeezed
 
 API_VERSION: tuple[int, int] = (1, 0)
-PROJECT_NAME = "pallas_frontend"
+PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+_HOOK_NAMES = ("hookimpl", "hookspec", "BackendHookSpecs")
 
 
-class BackendHookSpecs:
-    """Hooks a backend plugin implements (mark implementations with ``hookimpl``)."""
-
-    @hookspec
-    def pallas_frontend_backend(self) -> Backend | Sequence[Backend] | None:
-        """Return the plugin's ``Backend`` (or several). Must be cheap: do not
-        import compilers here; do that in ``Backend.lower``."""
+def __getattr__(name):
+    # The pluggy markers load on first use: plugins need them, `import
+    # pallas_frontend` does not.
+    if name in _HOOK_NAMES:
+        from pallas_frontend import hookspecs
+        return getattr(hookspecs, name)
+    raise AttributeError(f"module 'pallas_frontend.backend_api' has no attribute {name!r}")
 
 
 # --- the kernel as a backend sees it -----------------------------------------
@@ -171,11 +168,6 @@ def primitive_owner(prim: jc.Primitive) -> str | None:
 
 _interpretable: set[jc.Primitive] = set()
 
-# Ref effects, for the abstract evaluation of backend primitives that read or
-# write a Ref operand: ``ReadEffect(i)`` / ``WriteEffect(i)`` name operand i.
-ReadEffect = jc.state_types.ReadEffect
-WriteEffect = jc.state_types.WriteEffect
-
 
 def register_interpret_rule(prim: jc.Primitive, rule: Callable | None = None) -> None:
     """Lets the reference interpreter run a backend's primitive.
@@ -276,12 +268,17 @@ class Backend:
     def check(self, kernel: KernelIR) -> None:
         """Raises ``BackendCapabilityError`` for what this backend cannot take.
 
-        The base check rejects other backends' primitives and unsupported
-        dtypes; override and call ``super().check(kernel)``.
+        The base check rejects other backends' primitives (unless
+        ``accepts_foreign_primitive``), unsupported dtypes and missing
+        capabilities; override and call ``super().check(kernel)``.
         """
-        check_primitive_owners(self, kernel)
+        check_primitive_owners(self, kernel, accept=self.accepts_foreign_primitive)
         check_dtypes(self, kernel)
         check_capabilities(self, kernel)
+
+    def accepts_foreign_primitive(self, prim: jc.Primitive) -> bool:
+        """Whether this backend can run ``prim`` although another backend owns it."""
+        return False
 
     def call_effects(self, kernel: KernelIR, interpret: Any) -> frozenset:
         """JAX effects the launch has beyond the kernel's own (e.g. the ordered
@@ -405,7 +402,3 @@ def ref_effects(*, reads: Sequence[int] = (), writes: Sequence[int] = ()) -> set
     (by operand position), for ``Primitive.def_effectful_abstract_eval``."""
     return ({jc.state_types.ReadEffect(i) for i in reads}
             | {jc.state_types.WriteEffect(i) for i in writes})
-
-
-def kernel_metadata(kernel: KernelIR) -> Mapping[str, str]:
-    return dict(kernel.metadata)

@@ -27,6 +27,7 @@ import pluggy
 
 from pallas_frontend import backend_api
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
+from pallas_frontend.hookspecs import BackendHookSpecs
 
 BUILTIN_ENTRY_POINT = "interpret"
 BUILTIN_MODULE = "pallas_frontend.interpreter.backend"
@@ -139,7 +140,7 @@ def _backends_of(plugin: object, origin: Origin) -> list[object]:
     """Calls the plugin's hook through its own plugin manager (so one plugin's
     fault cannot reach another's)."""
     pm = pluggy.PluginManager(backend_api.PROJECT_NAME)
-    pm.add_hookspecs(backend_api.BackendHookSpecs)
+    pm.add_hookspecs(BackendHookSpecs)
     pm.register(plugin, name=origin.entry_point)
     pm.check_pending()
     results = pm.hook.pallas_frontend_backend()

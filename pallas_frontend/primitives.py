@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend.backend_api import FRONTEND_OWNER, def_pure_primitive, kernel_primitive
+from pallas_frontend.backend_api import (
+    FRONTEND_OWNER, def_pure_primitive, kernel_primitive, ref_effects)
 from pallas_frontend.specs import MemoryRef
 
 
@@ -260,16 +261,12 @@ class DeviceIdType:
     LOGICAL = "logical"
 
 
-def _sem_effects(ref_aval):
-    return {jc.state_types.WriteEffect(0), jc.state_types.ReadEffect(0)}
-
-
 semaphore_read_p.def_effectful_abstract_eval(
-    lambda ref, *, transforms: (jc.ShapedArray((), jnp.int32), {jc.state_types.ReadEffect(0)}))
+    lambda ref, *, transforms: (jc.ShapedArray((), jnp.int32), ref_effects(reads=[0])))
 semaphore_signal_p.def_effectful_abstract_eval(
-    lambda ref, inc, *, transforms, device_id, core_index: ([], _sem_effects(ref)))
+    lambda ref, inc, *, transforms, device_id, core_index: ([], ref_effects(reads=[0], writes=[0])))
 semaphore_wait_p.def_effectful_abstract_eval(
-    lambda ref, value, *, transforms, decrement: ([], _sem_effects(ref)))
+    lambda ref, value, *, transforms, decrement: ([], ref_effects(reads=[0], writes=[0])))
 
 
 def _split_ref(sem):

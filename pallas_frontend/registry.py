@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
-from pallas_frontend import discovery
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
+
+if TYPE_CHECKING:
+    from pallas_frontend import discovery
 
 INTERPRETER = "interpret"
 ENV_DEFAULT = "PALLAS_FRONTEND_DEFAULT_BACKEND"   # "name" or "platform=name,platform=name"
@@ -32,6 +35,7 @@ def _discovered() -> discovery.Discovered:
     global _found
     with _lock:
         if _found is None:
+            from pallas_frontend import discovery   # lazily: it imports pluggy and metadata
             _found = discovery.discover()
         return _found
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pallas_frontend import backend_api
-from pallas_frontend.interpreter import execute
+from pallas_frontend.interpreter import vectorized
 
 
 class InterpreterBackend(backend_api.Backend):
@@ -21,14 +21,13 @@ class InterpreterBackend(backend_api.Backend):
         from pallas_frontend import __version__
         self.version = __version__
 
-    def check(self, kernel):
-        # Other backends' primitives are fine where they registered interpret rules.
-        backend_api.check_primitive_owners(self, kernel, accept=backend_api.interpretable)
-        backend_api.check_dtypes(self, kernel)
+    def accepts_foreign_primitive(self, prim):
+        # Other backends' primitives run here where they registered interpret rules.
+        return backend_api.interpretable(prim)
 
     def lower(self, kernel, ctx, *args):
-        plan = execute.make_plan(kernel)
-        return ctx.lower_fun(lambda *xs: execute.run(plan, *xs), *args)
+        plan = vectorized.make_plan(kernel)
+        return ctx.lower_fun(lambda *xs: vectorized.run(plan, *xs), *args)
 
 
 @backend_api.hookimpl

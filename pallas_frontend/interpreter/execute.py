@@ -192,7 +192,3 @@ def run_sequential(plan: InterpreterPlan, *inputs):
         outs, _ = lax.fori_loop(0, plan.num_points, step, carry)
     return [lay.unpad(o) for lay, o in zip(out_layouts, outs)]
 
-
-def run(plan: InterpreterPlan, *inputs):
-    """Runs a planned kernel; the one entry point the backend calls."""
-    return run_sequential(plan, *inputs)

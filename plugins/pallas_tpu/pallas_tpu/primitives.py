@@ -67,8 +67,8 @@ def _flatten_with_effects(parts, kinds):
 
 
 def _effects(spec):
-    return {(backend_api.ReadEffect if k == "r" else backend_api.WriteEffect)(i)
-            for i, k in spec}
+    return backend_api.ref_effects(reads=[i for i, k in spec if k == "r"],
+                                   writes=[i for i, k in spec if k != "r"])
 
 
 # --- DMAs ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from jax.interpreters import mlir
 
 import pallas_frontend as pl
 from pallas_frontend.backend_api import (
-    ReadEffect, WriteEffect, def_pure_primitive, kernel_primitive, register_interpret_rule)
+    def_pure_primitive, kernel_primitive, ref_effects, register_interpret_rule)
 from pallas_triton.codegen import resolve_indexer
 from pallas_triton.emitters import register
 from pallas_triton.errors import unsupported
@@ -109,7 +109,7 @@ def _load_abstract(ref, *rest, tree, **_):
     return jax.core.ShapedArray(shape, ref.dtype)
 
 
-load_p.def_effectful_abstract_eval(lambda *a, **p: (_load_abstract(*a, **p), {ReadEffect(0)}))
+load_p.def_effectful_abstract_eval(lambda *a, **p: (_load_abstract(*a, **p), ref_effects(reads=[0])))
 
 
 def _load_rule(ctx, x, *rest, tree, has_mask, has_other, **_):
@@ -160,7 +160,7 @@ def store(ref, val, *, mask=None, eviction_policy=None):
                  has_mask=mask is not None, eviction_policy=eviction_policy)
 
 
-store_p.def_effectful_abstract_eval(lambda *args, **params: ([], {WriteEffect(0)}))
+store_p.def_effectful_abstract_eval(lambda *args, **params: ([], ref_effects(writes=[0])))
 
 
 def _store_rule(ctx, x, *rest, tree, has_mask, eviction_policy):
@@ -217,7 +217,7 @@ atomic_and, atomic_or, atomic_xor, atomic_xchg = (_atomic(o) for o in ("and", "o
 
 
 def _atomic_effectful(*args, **params):
-    return _atomic_abstract(*args, **params), {ReadEffect(0), WriteEffect(0)}
+    return _atomic_abstract(*args, **params), ref_effects(reads=[0], writes=[0])
 
 
 def _atomic_abstract(ref, *rest, tree, **_):

@@ -308,6 +308,24 @@ class Backend:
                 pass
         return {"backend": self.name}
 
+    def compile_platform(self) -> str:
+        """The platform that compile-only checks (the conformance suite's
+        ``lowering`` layer) target; kernels for them are built with
+        ``call_options(compile_platform())``. Default: this machine's JAX
+        platform. A backend that can compile for its hardware without it
+        (e.g. for a TPU topology with libtpu) returns that platform."""
+        import jax
+        return jax.default_backend()
+
+    def compile_only(self, fn: Callable, *args) -> Any:
+        """Lowers and compiles ``jax.jit(fn)`` for ``args`` (arrays or
+        ``jax.ShapeDtypeStruct``) on ``compile_platform()``, never running it;
+        returns the compiled executable. Override to compile for a target that
+        is not this machine; raise ``BackendUnavailableError`` (with the fix)
+        when that target cannot be reached here."""
+        import jax
+        return jax.jit(fn).lower(*args).compile()
+
     def describe(self) -> dict[str, Any]:
         ok, why = self.is_available()
         return {

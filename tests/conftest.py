@@ -10,6 +10,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 # the test machines' values (they have no TPU), never a real TPU host's.
 os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
 os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+# ... and lets parallel test processes load it (its lock guards chips there are none of).
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -8,6 +8,7 @@ It is a no-op unless a backend is named: ``--pallas-backend NAME`` or env
   (an unexpected pass fails the run), and warns about manifest entries that
   match no test;
 - provides the fixtures ``pallas_backend``, ``call_options``, ``call_kernel``,
+  ``compile_kernel`` (compile-only, for the backend's ``compile_platform()``),
   ``platform`` and ``rng``.
 
 Run: ``pytest --pyargs pallas_frontend.testing --pallas-backend=NAME``.
@@ -27,7 +28,7 @@ ENV_BACKEND = "PALLAS_FRONTEND_TEST_BACKEND"
 SUITE_PACKAGE = "pallas_frontend.testing"
 LAYERS = {
     "contract": "backend metadata and hooks (no kernel runs)",
-    "lowering": "kernels lower and compile (jax.jit(f).lower(...).compile())",
+    "lowering": "kernels lower and compile for Backend.compile_platform(), never run",
     "execution": "kernels run and match NumPy float64",
     "interpret_parity": "kernels match the built-in reference interpreter",
     "negative": "errors name the backend, the primitive and the fix",
@@ -66,7 +67,9 @@ def _load_backend(name: str):
 
 
 def _matches(item, pattern: str) -> bool:
-    return fnmatch.fnmatchcase(item.name, pattern) or fnmatch.fnmatchcase(item.nodeid, "*" + pattern)
+    # The exact name first: fnmatch reads "[case]" of a parametrized name as a set.
+    return (item.name == pattern or fnmatch.fnmatchcase(item.name, pattern)
+            or fnmatch.fnmatchcase(item.nodeid, "*" + pattern))
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -150,6 +153,32 @@ def call_kernel(call_options):
     """``call_kernel(builder, *args)`` -> the kernel built for the backend under test."""
     def build(builder, *args, **kwargs):
         return builder(*args, **kwargs, **call_options)
+    return build
+
+
+@pytest.fixture(scope="session")
+def compile_options(pallas_backend):
+    """(platform, pallas_call keywords) for compile-only checks: the backend's
+    ``compile_platform()``, which need not be this machine's."""
+    platform = pallas_backend.compile_platform()
+    return platform, pallas_backend.call_options(platform)
+
+
+@pytest.fixture
+def compile_kernel(pallas_backend, compile_options):
+    """``compile_kernel(builder, *args, operands=[ShapeDtypeStruct, ...])`` ->
+    the kernel built for ``compile_platform()`` and compiled by the backend's
+    ``compile_only`` (never run)."""
+    from pallas_frontend.backend_api import BackendUnavailableError
+    platform, options = compile_options
+
+    def build(builder, *args, operands):
+        fn = builder(*args, **options)
+        try:
+            return pallas_backend.compile_only(fn, *operands)
+        except BackendUnavailableError as e:
+            pytest.skip(f"backend {pallas_backend.name!r} cannot compile for {platform!r} "
+                        f"here: {e}")
     return build
 
 

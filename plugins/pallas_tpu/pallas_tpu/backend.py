@@ -7,7 +7,7 @@ import contextlib
 from pallas_frontend import backend_api
 from pallas_frontend.backend_api import Backend, BackendUnavailableError, KernelIR
 
-from pallas_tpu import check
+from pallas_tpu import check, manifest
 from pallas_tpu.memory import MemorySpace
 from pallas_tpu.params import CompilerParams, InterpretParams, active_interpret_mode
 
@@ -25,11 +25,15 @@ class TpuBackend(Backend):
     memory_spaces = tuple(MemorySpace)
     pip_extra = "tpu"
     dtypes = None  # checked by check.check_dtypes, which also covers scratch
+    # Each tag is exercised by a test of this plugin or of the conformance
+    # suite; float64 is absent on purpose (Mosaic has no 64-bit vectors).
     capabilities = frozenset({
-        "grid", "blocked", "element", "squeezed", "bounded_slice", "scratch", "aliasing",
-        "run_scoped", "scalar_prefetch", "semaphores", "dma", "remote_dma", "multi_device",
-        "pipeline", "prng", "debug_print", "loops", "vmap", "jvp", "interpret_mode",
+        "grid", "blocked", "squeezed", "scratch", "aliasing", "run_scoped", "scalar_prefetch",
+        "semaphores", "dma", "remote_dma", "multi_device", "pipeline", "prng", "debug_print",
+        "loops", "vmap", "jvp", "interpret_mode",
     })
+    conformance_unsupported = manifest.UNSUPPORTED
+    conformance_xfail = manifest.XFAIL
 
     def check(self, kernel: KernelIR) -> None:
         super().check(kernel)
@@ -39,6 +43,18 @@ class TpuBackend(Backend):
         if isinstance(interpret, InterpretParams) or active_interpret_mode() is not None:
             return _interpreter_effects()
         return frozenset()
+
+    def call_options(self, platform: str) -> dict:
+        if platform == "tpu":
+            return {"compiler_params": CompilerParams()}
+        return {"interpret": InterpretParams()}
+
+    def compile_platform(self) -> str:
+        return "tpu"   # a v5e chip through libtpu when this host has no TPU
+
+    def compile_only(self, fn, *args):
+        from pallas_tpu import aot
+        return aot.compile_for_tpu(fn, *args)
 
     def lower(self, kernel: KernelIR, ctx, *args):
         from pallas_tpu import rebuild

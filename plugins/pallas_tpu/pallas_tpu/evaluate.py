@@ -23,6 +23,7 @@ from jax.extend import core as jex
 
 from pallas_frontend.backend_api import FRONTEND_OWNER, primitive_owner
 
+from pallas_tpu import interpret_mode
 from pallas_tpu import primitives as tpu_prims
 from pallas_tpu.spaces import scratch_type
 
@@ -257,6 +258,9 @@ def _debug_print(eqn, invals):
 @_rule(_FRONTEND_RULES, "debug_check")
 def _debug_check(eqn, invals):
     from jax.experimental import pallas as pl
+    if interpret_mode.active():
+        interpret_mode.debug_check(invals[0], eqn.params["message"])
+        return []
     # The frontend only records a check when checks were enabled at trace time.
     with pl.enable_debug_checks(True):
         pl.debug_check(invals[0], eqn.params["message"])
@@ -266,6 +270,10 @@ def _debug_check(eqn, invals):
 @_rule(_FRONTEND_RULES, "semaphore_read")
 def _semaphore_read(eqn, invals):
     from jax.experimental import pallas as pl
+    if interpret_mode.active():
+        raise NotImplementedError(
+            "pallas_tpu: semaphore_read does not run in TPU interpret mode (JAX 0.12's TPU "
+            "interpreter has no rule for it); it compiles for TPU.")
     return pl.semaphore_read(_sem_view(invals[0], eqn.params["transforms"]))
 
 
@@ -317,8 +325,11 @@ def _dma_wait(eqn, invals):
 @_rule(_RULES, tpu_prims.load_p)
 def _load(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
-    ref, mask = _unflatten(eqn, invals)
-    return pltpu.load(ref, mask=mask)
+    ref, _mask = _unflatten(eqn, invals)
+    # JAX 0.12 implements masked loads neither in Mosaic nor in its TPU
+    # interpreter. The unmasked load is a valid one: masked-off lanes are
+    # unspecified, and the (view of the) Ref is in bounds as a whole.
+    return pltpu.load(ref)
 
 
 @_rule(_RULES, tpu_prims.store_p)
@@ -332,13 +343,18 @@ def _store(eqn, invals):
 @_rule(_RULES, tpu_prims.prng_seed_p)
 def _prng_seed(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
-    pltpu.prng_seed(*invals)
+    if interpret_mode.active():
+        interpret_mode.prng_seed(invals)
+    else:
+        pltpu.prng_seed(*invals)
     return []
 
 
 @_rule(_RULES, tpu_prims.prng_random_bits_p)
 def _prng_random_bits(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
+    if interpret_mode.active():
+        return interpret_mode.prng_random_bits(eqn.params["shape"])
     return pltpu.prng_random_bits(eqn.params["shape"])
 
 

@@ -1,27 +1,24 @@
-"""What the conformance suite should skip or expect to fail on backend ``tpu``.
+"""What the conformance suite (``pallas_frontend.testing``) must skip or
+expect to fail on backend ``tpu``: test-name pattern -> one-line reason.
 
-Plain data (feature -> reason) until the suite's manifest format settles;
-``UNSUPPORTED`` features are skipped, ``XFAIL`` ones are expected to fail.
+On CPU the suite runs kernels in TPU interpret mode and compiles the
+lowering layer for one v5e chip with libtpu (see ``aot.py``).
 """
 
+_UNTILED = ("a VMEM block of {block} over a {array} array tiles neither (8, 128) nor the "
+            "array dims; Mosaic cannot take it and check() says so before lowering")
+
 UNSUPPORTED: dict[str, str] = {
-    "float64": "Mosaic TPU has no 64-bit vector types; check() rejects float64/int64 operands.",
-    "complex": "Mosaic TPU has no complex vector types.",
-    "untiled_blocks": "VMEM blocks whose last two dims neither tile (8, 128) nor equal the "
-                      "array dims do not lower (JAX's TPU lowering and Mosaic reject them); "
-                      "check() raises before lowering.",
-    "execution_without_interpret_on_cpu": "Mosaic kernels run on TPUs only; on CPU the suite "
-                                          "runs them with interpret=pallas_tpu.InterpretParams().",
-    "frontend_interpreter_with_tpu_primitives": "interpret=True is the frontend's interpreter, "
-                                                "which refuses TPU-owned primitives (DMAs, PRNG).",
-    "get_global": "pl.get_global is not mapped to Mosaic yet.",
-    "core_map": "pl.kernel/core_map over a TensorCoreMesh is not mapped yet (needs pltpu.TensorCoreMesh).",
+    "test_lowers_and_compiles[blocked_matmul]": _UNTILED.format(block="(32, 32)", array="(64, 96)"),
+    "test_blocked_matmul_accumulates_over_k": _UNTILED.format(block="(32, 32)", array="(64, 96)"),
+    "test_matches_reference_interpreter[blocked_matmul]":
+        _UNTILED.format(block="(32, 32)", array="(64, 96)"),
+    "test_lowers_and_compiles[transpose_2d]": _UNTILED.format(block="(16, 8)", array="(32, 48)"),
+    "test_2d_grid_transposing_out_index_map": _UNTILED.format(block="(16, 8)", array="(32, 48)"),
+    "test_matches_reference_interpreter[transpose_2d]":
+        _UNTILED.format(block="(16, 8)", array="(32, 48)"),
+    "test_scratch_accumulator": _UNTILED.format(block="(16, 16)", array="(32, 64)"),
+    "test_input_output_aliasing": _UNTILED.format(block="(64,)", array="(256,)"),
 }
 
-XFAIL: dict[str, str] = {
-    "shard_map_check_vma_interpret": "JAX 0.12's TPU interpreter re-evaluates axis_index "
-                                     "without varying-axes types; in TPU interpret mode use "
-                                     "shard_map(check_vma=False). AOT compilation is unaffected.",
-    "element_padding_nonzero": "pl.Element with non-zero padding is passed through to JAX; "
-                               "untested on Mosaic here.",
-}
+XFAIL: dict[str, str] = {}

@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import enum
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pallas_frontend as pf
@@ -95,35 +95,51 @@ class CompilerParams(pf.CompilerParams):
             fuse_transposed_lhs_in_matmul=self.fuse_transposed_lhs_in_matmul)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class InterpretParams:
     """Runs a kernel on CPU through JAX's TPU interpreter (DMAs, semaphores,
     race detection, uninitialised-memory poisoning) instead of compiling it.
 
-    Takes the keyword options of ``jax.experimental.pallas.tpu.InterpretParams``
-    (``detect_races``, ``dma_execution_mode``, ``uninitialized_memory``,
-    ``num_cores_or_threads``, ``random_seed``, ...); they are validated here.
+    The fields are those of ``jax.experimental.pallas.tpu.InterpretParams``
+    in JAX 0.12, with the same defaults (a test keeps them in step).
     """
+    detect_races: bool = False
+    on_race: str = "raise"                      # "raise" | "warn"
+    out_of_bounds_reads: str = "raise"          # "raise" | "uninitialized"
+    skip_floating_point_ops: bool = False
+    uninitialized_memory: str = "nan"           # "nan" | "zero"
+    num_cores_or_threads: int = 1
+    vector_clock_size: int | None = None
+    logging_mode: Any = None
+    dma_execution_mode: str = "on_wait"         # "on_wait" | "eager"
+    random_seed: int | None = None
+    grid_point_recorder: Callable | None = None
+    allow_hbm_allocation_in_run_scoped: bool = False
+    buffer_bounds: str = "logical"              # "logical" | "padded"
 
-    def __init__(self, **options):
-        self._options = tuple(sorted(options.items()))
-        self.to_jax()  # reject unknown or bad options now, not at lowering time
+    def __post_init__(self):
+        for name, allowed in _INTERPRET_CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"pallas_tpu.InterpretParams: {name} must be one of "
+                                 f"{allowed}, got {getattr(self, name)!r}.")
 
     @property
     def options(self) -> dict[str, Any]:
-        return dict(self._options)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def to_jax(self):
         from jax.experimental.pallas import tpu as pltpu
         return pltpu.InterpretParams(**self.options)
 
-    def __eq__(self, other):
-        return isinstance(other, InterpretParams) and self._options == other._options
 
-    def __hash__(self):
-        return hash(self._options)
-
-    def __repr__(self):
-        return "InterpretParams(" + ", ".join(f"{k}={v!r}" for k, v in self._options) + ")"
+# Checked at construction, so a typo fails where it is written, not at lowering.
+_INTERPRET_CHOICES = {
+    "on_race": ("raise", "warn"),
+    "out_of_bounds_reads": ("raise", "uninitialized"),
+    "uninitialized_memory": ("nan", "zero"),
+    "dma_execution_mode": ("on_wait", "eager"),
+    "buffer_bounds": ("logical", "padded"),
+}
 
 
 # --- process-wide interpret mode ------------------------------------------------

@@ -16,7 +16,7 @@ import jax
 import pallas_frontend as pf
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 
-from pallas_tpu import evaluate
+from pallas_tpu import evaluate, interpret_mode
 from pallas_tpu.params import CompilerParams, InterpretParams
 from pallas_tpu.spaces import block_memory_space, scratch_type_of_aval
 
@@ -74,13 +74,19 @@ def block_spec(m: BlockMapping):
     return pl.BlockSpec(tuple(_block_dim(d) for d in m.block_dims), _index_map_fn(m), **kwargs)
 
 
-def _kernel_body(kernel: KernelIR):
+def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool):
+    """``prng_state``: the last Ref is the hidden PRNG state of interpret mode."""
     from jax.experimental import pallas as pl
     jaxpr, n_grid = kernel.jaxpr, len(kernel.grid)
 
     def body(*refs):
         ids = [pl.program_id(a) for a in range(n_grid)]
-        evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs)
+        if not interpreting:
+            evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs)
+            return
+        state = refs[-1] if prng_state else None
+        with interpret_mode.interpreting(state):
+            evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *(refs[:-1] if prng_state else refs))
     body.__name__ = kernel.name
     return body
 
@@ -119,6 +125,9 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
     in_specs = [block_spec(m) for m in kernel.in_mappings]
     out_specs = [block_spec(m) for m in kernel.out_mappings]
     scratch = [scratch_type_of_aval(a) for a in kernel.scratch_avals]
+    prng_state = interpret is not None and interpret_mode.uses_prng(kernel)
+    if prng_state:
+        scratch.append(interpret_mode.prng_state_type())
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=kernel.num_scalar_prefetch, grid=tuple(kernel.grid),
         in_specs=in_specs, out_specs=out_specs, scratch_shapes=scratch)
@@ -128,7 +137,8 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
         cost = pl.CostEstimate(flops=c.flops, transcendentals=c.transcendentals,
                                bytes_accessed=c.bytes_accessed)
     call = pl.pallas_call(
-        _kernel_body(kernel), out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
+        _kernel_body(kernel, interpret is not None, prng_state),
+        out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
         input_output_aliases=dict(kernel.input_output_aliases),
         compiler_params=jax_compiler_params(kernel), cost_estimate=cost,
         interpret=interpret.to_jax() if interpret is not None else False,

@@ -41,7 +41,8 @@ def test_accepts_full_array_dims_and_runs():
 
 def test_rejects_float64():
     with jax.enable_x64(True):
-        with pytest.raises(BackendCapabilityError, match=r"float64.*args\[0\]"):
+        with pytest.raises(BackendCapabilityError,
+                           match=r"'tpu' lacks capability 'float64'.*args\[0\]"):
             jax.jit(_call((8, 128), dtype=jnp.float64)).trace(
                 jnp.zeros((256, 256), jnp.float64)).lower()
 
@@ -71,6 +72,20 @@ def test_compiler_params_validate():
         pltpu.CompilerParams(dimension_semantics=("sideways",))
     with pytest.raises(TypeError):
         pltpu.InterpretParams(no_such_option=True)
+    with pytest.raises(ValueError, match="dma_execution_mode"):
+        pltpu.InterpretParams(dma_execution_mode="lazy")
+
+
+def test_interpret_params_mirror_jax():
+    """Same fields and defaults as JAX's TPU InterpretParams (fails on a JAX
+    upgrade that adds or changes one)."""
+    import dataclasses
+    from jax.experimental.pallas import tpu as jax_tpu
+    ours = {f.name: f.default for f in dataclasses.fields(pltpu.InterpretParams)}
+    theirs = {f.name: f.default for f in dataclasses.fields(jax_tpu.InterpretParams)}
+    assert ours == theirs
+    params = pltpu.InterpretParams(detect_races=True, uninitialized_memory="zero")
+    assert params.to_jax() == jax_tpu.InterpretParams(detect_races=True, uninitialized_memory="zero")
 
 
 def test_cpu_without_interpret_is_refused():

@@ -1,0 +1,81 @@
+"""What the rebuilt kernel does where JAX 0.12's TPU interpreter departs from
+a TPU. Active only while a kernel is rebuilt with ``InterpretParams``:
+
+- ``semaphore_read``: no rule there; refused with a message (it compiles).
+- ``prng_seed`` / ``prng_random_bits``: a no-op and all zeros there. Here a
+  threefry stream keyed by the seeds, its state in a hidden SMEM scratch
+  buffer: other bits than the hardware's, the same contract (deterministic
+  per seed, a new block of bits per call, state kept across grid steps).
+- ``debug_check``: JAX's is a checkify check, silent unless the caller
+  checkifies; here a failed check raises from a host callback, as in the
+  frontend's interpreter and on a TPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_frontend.backend_api import KernelIR
+
+from pallas_tpu import primitives as tpu_prims
+
+_active: contextvars.ContextVar = contextvars.ContextVar("pallas_tpu_interpreting", default=None)
+
+
+class _Interpreting:
+    def __init__(self, prng_state):
+        self.prng_state = prng_state     # int32[2] SMEM Ref: (seed, calls since seeding)
+
+
+@contextlib.contextmanager
+def interpreting(prng_state=None):
+    token = _active.set(_Interpreting(prng_state))
+    try:
+        yield
+    finally:
+        _active.reset(token)
+
+
+def active() -> _Interpreting | None:
+    return _active.get()
+
+
+def uses_prng(kernel: KernelIR) -> bool:
+    prims = (tpu_prims.prng_seed_p, tpu_prims.prng_random_bits_p)
+    return any(e.primitive in prims for e in kernel.iter_equations())
+
+
+def prng_state_type():
+    from jax.experimental.pallas import tpu as pltpu
+    return pltpu.SMEM((2,), jnp.int32)
+
+
+def prng_seed(seeds) -> None:
+    state = active().prng_state
+    seed = seeds[0]
+    for s in seeds[1:]:      # several seeds: one int32, order-sensitive
+        seed = seed * np.int32(1000003) ^ s
+    state[0] = seed
+    state[1] = jnp.int32(0)
+
+
+def prng_random_bits(shape):
+    state = active().prng_state
+    key = jax.random.fold_in(jax.random.PRNGKey(state[0]), state[1])
+    state[1] = state[1] + 1
+    bits = jax.random.bits(key, tuple(shape), jnp.uint32)
+    return jax.lax.bitcast_convert_type(bits, jnp.int32)
+
+
+def _raise_if_false(ok, *, message):
+    if not bool(ok):
+        raise AssertionError(message)
+
+
+def debug_check(pred, message: str) -> None:
+    jax.debug.callback(_raise_if_false, pred, message=message)

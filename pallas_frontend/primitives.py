@@ -261,79 +261,79 @@ class DeviceIdType:
     LOGICAL = "logical"
 
 
+# Operands: the semaphore Ref, one int32 index per dim when the semaphore is an
+# element of an array of semaphores (``sems.at[i]``), then the value.
 semaphore_read_p.def_effectful_abstract_eval(
-    lambda ref, *, transforms: (jc.ShapedArray((), jnp.int32), ref_effects(reads=[0])))
+    lambda ref, *idx: (jc.ShapedArray((), jnp.int32), ref_effects(reads=[0])))
 semaphore_signal_p.def_effectful_abstract_eval(
-    lambda ref, inc, *, transforms, device_id, core_index: ([], ref_effects(reads=[0], writes=[0])))
+    lambda ref, *idx_inc, device_id, core_index: ([], ref_effects(reads=[0], writes=[0])))
 semaphore_wait_p.def_effectful_abstract_eval(
-    lambda ref, value, *, transforms, decrement: ([], ref_effects(reads=[0], writes=[0])))
+    lambda ref, *idx_value, decrement: ([], ref_effects(reads=[0], writes=[0])))
 
 
-def _split_ref(sem):
-    """(underlying ref, static index tuple) for a semaphore or a view of one."""
-    transforms = ()
-    if isinstance(sem, jc.state_types.TransformedRef):
-        transforms = tuple(sem.transforms)
-        sem = sem.ref
-    return sem, transforms
-
-
-def _sem_index(transforms):
-    idx = ()
-    for t in transforms:
-        if not isinstance(t, jc.NDIndexer):
-            raise NotImplementedError(f"semaphore view transform {t} is not supported")
-        idx = tuple(i.start if isinstance(i, jc.Slice) else i for i in t.indices)
-    return idx
+def _split_ref(sem, fn_name: str):
+    """(underlying Ref, int32 indices) of a semaphore or of one element of an
+    array of semaphores."""
+    if not isinstance(sem, jc.state_types.TransformedRef):
+        if sem.shape != ():
+            raise ValueError(f"pl.{fn_name}: got an array of {sem.shape} semaphores; pick one "
+                             "with sems.at[i].")
+        return sem, []
+    transforms = tuple(sem.transforms)
+    if len(transforms) != 1 or not isinstance(transforms[0], jc.NDIndexer):
+        raise ValueError(f"pl.{fn_name}: a semaphore view must be one plain index, "
+                         f"sems.at[i, ...]; got {transforms}.")
+    idx = list(transforms[0].indices)
+    if any(isinstance(i, jc.Slice) for i in idx) or len(idx) != len(sem.ref.shape):
+        raise ValueError(f"pl.{fn_name}: index every dim of the semaphore array "
+                         f"(shape {sem.ref.shape}) with a scalar, e.g. sems.at[i].")
+    return sem.ref, [jnp.asarray(i, jnp.int32) for i in idx]
 
 
 def semaphore_read(sem):
-    ref, transforms = _split_ref(sem)
-    return semaphore_read_p.bind(ref, transforms=transforms)
+    ref, idx = _split_ref(sem, "semaphore_read")
+    return semaphore_read_p.bind(ref, *idx)
 
 
 def semaphore_signal(sem, inc=1, *, device_id=None, device_id_type=DeviceIdType.MESH,
                      core_index=None):
-    ref, transforms = _split_ref(sem)
-    semaphore_signal_p.bind(ref, jnp.asarray(inc, jnp.int32), transforms=transforms,
-                            device_id=device_id, core_index=core_index)
+    ref, idx = _split_ref(sem, "semaphore_signal")
+    semaphore_signal_p.bind(ref, *idx, jnp.asarray(inc, jnp.int32), device_id=device_id,
+                            core_index=core_index)
 
 
 def semaphore_wait(sem, value=1, *, decrement: bool = True):
-    ref, transforms = _split_ref(sem)
-    semaphore_wait_p.bind(ref, jnp.asarray(value, jnp.int32), transforms=transforms,
-                          decrement=decrement)
+    ref, idx = _split_ref(sem, "semaphore_wait")
+    semaphore_wait_p.bind(ref, *idx, jnp.asarray(value, jnp.int32), decrement=decrement)
 
 
-def _read_sem(ref_val, transforms):
-    idx = _sem_index(transforms)
-    return ref_val[idx] if idx else ref_val
+def _sem_add(ref_val, idx, delta):
+    ref_val = jnp.asarray(ref_val)
+    return ref_val.at[tuple(idx)].add(delta) if idx else ref_val + delta
 
 
-def _write_sem(ref_val, transforms, new):
-    idx = _sem_index(transforms)
-    return ref_val.at[idx].set(new) if idx else new
+def _sem_read_discharge(ctx, ref_val, *idx):
+    return (None,) * (1 + len(idx)), jnp.asarray(ref_val)[tuple(idx)]
 
 
-def _sem_read_discharge(ctx, ref_val, *, transforms):
-    return (None,), _read_sem(ref_val, transforms)
-
-
-def _sem_signal_discharge(ctx, ref_val, inc, *, transforms, device_id, core_index):
+def _sem_signal_discharge(ctx, ref_val, *idx_inc, device_id, core_index):
     if device_id is not None or core_index is not None:
         raise NotImplementedError("semaphore_signal to another device or core needs a "
                                   "multi-device backend (e.g. pallas_tpu interpret mode).")
-    return (_write_sem(ref_val, transforms, _read_sem(ref_val, transforms) + inc), None), []
+    *idx, inc = idx_inc
+    new = _sem_add(ref_val, idx, inc)
+    return (new,) + (None,) * len(idx_inc), []
 
 
-def _sem_wait_discharge(ctx, ref_val, value, *, transforms, decrement):
-    cur = _read_sem(ref_val, transforms)
+def _sem_wait_discharge(ctx, ref_val, *idx_value, decrement):
+    *idx, value = idx_value
+    cur = jnp.asarray(ref_val)[tuple(idx)]
     jax.debug.callback(_raise_if_false, cur >= value,
                        message="semaphore_wait would block forever: the semaphore holds less "
                                "than the awaited value and no other program can signal it "
                                "in the sequential interpreter.")
-    new = _write_sem(ref_val, transforms, cur - value) if decrement else ref_val
-    return (new, None), []
+    new = _sem_add(ref_val, idx, -value) if decrement else None
+    return (new,) + (None,) * len(idx_value), []
 
 
 jc.register_discharge_rule(semaphore_read_p)(_sem_read_discharge)

@@ -225,6 +225,25 @@ def test_semaphores_in_the_interpreter(rng):
         jax.block_until_ready(run1(blocked, x, scratch_shapes=[pl.ANY((), jnp.int32)]))
 
 
+def test_semaphore_array_views_with_traced_index(rng):
+    x = rand(rng, 4)
+
+    def kernel(x_ref, o_ref, sems):
+        sems[...] = jnp.zeros((2,), jnp.int32)
+        i = pl.program_id(0) % 2                           # a traced index into the array
+        pl.semaphore_signal(sems.at[i], 5)
+        pl.semaphore_signal(sems.at[1 - i], 2)
+        pl.semaphore_wait(sems.at[i], 4)                   # leaves 1 in sems[i]
+        got = pl.semaphore_read(sems.at[i]) * 10 + pl.semaphore_read(sems.at[1 - i])
+        o_ref[...] = x_ref[...] * got.astype(jnp.float32)   # 12
+
+    out = run1(kernel, x, grid=(2,), scratch_shapes=[pl.ANY((2,), jnp.int32)])
+    np.testing.assert_allclose(out, 12 * x.astype(np.float64), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"array of \(2,\) semaphores; pick one"):
+        run1(lambda x_ref, o_ref, sems: pl.semaphore_signal(sems), x,
+             scratch_shapes=[pl.ANY((2,), jnp.int32)])
+
+
 # --- block dims ----------------------------------------------------------------------
 
 def test_element_dims_with_padding_sliding_window(rng):

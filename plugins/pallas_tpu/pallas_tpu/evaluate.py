@@ -235,10 +235,9 @@ def _replay_scan(eqn, invals):
 
 # --- the frontend's primitives --------------------------------------------------------
 
-def _sem_view(ref, transforms):
-    for t in transforms:
-        ref = ref.at[tuple(t.indices)]
-    return ref
+def _sem_view(ref, idx):
+    """The frontend passes a semaphore as its Ref plus one index per dim."""
+    return ref.at[tuple(idx)] if idx else ref
 
 
 @_rule(_FRONTEND_RULES, "multiple_of")
@@ -274,14 +273,14 @@ def _semaphore_read(eqn, invals):
         raise NotImplementedError(
             "pallas_tpu: semaphore_read does not run in TPU interpret mode (JAX 0.12's TPU "
             "interpreter has no rule for it); it compiles for TPU.")
-    return pl.semaphore_read(_sem_view(invals[0], eqn.params["transforms"]))
+    return pl.semaphore_read(_sem_view(invals[0], invals[1:]))
 
 
 @_rule(_FRONTEND_RULES, "semaphore_signal")
 def _semaphore_signal(eqn, invals):
     from jax.experimental import pallas as pl
-    ref, inc = invals
-    pl.semaphore_signal(_sem_view(ref, eqn.params["transforms"]), inc,
+    ref, *idx, inc = invals
+    pl.semaphore_signal(_sem_view(ref, idx), inc,
                         device_id=eqn.params["device_id"], core_index=eqn.params["core_index"])
     return []
 
@@ -289,8 +288,8 @@ def _semaphore_signal(eqn, invals):
 @_rule(_FRONTEND_RULES, "semaphore_wait")
 def _semaphore_wait(eqn, invals):
     from jax.experimental import pallas as pl
-    ref, value = invals
-    pl.semaphore_wait(_sem_view(ref, eqn.params["transforms"]), value,
+    ref, *idx, value = invals
+    pl.semaphore_wait(_sem_view(ref, idx), value,
                       decrement=eqn.params["decrement"])
     return []
 

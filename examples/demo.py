@@ -49,7 +49,7 @@ def matmul(x, y, bm=64, bn=64, bk=64):
         in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
                   pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
-        scratch_shapes=[pl.ANY((bm, bn), jnp.float32)])(x, y)
+        scratch_shapes=[pl.MemorySpace.DEFAULT((bm, bn), jnp.float32)])(x, y)
 
 
 # --- row softmax ---------------------------------------------------------------

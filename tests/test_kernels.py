@@ -72,7 +72,7 @@ def blocked_matmul(x, y, bm=32, bn=32, bk=16):
         in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)),
                   pl.BlockSpec((bk, bn), lambda i, j, k: (k, j))],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
-        scratch_shapes=[pl.MemorySpace.ANY((bm, bn), jnp.float32)])(x, y)
+        scratch_shapes=[pl.MemorySpace.DEFAULT((bm, bn), jnp.float32)])(x, y)
 
 
 def test_blocked_matmul_accumulates_over_k(rng):

@@ -58,7 +58,7 @@ def scratch_matmul(m: int, n: int, k: int, bm: int, bn: int, bk: int, **call):
         body, jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(m // bm, n // bn, nk),
         in_specs=[_spec((bm, bk), lambda i, j, kk: (i, kk)), _spec((bk, bn), lambda i, j, kk: (kk, j))],
         out_specs=_spec((bm, bn), lambda i, j, kk: (i, j)),
-        scratch_shapes=[pl.MemorySpace.ANY((bm, bn), jnp.float32)], name="scratch_matmul", **call)
+        scratch_shapes=[pl.MemorySpace.DEFAULT((bm, bn), jnp.float32)], name="scratch_matmul", **call)
 
 
 def softmax(rows: int, cols: int, block_rows: int, **call):

@@ -25,14 +25,15 @@ def _matmul_tol(k):
     return dict(rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
 
-# (builder, builder args, operand shapes): the kernels every layer runs
+# (builder, builder args, operand shapes): the kernels every layer runs. Blocks
+# are powers of two (Triton) and tile (8, 128) or equal the array (Mosaic TPU).
 CASES = {
     "vector_add": (K.vector_add, (1024, 128), [(1024,), (1024,)]),
     "ragged_add": (K.vector_add, (1000, 128), [(1000,), (1000,)]),
-    "blocked_matmul": (K.blocked_matmul, (64, 48, 96, 32, 16, 32), [(64, 96), (96, 48)]),
+    "blocked_matmul": (K.blocked_matmul, (128, 256, 384, 128, 128, 128), [(128, 384), (384, 256)]),
     "softmax": (K.softmax, (32, 64, 8), [(32, 64)]),
     "layer_norm": (K.layer_norm, (32, 64, 8, 1e-5), [(32, 64), (64,), (64,)]),
-    "transpose_2d": (K.transpose_2d, (32, 48, 16, 8), [(32, 48)]),
+    "transpose_2d": (K.transpose_2d, (256, 384, 128, 128), [(256, 384)]),
 }
 
 
@@ -61,17 +62,17 @@ def test_ragged_add_grid_not_dividing(call_kernel, rng):
 
 @pytest.mark.execution
 def test_blocked_matmul_accumulates_over_k(call_kernel, rng):
-    a, b = _f32(rng, 64, 96), _f32(rng, 96, 48)
-    got = call_kernel(K.blocked_matmul, 64, 48, 96, 32, 16, 32)(a, b)
-    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), **_matmul_tol(96))
+    a, b = _f32(rng, 128, 384), _f32(rng, 384, 256)
+    got = call_kernel(K.blocked_matmul, 128, 256, 384, 128, 128, 128)(a, b)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), **_matmul_tol(384))
 
 
 @pytest.mark.execution
 @pytest.mark.requires("scratch")
 def test_scratch_accumulator(call_kernel, rng):
-    a, b = _f32(rng, 32, 64), _f32(rng, 64, 32)
-    got = call_kernel(K.scratch_matmul, 32, 32, 64, 16, 16, 16)(a, b)
-    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), **_matmul_tol(64))
+    a, b = _f32(rng, 128, 256), _f32(rng, 256, 256)
+    got = call_kernel(K.scratch_matmul, 128, 256, 256, 128, 128, 128)(a, b)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), **_matmul_tol(256))
 
 
 @pytest.mark.execution
@@ -89,16 +90,16 @@ def test_layer_norm(call_kernel, rng):
 
 @pytest.mark.execution
 def test_2d_grid_transposing_out_index_map(call_kernel, rng):
-    x = _f32(rng, 32, 48)
-    np.testing.assert_allclose(call_kernel(K.transpose_2d, 32, 48, 16, 8)(x),
+    x = _f32(rng, 256, 384)
+    np.testing.assert_allclose(call_kernel(K.transpose_2d, 256, 384, 128, 128)(x),
                                x.astype(np.float64).T, **ELEMENTWISE)
 
 
 @pytest.mark.execution
 @pytest.mark.requires("aliasing")
 def test_input_output_aliasing(call_kernel, rng):
-    s, x = _f32(rng, 1), _f32(rng, 256)
-    f = jax.jit(call_kernel(K.aliased_scale, 256, 64), donate_argnums=1)
+    s, x = _f32(rng, 1), _f32(rng, 4096)
+    f = jax.jit(call_kernel(K.aliased_scale, 4096, 1024), donate_argnums=1)
     expected = x.astype(np.float64) * np.float64(s[0])
     np.testing.assert_allclose(f(s, jnp.asarray(x)), expected, **ELEMENTWISE)
 

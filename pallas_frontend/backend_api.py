@@ -19,7 +19,7 @@ import numpy as np
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.specs import BlockDim, BoundedSlice, Buffered, Squeezed
 
-API_VERSION: tuple[int, int] = (1, 0)
+API_VERSION: tuple[int, int] = (1, 1)   # 1.1: parallel_grid_axes
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -402,3 +402,24 @@ def ref_effects(*, reads: Sequence[int] = (), writes: Sequence[int] = ()) -> set
     (by operand position), for ``Primitive.def_effectful_abstract_eval``."""
     return ({jc.state_types.ReadEffect(i) for i in reads}
             | {jc.state_types.WriteEffect(i) for i in writes})
+
+
+def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tuple[bool, ...]:
+    """Per grid axis: whether grid points may run independently along it.
+
+    The frontend interpreter's own verdict (``interpreter/grid_analysis.py``):
+    points differing along the parallel axes write disjoint regions of every
+    output, the body has no ordered effects, ``dimension_semantics`` does not
+    declare the axis sequential, and scratch carries no observed state from
+    one point to the next. The sequential axes must run in row-major order.
+
+    ``private_scratch=True`` drops the scratch condition, for a backend that
+    gives each parallel program its own scratch: that backend must then prove
+    itself that a program never observes scratch it did not write.
+    """
+    from pallas_frontend.interpreter import execute, grid_analysis
+    plan = execute.make_plan(kernel)
+    tables = tuple(layout.table for layout in plan.layouts)
+    found = grid_analysis.analyze_grid(kernel, tables, plan.body,
+                                       scratch_is_shared=not private_scratch)
+    return tuple(a in found.parallel_axes for a in range(len(kernel.grid)))

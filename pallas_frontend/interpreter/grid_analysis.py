@@ -53,12 +53,17 @@ class GridAnalysis:
         return "\n".join(lines)
 
 
-def analyze_grid(kernel: KernelIR, tables: tuple[BlockTable, ...], body: jc.Jaxpr) -> GridAnalysis:
-    """Chooses the axes that may run batched; ``body`` is the discharged kernel."""
+def analyze_grid(kernel: KernelIR, tables: tuple[BlockTable, ...], body: jc.Jaxpr, *,
+                 scratch_is_shared: bool = True) -> GridAnalysis:
+    """Chooses the axes that may run batched; ``body`` is the discharged kernel.
+
+    ``scratch_is_shared=False`` skips the scratch condition (for backends whose
+    parallel programs each own their scratch; see backend_api.parallel_grid_axes).
+    """
     grid = tuple(kernel.grid)
     n = len(grid)
     reasons = [""] * n
-    whole = _whole_kernel_reason(kernel, body)
+    whole = _whole_kernel_reason(kernel, body, scratch_is_shared)
     for a in range(n):
         if whole:
             reasons[a] = whole
@@ -82,14 +87,14 @@ def analyze_grid(kernel: KernelIR, tables: tuple[BlockTable, ...], body: jc.Jaxp
     return GridAnalysis(grid, tuple(chosen), tuple(reasons))
 
 
-def _whole_kernel_reason(kernel: KernelIR, body: jc.Jaxpr) -> str:
+def _whole_kernel_reason(kernel: KernelIR, body: jc.Jaxpr, scratch_is_shared: bool = True) -> str:
     if any(g == 0 for g in kernel.grid):
         return "empty grid"
     if body.effects:
         return "the kernel has effects (e.g. debug_print), whose order must be kept"
     n_grid, n_in = len(kernel.grid), len(kernel.in_mappings)
     n_out, n_scr = len(kernel.out_mappings), len(kernel.scratch_avals)
-    if n_scr:
+    if n_scr and scratch_is_shared:
         scratch_in = body.invars[n_grid + n_in + n_out:]
         reached = _outputs_reached_by(body, scratch_in)
         if any(reached[n_in:n_in + n_out]):

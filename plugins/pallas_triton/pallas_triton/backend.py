@@ -6,6 +6,7 @@ import functools
 import sys
 
 import jax
+import numpy as np
 
 import pallas_frontend as pl
 from pallas_frontend import backend_api
@@ -59,9 +60,7 @@ def check_kernel(backend, kernel: backend_api.KernelIR) -> None:
     backend_api.check_primitive_owners(backend, kernel)
     if kernel.num_scalar_prefetch:
         raise unsupported(f"scalar prefetch (kernel '{kernel.name}', {kernel.source})")
-    if kernel.scratch_avals:
-        raise unsupported(f"scratch buffers (kernel '{kernel.name}', {kernel.source}); keep "
-                          "accumulators in loop carries instead")
+    _check_scratch(kernel)
     for m in kernel.mappings:
         for d, dim in enumerate(m.block_dims):
             if isinstance(dim, pl.BoundedSlice):
@@ -75,25 +74,33 @@ def check_kernel(backend, kernel: backend_api.KernelIR) -> None:
                     f"'{kernel.name}' ({kernel.source}); its BlockSpec index_map is at "
                     f"{m.index_map_source}. Round the block up (pl.next_power_of_2) and let "
                     "the edge block be masked.")
-        _check_no_revisit(kernel, m)
     # Code generation finds unsupported primitives and shapes; do it now, before lowering.
     generate_source(kernel)
 
 
-def _check_no_revisit(kernel, m):
-    """Triton runs programs in parallel: an output block shared by grid points races."""
-    if m not in kernel.out_mappings:
+def _check_scratch(kernel):
+    """Scratch lives in registers (a tensor per buffer): whole reads and writes only."""
+    from pallas_triton import schedule
+    from pallas_triton.emitters import TL_DTYPES
+    if not kernel.scratch_avals:
         return
-    from jax.extend.core import Literal
-    used = {v for e in m.index_map.eqns for v in e.invars if not isinstance(v, Literal)}
-    used |= {v for v in m.index_map.outvars if not isinstance(v, Literal)}
-    for axis, (v, n) in enumerate(zip(m.index_map.invars, kernel.grid)):
-        if n > 1 and v not in used:
+    uses = schedule.ref_uses(kernel)
+    first = len(kernel.mappings)
+    for k, aval in enumerate(kernel.scratch_avals):
+        label = schedule.scratch_label(kernel, k)
+        inner = getattr(aval, "inner_aval", aval)
+        where = f"kernel '{kernel.name}' ({kernel.source})"
+        if np.dtype(inner.dtype).name not in TL_DTYPES:
+            raise unsupported(f"{label} of {where}: only numeric scratch buffers (no semaphores)")
+        if any(not _pow2(n) for n in inner.shape):
             raise TritonCapabilityError(
-                f"{m.origin} of kernel '{kernel.name}' ({kernel.source}) is revisited along grid "
-                f"axis {axis} (its index_map at {m.index_map_source} ignores that axis). Triton "
-                "runs grid points in parallel, so accumulating into an output across the grid "
-                "races; loop over that axis inside the kernel (lax.fori_loop) instead.")
+                f"The Triton backend keeps scratch in registers, whose dims must be powers of "
+                f"two: {label} of {where} is not. Round it up (pl.next_power_of_2).")
+        if uses[first + k].partial:
+            raise TritonCapabilityError(
+                f"The Triton backend keeps scratch in registers, so it reads and writes scratch "
+                f"buffers only whole (acc[...]); {label} of {where} has "
+                f"{uses[first + k].partial}.")
 
 
 def _pow2(n):
@@ -109,11 +116,14 @@ class TritonBackend(backend_api.Backend):
     compiler_params_type = CompilerParams
     interpret_params_type = InterpretParams
     pip_extra = "triton"
+    api_version = (1, 1)            # needs backend_api.parallel_grid_axes
     # Tags the base check keys on: "aliasing", "vmap", "float64" are supported (the
-    # generated kernel is indifferent to them); "scratch" and "semaphores" are not (see
+    # generated kernel is indifferent to them); "scratch" is, for whole reads and writes
+    # (kept in registers; check() refuses the rest); "semaphores" is not (see
     # manifests.UNSUPPORTED). "jvp" works because a JVP is just another generated kernel.
     capabilities = frozenset({
         "grid", "blocked", "element", "squeezed", "aliasing", "loops", "cond", "vmap", "jvp",
+        "scratch",
         "float64", "atomics", "interpret_on_cpu", "compile_only",
     })
     dtypes = frozenset({"float32", "float16", "bfloat16", "float64", "int8", "int16", "int32",

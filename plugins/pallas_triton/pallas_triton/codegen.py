@@ -1,10 +1,13 @@
 """KernelIR -> the Python source of one ``@triton.jit`` function.
 
-The kernel runs on a 1-D Triton grid; each program recovers its coordinates
-along the KernelIR grid (row-major, last axis fastest). Every block Ref is a
-pointer to its whole array plus per-dim element offsets computed from the
-index_map at the program's coordinates; reads and writes become masked
-``tl.load``/``tl.store`` where a block may overhang its array. Array shapes
+The kernel runs on a 1-D Triton grid: one program per point of the grid axes
+that ``schedule.plan`` launches, each recovering its coordinates along them
+(row-major); the other axes become nested ``for`` loops inside the program.
+A block Ref in memory is a pointer to its whole array plus per-dim element
+offsets computed from the index_map at the current coordinates; reads and
+writes become masked ``tl.load``/``tl.store`` where a block may overhang its
+array. A Ref in registers (scratch, and outputs that stay put while the
+program loops) is a tensor variable carried across the loops. Array shapes
 are static, so strides and bounds are literals in the source.
 """
 
@@ -34,6 +37,8 @@ class BlockRef:
     visible: list[int]              # array dims the kernel sees (squeezed dims dropped)
     block_sizes: list[int]          # per array dim
     masked: list[bool]              # per array dim: can the block overhang?
+    fenced: bool = False            # other threads of the program may touch it in between
+
 
     @property
     def strides(self):
@@ -42,6 +47,15 @@ class BlockRef:
             out.append(acc)
             acc *= n
         return out[::-1]
+
+
+@dataclasses.dataclass
+class RegisterRef:
+    """A Ref held in registers: the tensor variable ``name``, rebound at every write."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    label: str                      # what messages call it (a BlockSpec or scratch buffer)
 
 
 def used_vars(jaxpr) -> set:
@@ -187,6 +201,7 @@ class KernelWriter:
         return ptr, mask, shape
 
     def load(self, ref: BlockRef, indexer, *, mask=None, other=None, extra="") -> str:
+        self.fence(ref)
         ptr, bounds, _ = self.address(ref, indexer)
         mask = join_masks(bounds, mask)
         if mask is None:
@@ -196,11 +211,19 @@ class KernelWriter:
         return f"tl.load({ptr}, mask={mask}, other={other}{extra})"
 
     def store(self, ref: BlockRef, indexer, value: str, *, mask=None, extra="") -> None:
+        self.fence(ref)
         ptr, bounds, _ = self.address(ref, indexer)
         mask = join_masks(bounds, mask)
         if value.isidentifier():
             value = f"{value}.to({tl_dtype(ref.dtype)})"
         self.line(f"tl.store({ptr}, {value}" + (f", mask={mask}" if mask else "") + f"{extra})")
+
+
+    def fence(self, ref: BlockRef) -> None:
+        # Threads own different elements in a load's and a store's layouts; order
+        # this access after the program's earlier ones to the same block.
+        if ref.fenced:
+            self.line("tl.debug_barrier()")
 
 
 def join_masks(a, b):
@@ -293,22 +316,19 @@ def unflatten_transforms(eqn, leaves):
 
 # --- the kernel --------------------------------------------------------------------------
 
-def grid_coordinate_lines(w: KernelWriter, grid) -> list[str]:
-    names = []
-    if len(grid) == 1:
-        w.line("pid0 = tl.program_id(0)")
-        return ["pid0"]
+def program_coordinate_lines(w: KernelWriter, grid, axes) -> None:
+    """Binds ``pid{a}`` for each launched axis from the 1-D program id (row-major)."""
+    if not axes:
+        return
+    if len(axes) == 1:
+        w.line(f"pid{axes[0]} = tl.program_id(0)")
+        return
     w.line("pid = tl.program_id(0)")
     inner = 1
-    exprs = []
-    for k in range(len(grid) - 1, -1, -1):
+    for k in range(len(axes) - 1, -1, -1):
         e = "pid" if inner == 1 else f"pid // {inner}"
-        exprs.append(f"({e}) % {grid[k]}" if k > 0 else e)
-        inner *= grid[k]
-    for k, e in enumerate(reversed(exprs)):
-        w.line(f"pid{k} = {e}")
-        names.append(f"pid{k}")
-    return names
+        w.line(f"pid{axes[k]} = ({e}) % {grid[axes[k]]}" if k > 0 else f"pid{axes[k]} = {e}")
+        inner *= grid[axes[k]]
 
 
 def block_ref(w: KernelWriter, mapping, ptr: str, grid_names) -> BlockRef:
@@ -353,30 +373,65 @@ class GeneratedKernel:
 
 def generate(kernel: KernelIR, *, target: str = "interpret",
              dot_input_precision: str = "tf32") -> GeneratedKernel:
+    from pallas_triton import schedule
     if kernel.num_scalar_prefetch:
         raise unsupported("scalar prefetch")
+    plan = schedule.plan(kernel)
     w = KernelWriter(kernel, target=target, dot_input_precision=dot_input_precision)
     fn_name = "pallas_" + "".join(c if c.isalnum() else "_" for c in kernel.name)
     n_in = len(kernel.in_mappings)
     arg_names = tuple([f"in{k}_ptr" for k in range(n_in)] +
                       [f"out{k}_ptr" for k in range(len(kernel.out_mappings))])
-    grid = kernel.grid or (1,)
-    grid_names = grid_coordinate_lines(w, grid)
-    if not kernel.grid:
-        grid_names = []
-    refs = [block_ref(w, m, p, grid_names) for m, p in zip(kernel.mappings, arg_names)]
-    if kernel.scratch_avals:
-        raise unsupported("scratch buffers (scratch_shapes)")
-    jaxpr = kernel.jaxpr
-    body_args = grid_names + refs
-    w.emit_jaxpr(jaxpr, body_args)
+    grid = tuple(kernel.grid)
+    if plan.note:
+        w.line(f"# {plan.note}")
+    program_coordinate_lines(w, grid, plan.parallel_axes)
+    # Registers start before the loops; their blocks do not move along the looped axes.
+    outer_names = [f"pid{a}" if a in plan.parallel_axes else "0" for a in range(len(grid))]
+    registers = {}
+    aliased = {o for _, o in kernel.input_output_aliases}
+    for k in sorted(plan.register_outputs):
+        m = kernel.out_mappings[k]
+        memory = block_ref(w, m, arg_names[n_in + k], outer_names)
+        reg = RegisterRef(f"out{k}_blk", tuple(m.block_shape), np.dtype(m.dtype), m.origin)
+        start = w.load(memory, None) if k in aliased else padding_block(reg.shape, reg.dtype)
+        w.line(f"{reg.name} = {start}")
+        registers[k] = (reg, memory)
+    scratch = []
+    for k, aval in enumerate(kernel.scratch_avals):
+        inner = getattr(aval, "inner_aval", aval)
+        reg = RegisterRef(f"scratch{k}", tuple(inner.shape), np.dtype(inner.dtype),
+                          f"scratch_shapes[{k}]")
+        w.line(f"{reg.name} = {padding_block(reg.shape, reg.dtype)}")
+        scratch.append(reg)
+    for a in plan.sequential_axes:
+        w.line(f"for pid{a} in range({grid[a]}):")
+        w.depth += 1
+    grid_names = [f"pid{a}" for a in range(len(grid))]
+    refs = []
+    for k, (m, ptr) in enumerate(zip(kernel.mappings, arg_names)):
+        if k >= n_in and k - n_in in registers:
+            refs.append(registers[k - n_in][0])
+            continue
+        ref = block_ref(w, m, ptr, grid_names)
+        ref.fenced = k >= n_in and k - n_in in plan.fenced_outputs
+        refs.append(ref)
+    w.emit_jaxpr(kernel.jaxpr, grid_names + refs + scratch)
+    w.depth -= len(plan.sequential_axes)
+    for reg, memory in registers.values():
+        w.store(memory, None, reg.name)
     header = ["import triton", "import triton.language as tl", "", ""]
     helpers = [src + "\n" for src in w.helpers.values()]
     signature = f"def {fn_name}({', '.join(arg_names)}):"
     doc = f'    """Generated by pallas_triton from {kernel.name} ({kernel.source})."""'
     source = "\n".join(header + helpers + ["@triton.jit", signature, doc] + w.lines) + "\n"
-    return GeneratedKernel(fn_name, source, math.prod(grid), arg_names,
-                           tuple(np.dtype(m.dtype) for m in kernel.mappings))
+    return GeneratedKernel(fn_name, source, math.prod(grid[a] for a in plan.parallel_axes),
+                           arg_names, tuple(np.dtype(m.dtype) for m in kernel.mappings))
+
+
+def padding_block(shape, dtype) -> str:
+    """A block of the padding value: what an unwritten output or scratch holds."""
+    return f"tl.full({list(shape)}, {padding_literal(dtype)}, {tl_dtype(dtype)})"
 
 
 def kernel_fingerprint(kernel: KernelIR, extra=()) -> str:

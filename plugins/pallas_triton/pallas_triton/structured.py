@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pallas_triton.codegen import resolve_indexer, unflatten_transforms
-from pallas_triton.emitters import register
+from pallas_triton.codegen import RegisterRef, resolve_indexer, unflatten_transforms
+from pallas_triton.emitters import register, tl_dtype
 from pallas_triton.errors import unsupported
+from pallas_triton.schedule import whole_access
 
 
 def _ref_and_indexer(w, eqn, ins, n_leading):
@@ -13,8 +14,29 @@ def _ref_and_indexer(w, eqn, ins, n_leading):
     return ref, resolve_indexer(w, transforms)
 
 
+def _register_ref(eqn, ins):
+    """The RegisterRef this access reads or writes whole, or None for a Ref in memory."""
+    if not isinstance(ins[0], RegisterRef):
+        return None
+    if not whole_access(eqn):       # check() refuses these first; this guards codegen
+        raise unsupported(f"sliced access to {ins[0].label}, which lives in registers")
+    return ins[0]
+
+
+def _as_block(reg: RegisterRef, value: str) -> str:
+    """``value`` with the register's exact type, so loops and branches can carry it."""
+    if value.isidentifier():
+        return f"{value}.to({tl_dtype(reg.dtype)})"
+    return f"tl.full({list(reg.shape)}, {value}, {tl_dtype(reg.dtype)})"
+
+
 @register("get")
 def _get(w, eqn, ins):
+    reg = _register_ref(eqn, ins)
+    if reg is not None:
+        copy = w.fresh("r")          # a snapshot: later writes rebind the register's name
+        w.line(f"{copy} = {reg.name}")
+        return [copy]
     ref, indexer = _ref_and_indexer(w, eqn, ins, 1)
     return [w.load(ref, indexer)]
 
@@ -25,6 +47,14 @@ def _is_used(w, var) -> bool:
 
 @register("swap")
 def _swap(w, eqn, ins):
+    reg = _register_ref(eqn, ins)
+    if reg is not None:
+        old = None
+        if _is_used(w, eqn.outvars[0]):
+            old = w.fresh("old")
+            w.line(f"{old} = {reg.name}")
+        w.line(f"{reg.name} = {_as_block(reg, ins[1])}")
+        return [old or "None"]
     ref, indexer = _ref_and_indexer(w, eqn, ins, 2)
     old = None
     if _is_used(w, eqn.outvars[0]):
@@ -35,6 +65,11 @@ def _swap(w, eqn, ins):
 
 @register("addupdate")
 def _addupdate(w, eqn, ins):
+    reg = _register_ref(eqn, ins)
+    if reg is not None:
+        total = w.bind(f"{reg.name} + {ins[1]}")
+        w.line(f"{reg.name} = {_as_block(reg, total)}")
+        return []
     ref, indexer = _ref_and_indexer(w, eqn, ins, 2)
     old = w.bind(w.load(ref, indexer), "old")
     w.store(ref, indexer, f"{old} + {ins[1]}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 
 import jax
 import numpy as np
@@ -263,11 +264,15 @@ def padding_literal(dtype) -> str:
     return "False"
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
 def source_line(eqn) -> str:
     tb = getattr(eqn.source_info, "traceback", None)
     frames = getattr(tb, "frames", None) if tb is not None else None
     for f in frames or ():
-        if "/jax/" not in f.file_name and "pallas_frontend" not in f.file_name:
+        if "/jax/" not in f.file_name and "pallas_frontend" not in f.file_name and \
+                not f.file_name.startswith(_PACKAGE_DIR):      # our own API wrappers
             return f"{f.file_name}:{f.line_num}"
     return ""
 

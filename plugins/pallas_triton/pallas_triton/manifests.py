@@ -7,20 +7,20 @@ Plain data, read by ``TritonBackend``:
 - ``UNSUPPORTED``: features ``check()`` refuses with a capability error.
 - ``KNOWN_GAPS``: wrong or missing behaviour outside the suite, to be fixed.
 
-Capability tags the suite also keys on (``scratch``, ``semaphores``) are
-absent from ``TritonBackend.capabilities``, so their tests skip by tag and
-need no entry here.
+The capability tag the suite also keys on that is absent from
+``TritonBackend.capabilities`` (``semaphores``) makes its tests skip by tag,
+with no entry here.
 """
 
 UNSUPPORTED = {
-    "scratch": "Triton values are SSA tensors in registers; there is no kernel-visible scratch "
-               "memory. Keep accumulators in loop carries.",
+    "sliced_scratch": "scratch lives in registers (a loop-carried tensor per buffer); Triton "
+                      "tensors cannot be sliced or updated in part, so scratch is read and "
+                      "written whole only.",
+    "non_power_of_two_scratch": "scratch is a Triton tensor, whose dims must be powers of two.",
     "scalar_prefetch": "not implemented: would need a scalar-pointer argument per operand.",
     "bounded_slice": "block sizes vary per program; Triton shapes are compile-time constants.",
     "element_padding": "not implemented (would be masked loads with a shifted origin).",
     "non_power_of_two_blocks": "Triton tensors need power-of-two dims.",
-    "revisited_outputs": "Triton runs grid points in parallel; accumulating into one output "
-                         "block across the grid races.",
     "semaphores": "no cross-program synchronization in Triton's model.",
     "run_scoped": "no kernel-local memory allocation in Triton.",
     "gather_indexing": "integer-array indexing of Refs is not generated yet.",
@@ -29,12 +29,9 @@ UNSUPPORTED = {
     "debug_print": "not generated yet (tl.device_print exists; no emitter written).",
 }
 
-CONFORMANCE_UNSUPPORTED = {
-    # test_lowers_and_compiles[blocked_matmul], test_blocked_matmul_accumulates_over_k,
-    # test_matches_reference_interpreter[blocked_matmul]
-    "*blocked_matmul*": "the kernel accumulates into its output across the k grid axis; "
-                        + UNSUPPORTED["revisited_outputs"] + " Loop over k inside the kernel.",
-}
+# Grid axes along which outputs are revisited (blocked matmul over k) run as loops
+# inside each program (schedule.py), so the suite needs no skips.
+CONFORMANCE_UNSUPPORTED: dict[str, str] = {}
 
 CONFORMANCE_XFAIL: dict[str, str] = {}
 

@@ -11,6 +11,7 @@ import pytest
 
 import pallas_frontend as pl
 from conftest import rand
+from pallas_frontend.backend_api import API_VERSION
 
 SDS = jax.ShapeDtypeStruct
 
@@ -347,7 +348,7 @@ def test_compiler_params_and_cost_estimate_and_metadata(rng, capsys):
                metadata={"owner": "tests"}, name="doubler", debug=True)
     np.testing.assert_allclose(out, 2 * x.astype(np.float64), rtol=1e-6)
     printed = capsys.readouterr().out
-    assert "KernelIR v1.0 'doubler'" in printed and "backend: interpret" in printed
+    assert "KernelIR v%d.%d 'doubler'" % API_VERSION in printed and "backend: interpret" in printed
 
 
 def test_interpret_true_runs_the_reference_interpreter(rng):

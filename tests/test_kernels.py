@@ -103,11 +103,12 @@ def test_in_kernel_loop_matmul_with_ds(rng):
     bk = 32
 
     def kernel(x_ref, y_ref, o_ref):
-        def body(k, acc):
-            xs = x_ref[:, pl.ds(pl.multiple_of(k * bk, bk), bk)]
-            ys = y_ref[pl.ds(k * bk, bk), :]
+        @pl.loop(0, 128, step=bk, init_carry=jnp.zeros((16, 32), jnp.float32))
+        def acc(k, acc):
+            xs = x_ref[:, pl.ds(pl.multiple_of(k, bk), bk)]
+            ys = y_ref[pl.ds(k, bk), :]
             return acc + jnp.dot(xs, ys, preferred_element_type=jnp.float32)
-        o_ref[...] = lax.fori_loop(0, 128 // bk, body, jnp.zeros((16, 32), jnp.float32))
+        o_ref[...] = acc
 
     out = pl.pallas_call(
         kernel, out_shape=jax.ShapeDtypeStruct((32, 32), jnp.float32), grid=(2,),

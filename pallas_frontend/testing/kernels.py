@@ -29,14 +29,15 @@ def vector_add_ref(x, y):
 
 
 def blocked_matmul(m: int, n: int, k: int, bm: int, bn: int, bk: int, **call):
-    """Accumulates over the k grid axis straight into the output block."""
+    """Accumulates over the k grid axis straight into the output block (m and n
+    may leave ragged edge blocks; bk must divide k)."""
     def body(x, y, o):
         @pl.when(pl.program_id(2) == 0)
         def _():
             o[...] = jnp.zeros_like(o)
         o[...] += jnp.dot(x[...], y[...], preferred_element_type=jnp.float32)
     return pl.pallas_call(
-        body, jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(m // bm, n // bn, k // bk),
+        body, jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(pl.cdiv(m, bm), pl.cdiv(n, bn), k // bk),
         in_specs=[_spec((bm, bk), lambda i, j, kk: (i, kk)), _spec((bk, bn), lambda i, j, kk: (kk, j))],
         out_specs=_spec((bm, bn), lambda i, j, kk: (i, j)), name="blocked_matmul", **call)
 
@@ -55,7 +56,7 @@ def scratch_matmul(m: int, n: int, k: int, bm: int, bn: int, bk: int, **call):
         def _():
             o[...] = acc[...]
     return pl.pallas_call(
-        body, jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(m // bm, n // bn, nk),
+        body, jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(pl.cdiv(m, bm), pl.cdiv(n, bn), nk),
         in_specs=[_spec((bm, bk), lambda i, j, kk: (i, kk)), _spec((bk, bn), lambda i, j, kk: (kk, j))],
         out_specs=_spec((bm, bn), lambda i, j, kk: (i, j)),
         scratch_shapes=[pl.MemorySpace.DEFAULT((bm, bn), jnp.float32)], name="scratch_matmul", **call)

@@ -13,6 +13,7 @@ import pytest
 import pallas_frontend as pl
 import pallas_triton as pt
 from pallas_frontend.backend_api import BackendCapabilityError
+from pallas_frontend.testing import kernels as K
 from pallas_triton import schedule
 
 TRITON = dict(interpret=pt.InterpretParams())
@@ -21,41 +22,10 @@ FRONTEND = dict(interpret=True)
 MATMUL_TOL = dict(rtol=2e-5, atol=2e-4)
 
 
-def matmul_into_output(m, n, k, bm, bn, bk, **call):
-    """The Pallas blocked matmul: zero the output block at k == 0, accumulate into it."""
-    def body(x, y, o):
-        @pl.when(pl.program_id(2) == 0)
-        def _():
-            o[...] = jnp.zeros_like(o)
-        o[...] += jnp.dot(x[...], y[...], preferred_element_type=jnp.float32)
-    return pl.pallas_call(
-        body, jax.ShapeDtypeStruct((m, n), jnp.float32),
-        grid=(pl.cdiv(m, bm), pl.cdiv(n, bn), k // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
-                  pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
-        out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)), **call)
-
-
-def matmul_in_scratch(m, n, k, bm, bn, bk, **call):
-    """The VMEM-accumulator matmul: accumulate in scratch, write the output at the last k."""
-    nk = k // bk
-
-    def body(x, y, o, acc):
-        @pl.when(pl.program_id(2) == 0)
-        def _():
-            acc[...] = jnp.zeros_like(acc)
-        acc[...] += jnp.dot(x[...], y[...], preferred_element_type=jnp.float32)
-
-        @pl.when(pl.program_id(2) == nk - 1)
-        def _():
-            o[...] = acc[...].astype(o.dtype)
-    return pl.pallas_call(
-        body, jax.ShapeDtypeStruct((m, n), jnp.float32),
-        grid=(pl.cdiv(m, bm), pl.cdiv(n, bn), nk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
-                  pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
-        out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
-        scratch_shapes=[pl.MemorySpace.DEFAULT((bm, bn), jnp.float32)], **call)
+# The conformance suite's matmuls: zero-then-accumulate into the output block
+# over the k grid axis, and the same with a scratch accumulator.
+matmul_into_output = K.blocked_matmul
+matmul_in_scratch = K.scratch_matmul
 
 
 def running_block_sums(rows, cols, br, bc, reset_each_row=True, **call):

@@ -66,9 +66,7 @@ class BatchedAccess:
         if not self.per_step:
             return [int(v) for v in self.starts[0]] if self.is_view else None
         if self.is_view:
-            table = jnp.asarray(self.starts)
-            return [int(self.starts[0, d]) if (self.starts[:, d] == self.starts[0, d]).all()
-                    else table[s, d] for d in range(self.starts.shape[1])]
+            return [_affine_or_lookup(self.starts[:, d], s) for d in range(self.starts.shape[1])]
         return None
 
     def _gather_table(self, table, s):
@@ -210,3 +208,14 @@ def _tiling(layout: OperandLayout, starts, batch_shape, *, is_output: bool):
     if is_output and (len(used) != nb or layout.bounded_axes):
         return None
     return tiled
+
+
+def _affine_or_lookup(column: np.ndarray, s):
+    """``column[s]`` for a traced step ``s``: a constant, ``c0 + s * delta`` when
+    the column is affine in the step (the common case, and cheaper to compile
+    than a table lookup), else a lookup in the table."""
+    c0 = int(column[0])
+    delta = int(column[1] - column[0]) if column.shape[0] > 1 else 0
+    if (column == c0 + delta * np.arange(column.shape[0])).all():
+        return c0 if delta == 0 else c0 + s * delta
+    return jnp.asarray(column)[s]

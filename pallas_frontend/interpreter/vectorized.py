@@ -158,7 +158,8 @@ def run(plan: VectorizedPlan, *inputs):
     scratch = execute.initial_scratch(kernel, inputs)
     body = _batched_body(plan)
     carried = [not acc.per_step for acc in out_acc]
-    step_coords = jnp.asarray(plan.step_coords)
+
+    step_sizes = [kernel.grid[a] for a in plan.step_axes]
 
     def grid_indices(s):
         idx, k = [], 0
@@ -166,8 +167,10 @@ def run(plan: VectorizedPlan, *inputs):
             if a in plan.batch_axes:
                 idx.append(jnp.arange(kernel.grid[a], dtype=jnp.int32))
             else:
+                # step s unravelled row-major over the step axes
+                inner = int(np.prod(step_sizes[k + 1:], dtype=np.int64))
                 idx.append(jnp.int32(plan.step_coords[s, k]) if isinstance(s, int) else
-                           step_coords[s, k])
+                           (s // inner) % step_sizes[k])
                 k += 1
         return idx
 

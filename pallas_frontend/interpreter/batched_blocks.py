@@ -100,7 +100,7 @@ class BatchedAccess:
             elif all(isinstance(v, int) for v in start):
                 view = lax.slice(buf, start, [a + n for a, n in zip(start, sizes)])
             else:
-                view = lax.dynamic_slice(buf, start, sizes)
+                view = lax.dynamic_slice(buf, start, sizes, allow_negative_indices=False)
             split = []
             for j, b in zip(self.tiled, self.layout.block_sizes):
                 split += [self.batch_shape[j], b] if j is not None else [b]
@@ -130,7 +130,8 @@ class BatchedAccess:
             blocks = blocks.reshape(sizes)
             if list(buf.shape) == sizes:
                 return blocks
-            return lax.dynamic_update_slice(buf, blocks, self._step_starts(s))
+            return lax.dynamic_update_slice(buf, blocks, self._step_starts(s),
+                                            allow_negative_indices=False)
         nb = len(self.batch_shape)
         blocks = blocks.reshape((-1,) + blocks.shape[nb:])
         starts = self._gather_table(self.starts, s)

@@ -118,8 +118,12 @@ def make_plan(kernel: KernelIR) -> InterpreterPlan:
 
 
 def read_block(buf, layout: OperandLayout, starts):
-    """The kernel-visible block of a padded buffer at dynamic ``starts``."""
-    block = lax.dynamic_slice(buf, list(starts), layout.block_sizes)
+    """The kernel-visible block of a padded buffer at dynamic ``starts``.
+
+    Starts are never negative (padded coordinates, range-checked at trace
+    time), so the slices skip JAX's negative-index normalisation."""
+    block = lax.dynamic_slice(buf, list(starts), layout.block_sizes,
+                              allow_negative_indices=False)
     return lax.squeeze(block, layout.squeezed_axes) if layout.squeezed_axes else block
 
 
@@ -128,12 +132,13 @@ def write_block(buf, layout: OperandLayout, starts, sizes, block):
     if layout.squeezed_axes:
         block = lax.expand_dims(block, layout.squeezed_axes)
     if layout.bounded_axes:
-        old = lax.dynamic_slice(buf, list(starts), layout.block_sizes)
+        old = lax.dynamic_slice(buf, list(starts), layout.block_sizes,
+                                allow_negative_indices=False)
         keep = jnp.ones(block.shape, bool)
         for ax in layout.bounded_axes:
             keep &= lax.broadcasted_iota(jnp.int32, block.shape, ax) < sizes[ax]
         block = jnp.where(keep, block, old)
-    return lax.dynamic_update_slice(buf, block, list(starts))
+    return lax.dynamic_update_slice(buf, block, list(starts), allow_negative_indices=False)
 
 
 def varying_like(x, inputs):

@@ -167,10 +167,8 @@ def run(plan: VectorizedPlan, *inputs):
             if a in plan.batch_axes:
                 idx.append(jnp.arange(kernel.grid[a], dtype=jnp.int32))
             else:
-                # step s unravelled row-major over the step axes
-                inner = int(np.prod(step_sizes[k + 1:], dtype=np.int64))
                 idx.append(jnp.int32(plan.step_coords[s, k]) if isinstance(s, int) else
-                           (s // inner) % step_sizes[k])
+                           _unravel(s, step_sizes, k))
                 k += 1
         return idx
 
@@ -198,3 +196,10 @@ def run(plan: VectorizedPlan, *inputs):
     outs = [acc.write(buf, 0, h) if c else buf
             for acc, buf, h, c in zip(out_acc, outs, held, carried)]
     return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
+
+
+def _unravel(s, sizes, k):
+    """Coordinate ``k`` of step ``s`` (>= 0) unravelled row-major over ``sizes``."""
+    inner = int(np.prod(sizes[k + 1:], dtype=np.int64))
+    c = s if inner == 1 else lax.div(s, np.int32(inner))
+    return c if k == 0 else lax.rem(c, np.int32(sizes[k]))

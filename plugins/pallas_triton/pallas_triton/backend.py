@@ -112,7 +112,9 @@ class TritonBackend(backend_api.Backend):
     distribution = "pallas-triton"
     version = __version__
     platforms = ("cuda", "rocm")
-    priority = 10
+    # The default for cuda/rocm only once kernels can launch there; until then
+    # the reference interpreter stays the default and this backend is opt-in.
+    priority = 10 if gpu_launch.AVAILABLE else -1
     compiler_params_type = CompilerParams
     interpret_params_type = InterpretParams
     pip_extra = "triton"

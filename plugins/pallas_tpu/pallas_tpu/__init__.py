@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pallas_tpu.backend import TpuBackend, __version__
 from pallas_tpu.grid_spec import PrefetchScalarGridSpec
+from pallas_tpu.layout_ops import bitcast, roll
 from pallas_tpu.memory import (
     ANY, CMEM, HBM, SEMAPHORE, SMEM, VMEM, MemorySpace, SemaphoreType)
 from pallas_tpu.params import (
@@ -19,13 +20,16 @@ from pallas_tpu.pipeline import emit_pipeline
 from pallas_tpu.primitives import (
     AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
     make_async_remote_copy, prng_random_bits, prng_seed, reciprocal, store, sync_copy)
+from pallas_tpu.random import (
+    stateful_bernoulli, stateful_bits, stateful_normal, stateful_uniform)
 
 __all__ = [
     "ANY", "ARBITRARY", "AsyncCopyDescriptor", "CMEM", "CORE_PARALLEL",
     "CompilerParams", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",
     "PrefetchScalarGridSpec", "SEMAPHORE", "SMEM", "SUBCORE_PARALLEL", "SemaphoreType",
     "SideEffectType", "TpuBackend", "VMEM", "__version__", "async_copy", "async_remote_copy",
-    "emit_pipeline", "force_tpu_interpret_mode", "load", "make_async_copy",
-    "make_async_remote_copy", "prng_random_bits", "prng_seed", "reciprocal",
-    "set_tpu_interpret_mode", "store", "sync_copy",
+    "bitcast", "emit_pipeline", "force_tpu_interpret_mode", "load", "make_async_copy",
+    "make_async_remote_copy", "prng_random_bits", "prng_seed", "reciprocal", "roll",
+    "set_tpu_interpret_mode", "stateful_bernoulli", "stateful_bits", "stateful_normal",
+    "stateful_uniform", "store", "sync_copy",
 ]

@@ -23,7 +23,7 @@ from jax.extend import core as jex
 
 from pallas_frontend.backend_api import FRONTEND_OWNER, primitive_owner
 
-from pallas_tpu import interpret_mode
+from pallas_tpu import interpret_mode, layout_ops
 from pallas_tpu import primitives as tpu_prims
 from pallas_tpu.spaces import scratch_type
 
@@ -361,6 +361,19 @@ def _prng_random_bits(eqn, invals):
 def _reciprocal_approx(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
     return pltpu.reciprocal(invals[0], approx=True)
+
+
+@_rule(_RULES, layout_ops.roll_p)
+def _roll(eqn, invals):
+    from jax.experimental.pallas import tpu as pltpu
+    p = eqn.params
+    return pltpu.roll(*invals, p["axis"], stride=p["stride"], stride_axis=p["stride_axis"])
+
+
+@_rule(_RULES, layout_ops.bitcast_p)
+def _bitcast(eqn, invals):
+    from jax.experimental.pallas import tpu as pltpu
+    return pltpu.bitcast(invals[0], eqn.params["dtype"], dim=eqn.params["dim"])
 
 
 def register_rule(prim, rule: Callable) -> None:

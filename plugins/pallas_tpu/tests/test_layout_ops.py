@@ -1,0 +1,170 @@
+"""``roll`` and ``bitcast``: TPU interpret mode and the frontend's reference
+interpreter against NumPy, and AOT compilation for v5e on (8, 128)-tiled shapes.
+
+Both ops move bits without arithmetic: every comparison is exact.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pallas_frontend as pl
+import pallas_tpu as pltpu
+
+INTERPRET = pltpu.InterpretParams()
+MODES = {"tpu_interpret": INTERPRET, "frontend_interpreter": True}
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+def _call(kernel, x, out_shape, *scalars, interpret=False):
+    """x whole in VMEM, ``scalars`` (int32[k]) in SMEM, no grid."""
+    smem = [pl.BlockSpec(memory_space=pltpu.SMEM)] * len(scalars)
+    return pl.pallas_call(
+        kernel, out_shape=out_shape,
+        in_specs=[pl.BlockSpec(x.shape, lambda: (0,) * x.ndim), *smem],
+        out_specs=pl.BlockSpec(out_shape.shape, lambda: (0,) * len(out_shape.shape)),
+        compiler_params=pltpu.CompilerParams(), interpret=interpret)(x, *scalars)
+
+
+# --- roll ---------------------------------------------------------------------------------
+
+def roll_kernel(x_ref, shift_ref, o_ref, *, axis, static_shift):
+    shift = shift_ref[0] if static_shift is None else static_shift
+    o_ref[...] = pltpu.roll(x_ref[...], shift, axis)
+
+
+def rolled(x, shift, *, axis, static_shift=None, interpret=False):
+    kernel = functools.partial(roll_kernel, axis=axis, static_shift=static_shift)
+    return _call(kernel, x, jax.ShapeDtypeStruct(x.shape, x.dtype), shift, interpret=interpret)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("static", [True, False], ids=["static_shift", "traced_shift"])
+def test_roll_matches_numpy(rng, mode, axis, static):
+    x = rng.standard_normal((16, 256)).astype(np.float32)
+    n = x.shape[axis]
+    # Negative and beyond-n shifts are taken modulo n.
+    shift = int(rng.choice([rng.integers(1, n), -int(rng.integers(1, n)), n + 3]))
+    got = rolled(x, jnp.asarray([shift], jnp.int32), axis=axis,
+                 static_shift=shift if static else None, interpret=MODES[mode])
+    # np.roll: element i lands at (i + shift) mod n, the meaning of pltpu.roll.
+    np.testing.assert_array_equal(np.asarray(got), np.roll(x, shift, axis))
+
+
+def strided_roll_kernel(x_ref, o_ref):
+    o_ref[...] = pltpu.roll(x_ref[...], 3, 1, stride=5, stride_axis=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_strided_roll_matches_numpy(rng, mode):
+    x = rng.standard_normal((8, 128)).astype(np.float32)
+    got = np.asarray(_call(strided_roll_kernel, x, jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           interpret=MODES[mode]))
+    want = np.stack([np.roll(x[j], 3 + 5 * j) for j in range(8)])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("static_shift", [5, None])
+def test_roll_aot(aot_compile, axis, static_shift):
+    fn = functools.partial(rolled, axis=axis, static_shift=static_shift)
+    compiled, text = aot_compile(fn, jnp.zeros((16, 256), jnp.float32),
+                                 jnp.zeros((1,), jnp.int32))
+    assert compiled is not None and "tpu_custom_call" in text
+
+
+def test_strided_roll_aot(aot_compile):
+    fn = functools.partial(_call, strided_roll_kernel,
+                           out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))
+    compiled, _ = aot_compile(fn, jnp.zeros((8, 128), jnp.float32))
+    assert compiled is not None
+
+
+def test_roll_rejects_bad_axes():
+    x = jnp.zeros((8, 128), jnp.float32)
+    with pytest.raises(ValueError, match="axis=2 is out of range"):
+        pltpu.roll(x, 1, 2)
+    with pytest.raises(ValueError, match="stride and stride_axis go together"):
+        pltpu.roll(x, 1, 1, stride=2)
+
+
+# --- bitcast -------------------------------------------------------------------------------
+
+def _np_bitcast(x, dtype, dim):
+    """NumPy's ``view`` with ``dim`` moved last: little-endian, the first of
+    the packed elements in the low bits."""
+    y = np.ascontiguousarray(np.moveaxis(x, dim, -1)).view(dtype)
+    return np.moveaxis(y, -1, dim)
+
+
+def bitcast_kernel(x_ref, o_ref, *, dim):
+    o_ref[...] = pltpu.bitcast(x_ref[...], o_ref.dtype, dim)
+
+
+def bitcasted(x, dtype, dim=-2, interpret=False):
+    shape = list(x.shape)
+    shape[dim] = shape[dim] * x.dtype.itemsize // jnp.dtype(dtype).itemsize
+    return _call(functools.partial(bitcast_kernel, dim=dim), x,
+                 jax.ShapeDtypeStruct(tuple(shape), dtype), interpret=interpret)
+
+
+def _random_bits(rng, shape, dtype):
+    """Random bit patterns of ``dtype`` (floats: finite, not NaN, so exact
+    comparison is meaningful after a round trip through float ops)."""
+    if jnp.issubdtype(dtype, jnp.floating):      # bfloat16 included
+        return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+
+CASTS = [  # (source shape, source dtype, target dtype, dim)
+    ((16, 128), np.float32, np.int32, -2),
+    ((16, 128), np.float32, jnp.bfloat16, -2),       # unpack: 16 -> 32 rows
+    ((32, 128), jnp.bfloat16, np.float32, -2),       # pack: 32 -> 16 rows
+    ((32, 128), np.int8, np.int32, -2),
+    ((16, 128), np.int32, np.float32, -1),           # equal widths, minormost
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", CASTS, ids=lambda c: f"{np.dtype(c[1])}_to_{np.dtype(c[2])}_dim{c[3]}")
+def test_bitcast_matches_numpy(rng, mode, case):
+    shape, src, dst, dim = case
+    x = _random_bits(rng, shape, src)
+    got = np.asarray(bitcasted(jnp.asarray(x), dst, dim, interpret=MODES[mode]))
+    want = _np_bitcast(x, np.dtype(dst), dim)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    as_bytes = lambda a: np.ascontiguousarray(a).view(np.uint8)   # noqa: E731
+    np.testing.assert_array_equal(as_bytes(got), as_bytes(want))
+
+
+def test_bitcast_packs_row_pairs_low_half_first(rng):
+    # The documented layout: out[a, b] of the wider type packs x[2a, b] (low
+    # half) and x[2a + 1, b] (high half).
+    x = _random_bits(rng, (32, 128), np.uint16).view(jnp.bfloat16)
+    got = np.asarray(bitcasted(jnp.asarray(x), np.uint32, interpret=INTERPRET))
+    halves = x.view(np.uint16).astype(np.uint32)
+    np.testing.assert_array_equal(got, halves[0::2] | (halves[1::2] << 16))
+
+
+@pytest.mark.parametrize("case", CASTS, ids=lambda c: f"{np.dtype(c[1])}_to_{np.dtype(c[2])}_dim{c[3]}")
+def test_bitcast_aot(aot_compile, case):
+    shape, src, dst, dim = case
+    fn = functools.partial(bitcasted, dtype=dst, dim=dim)
+    compiled, text = aot_compile(fn, jnp.zeros(shape, src))
+    assert compiled is not None and "tpu_custom_call" in text
+
+
+def test_bitcast_rejects_what_cannot_pack():
+    with pytest.raises(ValueError, match="cannot be packed or unpacked"):
+        pltpu.bitcast(jnp.zeros((3, 128), jnp.bfloat16), jnp.float32)
+    with pytest.raises(ValueError, match="second minor or the minormost"):
+        pltpu.bitcast(jnp.zeros((2, 8, 128), jnp.float32), jnp.int32, dim=0)

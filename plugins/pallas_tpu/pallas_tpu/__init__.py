@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pallas_tpu.backend import TpuBackend, __version__
 from pallas_tpu.grid_spec import PrefetchScalarGridSpec
-from pallas_tpu.layout_ops import bitcast, roll
+from pallas_tpu.layout_ops import bitcast, einshape, roll
 from pallas_tpu.memory import (
     ANY, CMEM, HBM, SEMAPHORE, SMEM, VMEM, MemorySpace, SemaphoreType)
 from pallas_tpu.params import (
@@ -28,7 +28,7 @@ __all__ = [
     "CompilerParams", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",
     "PrefetchScalarGridSpec", "SEMAPHORE", "SMEM", "SUBCORE_PARALLEL", "SemaphoreType",
     "SideEffectType", "TpuBackend", "VMEM", "__version__", "async_copy", "async_remote_copy",
-    "bitcast", "emit_pipeline", "force_tpu_interpret_mode", "load", "make_async_copy",
+    "bitcast", "einshape", "emit_pipeline", "force_tpu_interpret_mode", "load", "make_async_copy",
     "make_async_remote_copy", "prng_random_bits", "prng_seed", "reciprocal", "roll",
     "set_tpu_interpret_mode", "stateful_bernoulli", "stateful_bits", "stateful_normal",
     "stateful_uniform", "store", "sync_copy",

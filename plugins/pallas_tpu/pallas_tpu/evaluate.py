@@ -376,6 +376,16 @@ def _bitcast(eqn, invals):
     return pltpu.bitcast(invals[0], eqn.params["dtype"], dim=eqn.params["dim"])
 
 
+@_rule(_RULES, layout_ops.einshape_p)
+def _einshape(eqn, invals):
+    from jax.experimental.pallas import tpu as pltpu
+    out = pltpu.einshape(eqn.params["equation"], invals[0], **dict(eqn.params["sizes"]))
+    if out.shape != eqn.outvars[0].aval.shape:     # both sides read the equation alike
+        raise AssertionError(f"pallas_tpu: einshape {eqn.params['equation']!r} gave "
+                             f"{out.shape}, expected {eqn.outvars[0].aval.shape}")
+    return out
+
+
 def register_rule(prim, rule: Callable) -> None:
     """Adds a substitution (used by ``pipeline.py`` for ``emit_pipeline``)."""
     _RULES[prim] = rule

@@ -128,3 +128,88 @@ def bitcast(x, dtype, dim: int = -2):
     dim = dim % x.ndim
     _bitcast_shape(x.shape, x.dtype, dtype, dim)      # raises early, at the user's line
     return bitcast_p.bind(x, dtype=dtype, dim=dim)
+
+
+# --- einshape ----------------------------------------------------------------------------
+
+einshape_p = kernel_primitive("tpu_einshape", owner=OWNER)
+
+
+def _parse_side(side: str) -> list[tuple[str, ...]]:
+    """``"a(bc)d"`` -> ``[("a",), ("b", "c"), ("d",)]``."""
+    groups, i = [], 0
+    side = side.replace(" ", "")
+    while i < len(side):
+        if side[i] == "(":
+            j = side.find(")", i)
+            if j < 0 or "(" in side[i + 1:j]:
+                raise ValueError(f"pallas_tpu.einshape: unbalanced parentheses in {side!r}")
+            groups.append(tuple(side[i + 1:j]))
+            i = j + 1
+        else:
+            groups.append((side[i],))
+            i += 1
+    for g in groups:
+        for name in g:
+            if not name.isalpha():
+                # Like JAX's: no "1" (expand/squeeze) and no other symbols.
+                raise ValueError(f"pallas_tpu.einshape: dimension names are letters, got {name!r}")
+        if not g:
+            raise ValueError(f"pallas_tpu.einshape: empty group in {side!r}")
+    return groups
+
+
+def _resolve(equation: str, shape, sizes: dict) -> tuple:
+    """-> (left-hand groups, every name's size, permutation, output shape)."""
+    if equation.count("->") != 1:
+        raise ValueError("pallas_tpu.einshape: the equation needs exactly one '->'")
+    lhs, rhs = (_parse_side(s) for s in equation.split("->"))
+    names = [n for g in lhs for n in g]
+    out_names = [n for g in rhs for n in g]
+    if len(set(names)) != len(names) or sorted(names) != sorted(out_names):
+        raise ValueError(f"pallas_tpu.einshape: {equation!r} must name each dimension once "
+                         "on each side")
+    if len(lhs) != len(shape):
+        raise ValueError(f"pallas_tpu.einshape: {equation!r} has {len(lhs)} input dims, "
+                         f"the array has shape {tuple(shape)}")
+    dim = {}
+    for group, size in zip(lhs, shape):
+        unknown = [n for n in group if n not in sizes]
+        known = int(np.prod([sizes[n] for n in group if n in sizes], dtype=np.int64))
+        if len(group) == 1:
+            unknown, known = [group[0]], 1
+        if len(unknown) > 1 or (not unknown and known != size) or (unknown and size % known):
+            raise ValueError(f"pallas_tpu.einshape: cannot split dim of size {size} into "
+                             f"{group} with sizes {sizes}")
+        for n in group:
+            dim[n] = size // known if n in unknown else int(sizes[n])
+    perm = tuple(names.index(n) for n in out_names)
+    out_shape = tuple(int(np.prod([dim[n] for n in g], dtype=np.int64)) for g in rhs)
+    return lhs, dim, perm, out_shape
+
+
+def _einshape_impl(x, *, equation, sizes):
+    lhs, dim, perm, out_shape = _resolve(equation, x.shape, dict(sizes))
+    split = tuple(dim[n] for g in lhs for n in g)
+    return lax.transpose(x.reshape(split), perm).reshape(out_shape)
+
+
+def _einshape_abstract_eval(x, *, equation, sizes):
+    return jax.core.ShapedArray(_resolve(equation, x.shape, dict(sizes))[3], x.dtype)
+
+
+def_pure_primitive(einshape_p, impl=_einshape_impl, abstract_eval=_einshape_abstract_eval)
+register_interpret_rule(einshape_p)
+
+
+def einshape(equation: str, x, **sizes: int):
+    """Reshapes and transposes ``x`` as ``equation`` says (``pltpu.einshape``):
+    groups ``(bc)`` on the left split a dim (row-major), on the right merge
+    dims; the order of names on the right is a transpose. ``sizes`` give the
+    split sizes that cannot be inferred. On TPU, Mosaic moves whole vregs
+    where the change preserves (8, 128) tiles."""
+    x = jnp.asarray(x)
+    lhs, dim, _, _ = _resolve(equation, x.shape, sizes)
+    # Every split size is resolved here: Mosaic's side infers nothing on its own.
+    split_sizes = tuple(sorted((n, dim[n]) for g in lhs if len(g) > 1 for n in g))
+    return einshape_p.bind(x, equation=equation, sizes=split_sizes)

@@ -168,3 +168,54 @@ def test_bitcast_rejects_what_cannot_pack():
         pltpu.bitcast(jnp.zeros((3, 128), jnp.bfloat16), jnp.float32)
     with pytest.raises(ValueError, match="second minor or the minormost"):
         pltpu.bitcast(jnp.zeros((2, 8, 128), jnp.float32), jnp.int32, dim=0)
+
+
+# --- einshape ------------------------------------------------------------------------------
+
+EINSHAPES = [  # (equation, input shape, sizes, the NumPy reshape/transpose it means)
+    ("ab->ba", (128, 256), {}, lambda x: x.T),
+    ("(ab)c->abc", (16, 128), {"a": 2}, lambda x: x.reshape(2, 8, 128)),
+    ("abc->(ab)c", (2, 8, 128), {}, lambda x: x.reshape(16, 128)),
+    ("a(bc)->bac", (8, 256), {"c": 128}, lambda x: x.reshape(8, 2, 128).transpose(1, 0, 2)),
+    ("abc->(ba)c", (2, 8, 128), {}, lambda x: x.transpose(1, 0, 2).reshape(16, 128)),
+]
+
+
+def einshape_kernel(x_ref, o_ref, *, equation, sizes):
+    o_ref[...] = pltpu.einshape(equation, x_ref[...], **sizes)
+
+
+def einshaped(x, equation, sizes, out_shape, interpret=False):
+    kernel = functools.partial(einshape_kernel, equation=equation, sizes=sizes)
+    return _call(kernel, x, jax.ShapeDtypeStruct(out_shape, x.dtype), interpret=interpret)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", EINSHAPES, ids=lambda c: c[0])
+def test_einshape_matches_numpy(rng, mode, case):
+    equation, shape, sizes, reference = case
+    x = rng.standard_normal(shape).astype(np.float32)
+    want = reference(x)
+    got = np.asarray(einshaped(x, equation, sizes, want.shape, interpret=MODES[mode]))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", EINSHAPES, ids=lambda c: c[0])
+def test_einshape_aot(aot_compile, case):
+    equation, shape, sizes, reference = case
+    out_shape = reference(np.zeros(shape, np.float32)).shape
+    fn = functools.partial(einshaped, equation=equation, sizes=sizes, out_shape=out_shape)
+    compiled, text = aot_compile(fn, jnp.zeros(shape, jnp.float32))
+    assert compiled is not None and "tpu_custom_call" in text
+
+
+@pytest.mark.parametrize("equation, sizes, message", [
+    ("ab->a", {}, "each dimension once"),
+    ("a(bc)->abc", {}, "cannot split"),
+    ("a(bc)->abc", {"b": 3}, "cannot split"),
+    ("ab->a1b", {}, "names are letters"),
+    ("abc->abc", {}, "has 3 input dims"),
+])
+def test_einshape_rejects_bad_equations(equation, sizes, message):
+    with pytest.raises(ValueError, match=message):
+        pltpu.einshape(equation, jnp.zeros((8, 128), jnp.float32), **sizes)

@@ -1,10 +1,11 @@
-"""Value ops that move data across vector lanes and sublanes: ``roll`` and
-``bitcast``, with the meaning of JAX's ``pltpu.roll`` and ``pltpu.bitcast``.
+"""Value ops that move data across vector lanes and sublanes: ``roll``,
+``bitcast`` and ``einshape``, with the meaning of JAX's ``pltpu`` functions
+of the same names.
 
 Each is a pure primitive owned by ``tpu``: its JAX implementation (also its
 lowering off TPU) is what the frontend's reference interpreter runs; the
 evaluator replays it on TPU as the ``pltpu`` function (Mosaic's
-``tpu.dynamic_rotate`` and ``tpu.bitcast``).
+``tpu.dynamic_rotate``, ``tpu.bitcast``, tile-preserving reshapes).
 """
 
 from __future__ import annotations

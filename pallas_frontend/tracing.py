@@ -18,7 +18,7 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.primitives import grid_context, ref_aval_of
 from pallas_frontend.specs import (
-    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, Squeezed, canonicalize_block_dim,
+    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, canonicalize_block_dim,
     no_block_spec)
 
 
@@ -113,7 +113,7 @@ def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
         try:
             res = index_map(*idx)
         except TypeError as e:
-            if _is_arity_error(e, index_map):
+            if _is_arity_error(e):
                 raise TypeError(
                     f"Index map function {src} for {origin} must take {arity} argument(s) "
                     f"(one per grid axis{' plus the scalar-prefetch refs' if prefetch_avals else ''}),"
@@ -165,9 +165,10 @@ def _as_index(v, src, origin, i):
     return jnp.asarray(v, jnp.int32)
 
 
-def _is_arity_error(e: TypeError, fn) -> bool:
+def _is_arity_error(e: TypeError) -> bool:
+    """Whether calling the index map failed on its argument count (Python's wording)."""
     msg = str(e)
-    return "positional argument" in msg or "required" in msg and "argument" in msg
+    return "positional argument" in msg or ("required" in msg and "argument" in msg)
 
 
 # --- block mappings ---------------------------------------------------------------

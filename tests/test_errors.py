@@ -3,7 +3,6 @@ names the operand and says what to change (docs/errors.md lists them)."""
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import pallas_frontend as pl

@@ -8,7 +8,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import pallas_frontend as pl
 from fast_interp_helpers import kernel_ir, run_both

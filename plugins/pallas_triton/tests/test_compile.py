@@ -2,8 +2,6 @@
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
 
 import kernels as K
 import pallas_triton as pt

@@ -60,8 +60,7 @@ jc.mlir.register_lowering(pallas_call_p, _lowering)
 # --- jaxpr surgery used by the transformation rules ---------------------------------
 
 def rebuild_jaxpr(jaxpr: jc.Jaxpr, new_in_avals, select_args) -> jc.Jaxpr:
-    """A jaxpr over ``new_in_avals`` that evaluates ``jaxpr(*select_args(new_args))``
-    and returns ``select_outs``-free results (the same outputs)."""
+    """A jaxpr over ``new_in_avals`` that returns ``jaxpr(*select_args(new_args))``."""
     def fn(*new_args):
         return jc.eval_jaxpr(jaxpr, *select_args(list(new_args)))
     new, _ = jc.trace_kernel_jaxpr(fn, new_in_avals, traced_for="pallas transform")
@@ -73,24 +72,21 @@ def _index_avals(n):
 
 
 def _batched_mapping(m: BlockMapping, batched: bool, batch_size: int, n_grid: int,
-                     n_prefetch_avals) -> BlockMapping:
+                     prefetch_avals) -> BlockMapping:
     """The mapping of ``m`` on a grid with a new leading (batch) axis."""
-    in_avals = _index_avals(n_grid + 1) + list(n_prefetch_avals)
-    if batched:
-        def select(args):
-            return args[1:]
-        inner = rebuild_jaxpr(m.index_map, in_avals, select)
+    in_avals = _index_avals(n_grid + 1) + list(prefetch_avals)
+    if not batched:   # the same blocks at every batch index
+        index_map = rebuild_jaxpr(m.index_map, in_avals, lambda a: a[1:])
+        return BlockMapping(**{**m.__dict__, "index_map": index_map})
 
-        def fn(*args):
-            return [args[0], *jc.eval_jaxpr(inner, *args)]
-        index_map, _ = jc.trace_kernel_jaxpr(fn, in_avals, traced_for="pallas index_map")
-        return BlockMapping(
-            origin=m.origin, array_shape=(batch_size, *m.array_shape), dtype=m.dtype,
-            block_dims=(Squeezed(), *m.block_dims), index_map=index_map,
-            index_map_source=m.index_map_source, memory_space=m.memory_space,
-            pipeline_mode=m.pipeline_mode)
-    index_map = rebuild_jaxpr(m.index_map, in_avals, lambda a: a[1:])
-    return BlockMapping(**{**m.__dict__, "index_map": index_map})
+    def batched_index_map(b, *rest):     # a squeezed leading dim indexed by the batch axis
+        return [b, *jc.eval_jaxpr(m.index_map, *rest)]
+    index_map, _ = jc.trace_kernel_jaxpr(batched_index_map, in_avals, traced_for="pallas index_map")
+    return BlockMapping(
+        origin=m.origin, array_shape=(batch_size, *m.array_shape), dtype=m.dtype,
+        block_dims=(Squeezed(), *m.block_dims), index_map=index_map,
+        index_map_source=m.index_map_source, memory_space=m.memory_space,
+        pipeline_mode=m.pipeline_mode)
 
 
 def _batch_rule(args, dims, *, kernel: KernelIR, interpret, backend):

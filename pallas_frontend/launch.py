@@ -57,7 +57,7 @@ def pallas_call(
 
     @functools.partial(jax.jit, inline=True)
     def call(*args):
-        ir, out_tree, _ = build_kernel_ir(
+        ir, out_tree = build_kernel_ir(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
             debug=debug)

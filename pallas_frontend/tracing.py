@@ -77,7 +77,6 @@ def _paths(tree_value, prefix: str) -> list[str]:
 
 def normalize_out_shape(out_shape: Any):
     """Flattens out_shape into avals; every leaf must have .shape and .dtype."""
-    single = not isinstance(out_shape, (tuple, list, dict)) and hasattr(out_shape, "shape")
     if isinstance(out_shape, list):
         out_shape = tuple(out_shape)
     leaves, tree = jax.tree.flatten(out_shape, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
@@ -92,7 +91,7 @@ def normalize_out_shape(out_shape: Any):
                 "Write jax.ShapeDtypeStruct(shape, dtype).")
         avals.append(jc.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype)))
         spaces.append(leaf.memory_space if isinstance(leaf, MemoryRef) else None)
-    return avals, spaces, tree, single
+    return avals, spaces, tree
 
 
 # --- index maps ----------------------------------------------------------------
@@ -252,7 +251,7 @@ def resolve_grid_spec(grid_spec, grid, in_specs, out_specs, scratch_shapes) -> G
 
 def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, aliases,
                     compiler_params, cost_estimate, metadata, debug):
-    """Returns ``(KernelIR, out_tree, single_output)``."""
+    """Returns ``(KernelIR, out_tree)``."""
     kname = name or _fn_name(kernel)
     grid, grid_names = tuple(gs.grid), gs.grid_names
     num_grid, npf = len(grid), gs.num_scalar_prefetch
@@ -269,7 +268,7 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     main_args = tuple(args[npf:])
     main_tree = jax.tree.structure(main_args)
 
-    out_avals, out_spaces, out_tree, single = normalize_out_shape(out_shape)
+    out_avals, out_spaces, out_tree = normalize_out_shape(out_shape)
     in_spec_list = flatten_specs(gs.in_specs, main_tree, "in_specs", "inputs")
     out_spec_list = flatten_specs(gs.out_specs, out_tree, "out_specs", "out_shape")
 
@@ -320,7 +319,7 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
         num_scalar_prefetch=n_pf, input_output_aliases=alias_pairs,
         compiler_params=compiler_params, cost_estimate=cost_estimate,
         metadata=tuple(sorted((metadata or {}).items())), debug=bool(debug))
-    return ir, out_tree, single
+    return ir, out_tree
 
 
 def validate_aliases(aliases, in_avals, in_paths, out_avals, out_paths):

@@ -19,7 +19,7 @@ import numpy as np
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.specs import BlockDim, BoundedSlice, Buffered, Squeezed
 
-API_VERSION: tuple[int, int] = (1, 1)   # 1.1: parallel_grid_axes
+API_VERSION: tuple[int, int] = (1, 2)   # 1.1: parallel_grid_axes; 1.2: forced_interpret_params
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -286,6 +286,14 @@ class Backend:
         ``lower``. Asked when ``interpret`` is this backend's interpret params
         or the kernel's compiler params are this backend's."""
         return frozenset()
+
+    def forced_interpret_params(self) -> Any:
+        """The interpret params this backend's own process-wide or scoped
+        interpret mode is set to (e.g. ``pallas_tpu.force_tpu_interpret_mode()``),
+        or None. While set, a ``pallas_call`` whose ``compiler_params`` are this
+        backend's and that passes no ``interpret=`` runs as if it had passed
+        ``interpret=<these params>``. (API 1.2)"""
+        return None
 
     def lower(self, kernel: KernelIR, ctx: LoweringContext, *args) -> Sequence[Any]:
         """Returns the MLIR values of the outputs (JAX's lowering-rule result)."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 
+from pallas_frontend import registry
 from pallas_frontend.block_indices import check_block_ranges
 from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
@@ -55,8 +56,8 @@ def pallas_call(
         raise TypeError("metadata must be a dict[str, str].")
     aliases = dict(input_output_aliases or {})
 
-    @functools.partial(jax.jit, inline=True)
-    def call(*args):
+    @functools.partial(jax.jit, inline=True, static_argnums=0)
+    def traced(mode, *args):
         ir, out_tree = build_kernel_ir(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
@@ -64,8 +65,13 @@ def pallas_call(
         if gs.num_scalar_prefetch == 0:
             check_block_ranges(ir)
         flat_args = jax.tree.leaves(args)
-        outs = pallas_call_p.bind(*flat_args, kernel=ir, interpret=interpret, backend=backend)
+        outs = pallas_call_p.bind(*flat_args, kernel=ir, interpret=mode, backend=backend)
         return jax.tree.unflatten(out_tree, outs)
+
+    def call(*args):
+        # A backend's own interpret mode (e.g. pallas_tpu.force_tpu_interpret_mode)
+        # is read at each call and is part of the trace's cache key.
+        return traced(registry.effective_interpret(interpret, compiler_params), *args)
 
     functools.update_wrapper(call, kernel, assigned=("__name__", "__qualname__", "__doc__"),
                              updated=())

@@ -178,6 +178,17 @@ def backend_for_params(*, interpret, compiler_params) -> Backend | None:
     return _backend_of(backends(), compiler_params, "compiler_params_type")
 
 
+def effective_interpret(interpret, compiler_params):
+    """``interpret`` as the call will use it: when the call passes none and its
+    compiler params belong to a backend whose own interpret mode is on (its
+    ``forced_interpret_params``), that backend's interpret params."""
+    if interpret not in (None, False) or compiler_params is None:
+        return interpret
+    b = _backend_of(backends(), compiler_params, "compiler_params_type")
+    forced = b.forced_interpret_params() if b is not None else None
+    return interpret if forced is None else forced
+
+
 def _backend_of(found: dict[str, Backend], params, type_attr: str) -> Backend | None:
     """The backend whose ``type_attr`` (a params type) ``params`` is an instance of."""
     for b in found.values():

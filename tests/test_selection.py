@@ -137,3 +137,39 @@ def test_capability_check_runs_before_lowering():
         assert picky.lowered == 0
     finally:
         registry.unregister_backend("picky")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModalParams(pl.CompilerParams):
+    BACKEND = "modal"
+
+
+class Modal(Recording):
+    """A backend with its own interpret mode, as pallas_tpu.force_tpu_interpret_mode."""
+    forced = None
+
+    def forced_interpret_params(self):
+        return self.forced
+
+
+def test_backend_interpret_mode_applies_to_its_compiler_params():
+    b = registry.register_backend(Modal("modal", ("tpu",), params=ModalParams,
+                                        interpret_params=AccelInterpretParams))
+    try:
+        x = jnp.asarray(np.random.default_rng(7).standard_normal(256), jnp.float32)
+
+        def k(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2.0
+
+        f = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct((256,), jnp.float32),
+                           compiler_params=ModalParams())
+        with pytest.raises(BackendUnavailableError, match="does not serve platform 'cpu'"):
+            f(x)
+        b.forced = AccelInterpretParams()
+        np.testing.assert_allclose(np.asarray(f(x)), 2.0 * np.asarray(x, np.float64), rtol=1e-6)
+        assert b.lowered == 1
+        b.forced = None       # switched off again: the trace cache must not keep the old mode
+        with pytest.raises(BackendUnavailableError, match="does not serve platform 'cpu'"):
+            f(x)
+    finally:
+        registry.unregister_backend("modal")

@@ -44,6 +44,9 @@ class TpuBackend(Backend):
             return _interpreter_effects()
         return frozenset()
 
+    def forced_interpret_params(self):
+        return active_interpret_mode()
+
     def call_options(self, platform: str) -> dict:
         if platform == "tpu":
             return {"compiler_params": CompilerParams()}

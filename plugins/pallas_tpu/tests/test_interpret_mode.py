@@ -1,0 +1,52 @@
+"""pallas_tpu.force_tpu_interpret_mode / set_tpu_interpret_mode: kernels that pass
+TPU CompilerParams and no interpret= run in TPU interpret mode on CPU, as in JAX."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pallas_frontend as pl
+import pallas_tpu as pltpu
+from pallas_frontend.backend_api import BackendUnavailableError
+
+
+def _scaled_add():
+    def k(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] * 3.0 + y_ref[...]
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+    return pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32), grid=(4,),
+                          in_specs=[spec, spec], out_specs=spec,
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)))
+
+
+def _data(seed):
+    rng = np.random.default_rng(seed)
+    return [jnp.asarray(rng.standard_normal((32, 128)), jnp.float32) for _ in range(2)]
+
+
+def test_without_interpret_mode_cpu_is_refused():
+    with pytest.raises(BackendUnavailableError, match="force_tpu_interpret_mode|interpret"):
+        _scaled_add()(*_data(0))
+
+
+def test_force_tpu_interpret_mode_runs_the_kernel():
+    x, y = _data(1)
+    f = _scaled_add()
+    with pltpu.force_tpu_interpret_mode():
+        got = f(x, y)
+    want = 3.0 * np.asarray(x, np.float64) + np.asarray(y, np.float64)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(BackendUnavailableError):      # the mode ends with the block
+        f(x, y)
+
+
+def test_set_tpu_interpret_mode_until_reset():
+    x, y = _data(2)
+    pltpu.set_tpu_interpret_mode(pltpu.InterpretParams())
+    try:
+        got = jax.jit(_scaled_add())(x, y)
+    finally:
+        pltpu.set_tpu_interpret_mode(None)
+    want = 3.0 * np.asarray(x, np.float64) + np.asarray(y, np.float64)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)

@@ -48,6 +48,15 @@ def trace_kernel_jaxpr(fun, in_avals, *, traced_for: str):
     return jaxpr.with_consts(consts), out_avals
 
 
+def named_axes(names, sizes):
+    """Binds grid-axis names for ``lax.axis_index``/``lax.axis_size`` while a
+    kernel body is traced (a no-op without names)."""
+    import contextlib
+    if not names:
+        return contextlib.nullcontext()
+    return core.extend_axis_env_nd(list(zip(names, sizes)))
+
+
 def jaxpr_source_line(eqn) -> str:
     """``file:line`` of the user code that produced a jaxpr equation, or ''."""
     frame = source_info_util.user_frame(eqn.source_info.traceback)

@@ -102,8 +102,16 @@ def check_block_ranges(kernel: KernelIR, tables=None) -> tuple[BlockTable, ...]:
             bad = (start < 0) | (start >= extent) if extent > 0 else np.zeros(start.shape, bool)
             if bad.any():
                 point = _first(bad)
-                raise BlockIndexError(_range_message(m, d, dim, start[point], extent, point))
+                raise BlockIndexError(_jax_phrase(m, dim, start[point])
+                                      + _range_message(m, d, dim, start[point], extent, point))
     return tables
+
+
+def _jax_phrase(m: BlockMapping, dim, start) -> str:
+    """JAX's words for this error (code that matches on them keeps working)."""
+    kind = "output" if m.origin.startswith("outputs") else "input"
+    idx = int(start) // dim.block_size if isinstance(dim, Blocked) else int(start)
+    return f"Out-of-bounds block index {idx} for {kind} {m.origin}. "
 
 
 def _first(mask: np.ndarray) -> tuple[int, ...]:

@@ -121,3 +121,14 @@ def _trip_count(lower, upper, step):
         return jnp.maximum(0, (hi - lo + step - 1) // step)
     return jnp.maximum(0, (lo - hi - step - 1) // (-step))
 
+
+
+def run_state(f: Callable[[Any], None]) -> Callable[[Any], Any]:
+    """``run_state(f)(values)``: ``f`` runs on Refs holding ``values`` (a
+    pytree) and may update them in place; returns their final values (same
+    pytree). Kernels launched inside ``f`` (``pl.core_map``) may close over them."""
+    def run(values):
+        refs = jax.tree.map(jax.new_ref, values)
+        f(refs)
+        return jax.tree.map(lambda r: r[...], refs)
+    return run

@@ -62,7 +62,10 @@ def pallas_call(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
             debug=debug)
-        if gs.num_scalar_prefetch == 0:
+        # A backend's interpret mode may be asked to read out-of-range blocks as
+        # uninitialized memory (pallas_tpu.InterpretParams(out_of_bounds_reads=...)).
+        if gs.num_scalar_prefetch == 0 and \
+                getattr(mode, "out_of_bounds_reads", "raise") == "raise":
             check_block_ranges(ir)
         flat_args = jax.tree.leaves(args)
         outs = pallas_call_p.bind(*flat_args, kernel=ir, interpret=mode, backend=backend)
@@ -99,15 +102,35 @@ def kernel(body: Callable | None = None, out_type: Any = (), *, mesh: Any, scrat
                                  cost_estimate=cost_estimate, debug=debug, name=name,
                                  metadata=metadata)
     grid = _mesh_grid(mesh, "pl.kernel")
+    compiler_params = _mesh_compiler_params(mesh, compiler_params)
 
     def run(*args):
         return pallas_call(
             body, out_type, grid=grid, scratch_shapes=scratch_types,
+            in_specs=_mesh_specs(mesh, args), out_specs=_mesh_specs(mesh, out_type),
             compiler_params=compiler_params, interpret=interpret, cost_estimate=cost_estimate,
             debug=debug, name=name or getattr(body, "__name__", None), metadata=metadata,
         )(*args)
     return run
 
+
+
+def _mesh_compiler_params(mesh: Any, compiler_params: Any):
+    """A backend's mesh (e.g. ``pallas_tpu.TensorCoreMesh``) may name the
+    compiler params that run its axes (and so select that backend)."""
+    if compiler_params is None:
+        return getattr(mesh, "compiler_params", None)
+    return compiler_params
+
+
+def _mesh_specs(mesh: Any, tree: Any):
+    """Whole-array specs, in the mesh's ``default_memory_space`` if it has one
+    (a core mesh shares its operands between cores: they stay in HBM)."""
+    space = getattr(mesh, "default_memory_space", None)
+    if space is None:
+        return no_block_spec
+    from pallas_frontend.specs import BlockSpec
+    return jax.tree.map(lambda _: BlockSpec(memory_space=space), tree)
 
 
 def _mesh_grid(mesh: Any, fn_name: str):
@@ -125,9 +148,12 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
     every point of ``mesh``; it communicates only through closed-over Refs
     (``jax.new_ref``), which are updated in place."""
     from pallas_frontend import _jax_compat as jc
+    grid = _mesh_grid(mesh, "core_map")
+    compiler_params = _mesh_compiler_params(mesh, compiler_params)
 
     def decorator(f):
-        jaxpr, _ = jc.trace_kernel_jaxpr(lambda: (f(), [])[1], [], traced_for="pallas core_map")
+        with jc.named_axes([n for n, _ in grid], [s for _, s in grid]):
+            jaxpr, _ = jc.trace_kernel_jaxpr(lambda: (f(), [])[1], [], traced_for="pallas core_map")
         refs = list(jaxpr.consts)
         if not all(isinstance(jax.typeof(r), jc.AbstractRef) for r in refs):
             raise ValueError("core_map bodies may close over Refs only (jax.new_ref); "
@@ -141,7 +167,8 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
 
         outs = pallas_call(
             body, [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values],
-            grid=_mesh_grid(mesh, "core_map"), scratch_shapes=scratch_shapes,
+            grid=grid, scratch_shapes=scratch_shapes,
+            in_specs=_mesh_specs(mesh, values), out_specs=_mesh_specs(mesh, values),
             input_output_aliases={i: i for i in range(n)}, compiler_params=compiler_params,
             interpret=interpret, debug=debug, cost_estimate=cost_estimate,
             name=name or getattr(f, "__name__", None), metadata=metadata)(*values)

@@ -221,7 +221,8 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
         return []
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(ref_avals)
-    jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
+    with jc.named_axes(grid_names, grid):   # for lax.axis_index/axis_size in the body
+        jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
     bad = [c for c in jaxpr.consts
            if np.size(c) > 1 and not isinstance(jax.typeof(c), jc.AbstractRef)]
     if bad:

@@ -13,9 +13,11 @@ from pallas_tpu.grid_spec import PrefetchScalarGridSpec
 from pallas_tpu.layout_ops import bitcast, einshape, roll
 from pallas_tpu.memory import (
     ANY, CMEM, HBM, SEMAPHORE, SMEM, VMEM, MemorySpace, SemaphoreType)
+from pallas_tpu.mesh import CoreType, TensorCoreMesh, create_tensorcore_mesh
 from pallas_tpu.params import (
     ARBITRARY, CORE_PARALLEL, PARALLEL, SUBCORE_PARALLEL, CompilerParams, InterpretParams,
-    SideEffectType, force_tpu_interpret_mode, set_tpu_interpret_mode)
+    SideEffectType, force_tpu_interpret_mode, reset_tpu_interpret_mode_state,
+    set_tpu_interpret_mode)
 from pallas_tpu.pipeline import emit_pipeline
 from pallas_tpu.primitives import (
     AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
@@ -25,7 +27,8 @@ from pallas_tpu.random import (
 
 __all__ = [
     "ANY", "ARBITRARY", "AsyncCopyDescriptor", "CMEM", "CORE_PARALLEL",
-    "CompilerParams", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",
+    "CompilerParams", "CoreType", "TensorCoreMesh", "create_tensorcore_mesh",
+    "reset_tpu_interpret_mode_state", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",
     "PrefetchScalarGridSpec", "SEMAPHORE", "SMEM", "SUBCORE_PARALLEL", "SemaphoreType",
     "SideEffectType", "TpuBackend", "VMEM", "__version__", "async_copy", "async_remote_copy",
     "bitcast", "einshape", "emit_pipeline", "force_tpu_interpret_mode", "load", "make_async_copy",

@@ -57,5 +57,10 @@ def check_dtypes(kernel: KernelIR) -> None:
 
 def check_kernel(kernel: KernelIR) -> None:
     check_dtypes(kernel)
+
+
+def check_for_mosaic(kernel: KernelIR) -> None:
+    """What only the Mosaic compiler refuses: TPU interpret mode (like JAX's)
+    runs blocks of any shape, so this runs when compiling for a TPU only."""
     for m in kernel.mappings:
         check_block_tiling(kernel, m)

@@ -153,19 +153,32 @@ def set_tpu_interpret_mode(params: InterpretParams | None = None) -> None:
     interpret mode (``None`` turns it off)."""
     if params is not None and not isinstance(params, InterpretParams):
         raise TypeError(f"set_tpu_interpret_mode takes pallas_tpu.InterpretParams, got {params!r}")
+    from jax.experimental.pallas import tpu as pltpu
     _global_mode[0] = params
+    # JAX's own setting is part of jit's cache key: enclosing jitted
+    # functions retrace when the mode changes, as they do under JAX.
+    pltpu.set_tpu_interpret_mode(None if params is None else params.to_jax())
 
 
 @contextlib.contextmanager
 def force_tpu_interpret_mode(params: InterpretParams | None = None):
     """Within the block, kernels that select the ``tpu`` backend run in TPU
     interpret mode with ``params`` (default ``InterpretParams()``)."""
+    from jax.experimental.pallas import tpu as pltpu
     prev = getattr(_local, "mode", None)
     _local.mode = params if params is not None else InterpretParams()
     try:
-        yield
+        with pltpu.force_tpu_interpret_mode(_local.mode.to_jax()):   # see set_tpu_interpret_mode
+            yield
     finally:
         _local.mode = prev
+
+
+def reset_tpu_interpret_mode_state() -> None:
+    """Clears the simulated TPU state (buffers, semaphores, race records) that
+    TPU interpret mode keeps after a kernel raised, so later kernels start clean."""
+    from jax.experimental.pallas import tpu as pltpu
+    pltpu.reset_tpu_interpret_mode_state()
 
 
 def active_interpret_mode() -> InterpretParams | None:

@@ -47,8 +47,8 @@ def join_view(part):
         for t in transforms:
             if not hasattr(t, "indices"):
                 raise NotImplementedError(f"pallas_tpu: Ref view transform {t} is not supported")
-            ref = ref.at[tuple(t.indices)]
-        return ref
+        from pallas_tpu import _jax_private
+        return _jax_private.transformed_ref(ref, transforms)
     return part
 
 

@@ -118,6 +118,24 @@ def jax_compiler_params(kernel: KernelIR):
     return pltpu.CompilerParams()
 
 
+def _simulated_cores(kernel: KernelIR, params, jax_interpret):
+    """TPU interpret mode runs "parallel" axes on its simulated cores and
+    knows no "core_parallel": such axes (a TensorCoreMesh's) become parallel
+    axes with one simulated core per point, as JAX does for its core_map."""
+    import dataclasses
+    sem = params.dimension_semantics
+    if not sem or not any(str(getattr(d, "value", d)) == "core_parallel" for d in sem):
+        return params, jax_interpret
+    cores = 1
+    for d, size in zip(sem, kernel.grid):
+        if str(getattr(d, "value", d)) == "core_parallel":
+            cores *= size
+    sem = tuple("parallel" if str(getattr(d, "value", d)) == "core_parallel" else d for d in sem)
+    params = dataclasses.replace(params, dimension_semantics=sem)
+    cores = max(cores, jax_interpret.num_cores_or_threads)
+    return params, dataclasses.replace(jax_interpret, num_cores_or_threads=cores)
+
+
 def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: InterpretParams | None):
     """The JAX pallas_call equivalent to ``kernel``; call it on the flat operands."""
     from jax.experimental import pallas as pl
@@ -128,22 +146,32 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
     prng_state = interpret is not None and interpret_mode.uses_prng(kernel)
     if prng_state:
         scratch.append(interpret_mode.prng_state_type())
+    params = jax_compiler_params(kernel)
+    jax_interpret = False
+    if interpret is not None:
+        params, jax_interpret = _simulated_cores(kernel, params, interpret.to_jax())
+    grid = tuple(kernel.grid)
+    if kernel.grid_names:   # lax.axis_index(name) in the body reads them
+        grid = tuple(zip(kernel.grid_names, grid))
     grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=kernel.num_scalar_prefetch, grid=tuple(kernel.grid),
+        num_scalar_prefetch=kernel.num_scalar_prefetch, grid=grid,
         in_specs=in_specs, out_specs=out_specs, scratch_shapes=scratch)
     cost = None
     if kernel.cost_estimate is not None:
         c = kernel.cost_estimate
         cost = pl.CostEstimate(flops=c.flops, transcendentals=c.transcendentals,
                                bytes_accessed=c.bytes_accessed)
-    call = pl.pallas_call(
-        _kernel_body(kernel, interpret is not None, prng_state),
-        out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
-        input_output_aliases=dict(kernel.input_output_aliases),
-        compiler_params=jax_compiler_params(kernel), cost_estimate=cost,
-        interpret=interpret.to_jax() if interpret is not None else False,
-        name=kernel.name, metadata=dict(kernel.metadata) or None)
+    # Our interpret choice was made above: JAX's forced mode (which our
+    # force_tpu_interpret_mode also sets, for jit's cache key) must not override it.
+    with pltpu.force_tpu_interpret_mode(None):
+        call = pl.pallas_call(
+            _kernel_body(kernel, interpret is not None, prng_state),
+            out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
+            input_output_aliases=dict(kernel.input_output_aliases),
+            compiler_params=params, cost_estimate=cost, interpret=jax_interpret,
+            name=kernel.name, metadata=dict(kernel.metadata) or None)
 
     def run(*args):
-        return list(call(*args))
+        with pltpu.force_tpu_interpret_mode(None):
+            return list(call(*args))
     return run

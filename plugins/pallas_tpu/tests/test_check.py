@@ -8,29 +8,45 @@ import pytest
 import pallas_frontend as pl
 import pallas_tpu as pltpu
 from pallas_frontend.backend_api import BackendCapabilityError, kernel_primitive
+from pallas_tpu import aot
 
 
 def _copy(x_ref, o_ref):
     o_ref[...] = x_ref[...]
 
 
-def _call(block, shape=(256, 256), dtype=jnp.float32, kernel=_copy):
+def _call(block, shape=(256, 256), dtype=jnp.float32, kernel=_copy, interpret=True):
     return pl.pallas_call(
         kernel, out_shape=jax.ShapeDtypeStruct(shape, dtype),
         grid=(shape[0] // block[0], shape[1] // block[1]),
         in_specs=[pl.BlockSpec(block, lambda i, j: (i, j))],
         out_specs=pl.BlockSpec(block, lambda i, j: (i, j)),
-        compiler_params=pltpu.CompilerParams(), interpret=pltpu.InterpretParams())
+        compiler_params=pltpu.CompilerParams(),
+        interpret=pltpu.InterpretParams() if interpret else False)
 
 
-def test_rejects_untiled_lane_dim():
+def test_rejects_untiled_lane_dim_when_compiling():
     with pytest.raises(BackendCapabilityError, match=r"args\[0\].*divisible by 8 and 128"):
-        jax.jit(_call((128, 64))).trace(jnp.zeros((256, 256))).lower()
+        aot.lower_for_tpu(_call((128, 64), interpret=False),
+                          jax.ShapeDtypeStruct((256, 256), jnp.float32))
 
 
-def test_rejects_untiled_sublane_dim():
+def test_rejects_untiled_sublane_dim_when_compiling():
     with pytest.raises(BackendCapabilityError, match=r"block shape \(4, 128\) of args\[0\]"):
-        jax.jit(_call((4, 128))).trace(jnp.zeros((256, 256))).lower()
+        aot.lower_for_tpu(_call((4, 128), interpret=False),
+                          jax.ShapeDtypeStruct((256, 256), jnp.float32))
+
+
+@pytest.mark.parametrize("block", [(4, 128), (128, 64), (12, 40)])
+def test_interpret_mode_runs_untiled_blocks(block):
+    """TPU interpret mode (as JAX's) takes any block shape; only Mosaic needs (8, 128)."""
+    shape = (block[0] * 2, block[1] * 3)
+    x = np.random.default_rng().standard_normal(shape).astype(np.float32)
+
+    def add_one(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0
+    out = _call(block, shape=shape, kernel=add_one)(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(out), x.astype(np.float64) + 1.0, rtol=1e-6)
 
 
 def test_accepts_full_array_dims_and_runs():

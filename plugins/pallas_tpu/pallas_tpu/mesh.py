@@ -1,0 +1,62 @@
+"""``TensorCoreMesh``: the TensorCores of one chip as a mesh for ``pl.kernel``.
+
+The frontend launches a mesh kernel as a ``pallas_call`` whose named grid is
+the mesh; the mesh supplies the rest of its meaning: operands stay in HBM
+(``default_memory_space``, shared by the cores) and its axis is
+``core_parallel`` (``compiler_params``). In TPU interpret mode each point of
+a core-parallel axis runs on its own simulated core, concurrently, so
+cross-core semaphores behave as on the chip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+
+from jax.experimental.pallas.tpu import CoreType
+
+from pallas_tpu.memory import MemorySpace
+from pallas_tpu.params import CORE_PARALLEL, CompilerParams
+
+__all__ = ["CoreType", "TensorCoreMesh", "create_tensorcore_mesh"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorCoreMesh:
+    """``num_cores`` TensorCores along the axis ``axis_name``
+    (``lax.axis_index(axis_name)`` is the core a program runs on)."""
+    axis_name: str
+    num_cores: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.axis_name, str):
+            raise TypeError(f"TensorCoreMesh: axis_name must be a str, got {self.axis_name!r}")
+        if isinstance(self.num_cores, bool) or not isinstance(self.num_cores, int) \
+                or self.num_cores < 1:
+            raise ValueError(f"TensorCoreMesh: num_cores must be a positive int, got "
+                             f"{self.num_cores!r}")
+
+    @property
+    def shape(self):
+        return OrderedDict({self.axis_name: self.num_cores})
+
+    @property
+    def core_type(self) -> CoreType:
+        return CoreType.TC
+
+    @property
+    def default_memory_space(self) -> MemorySpace:
+        return MemorySpace.ANY
+
+    @property
+    def compiler_params(self) -> CompilerParams:
+        return CompilerParams(dimension_semantics=(CORE_PARALLEL,))
+
+
+def create_tensorcore_mesh(axis_name: str, devices=None, num_cores: int | None = None):
+    """JAX's older spelling: ``num_cores`` from ``devices[0]`` when given."""
+    if devices is not None and num_cores is not None:
+        raise ValueError("create_tensorcore_mesh: pass devices or num_cores, not both.")
+    if num_cores is None:
+        num_cores = getattr(devices[0], "num_cores", 1) if devices is not None else 1
+    return TensorCoreMesh(axis_name, num_cores)

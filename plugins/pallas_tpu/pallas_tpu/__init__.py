@@ -9,6 +9,8 @@ themselves are written with ``pallas_frontend``. Passing
 from __future__ import annotations
 
 from pallas_tpu.backend import TpuBackend, __version__
+from pallas_tpu.chip_info import (
+    ChipVersion, Tiling, TpuInfo, get_tpu_info, get_tpu_info_for_chip, is_tpu_device)
 from pallas_tpu.grid_spec import PrefetchScalarGridSpec
 from pallas_tpu.layout_ops import bitcast, einshape, roll
 from pallas_tpu.memory import (
@@ -26,6 +28,7 @@ from pallas_tpu.random import (
     stateful_bernoulli, stateful_bits, stateful_normal, stateful_uniform)
 
 __all__ = [
+    "ChipVersion", "Tiling", "TpuInfo", "get_tpu_info", "get_tpu_info_for_chip", "is_tpu_device",
     "ANY", "ARBITRARY", "AsyncCopyDescriptor", "CMEM", "CORE_PARALLEL",
     "CompilerParams", "CoreType", "TensorCoreMesh", "create_tensorcore_mesh",
     "reset_tpu_interpret_mode_state", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",

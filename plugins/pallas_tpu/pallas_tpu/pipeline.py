@@ -20,7 +20,7 @@ from pallas_frontend.backend_api import KernelIR, kernel_primitive
 
 from pallas_frontend import backend_api
 from pallas_tpu.memory import VMEM
-from pallas_tpu.primitives import OWNER, _effects, _is_ref
+from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
 
 emit_pipeline_p = kernel_primitive("tpu_emit_pipeline", owner=OWNER, multiple_results=True)
 emit_pipeline_p.def_effectful_abstract_eval(
@@ -59,38 +59,68 @@ def _block_shape(spec: pf.BlockSpec, ref) -> tuple[int, ...]:
     return tuple(int(d) for d in spec.block_shape)
 
 
-def emit_pipeline(body, *, grid: Sequence[int], in_specs=(), out_specs=(),
-                  dimension_semantics: Sequence[str] | None = None):
+def _static_or_traced(grid):
+    """(static grid with None where a size is traced, the traced sizes)."""
+    static, traced = [], []
+    for g in grid:
+        if isinstance(g, (int, np.integer)):
+            if g <= 0:
+                raise ValueError(f"emit_pipeline grid sizes must be positive, got {tuple(grid)}")
+            static.append(int(g))
+        else:
+            static.append(None)
+            traced.append(jnp.asarray(g, jnp.int32))
+    return tuple(static), traced
+
+
+def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=None,
+                  core_axis=None, core_axis_name=None,
+                  dimension_semantics: Sequence[str] | None = None, trace_scopes: bool = True,
+                  no_pipelining: bool = False, output_wait_read_only: bool = False):
     """Returns ``pipeline(*in_refs, *out_refs)`` that runs ``body(*in_blocks,
     *out_blocks)`` over ``grid``, double-buffering the blocks the BlockSpecs
-    select between the given (HBM/ANY) Refs and VMEM."""
-    grid = tuple(int(g) for g in grid)
-    if any(g <= 0 for g in grid):
-        raise ValueError(f"emit_pipeline grid sizes must be positive, got {grid}")
+    select between the given (HBM/ANY) Refs, or views of them, and VMEM.
+
+    Grid sizes may be traced int32 scalars. The keywords after ``out_specs``
+    are JAX's, passed to its ``emit_pipeline`` when the kernel is rebuilt."""
+    static_grid, _ = _static_or_traced(grid)     # validates before any tracing
+    if core_axis is not None and core_axis_name is not None:
+        raise ValueError("emit_pipeline: pass core_axis or core_axis_name, not both.")
     specs = _spec_list(in_specs) + _spec_list(out_specs)
     n_in = len(_spec_list(in_specs))
+    options = (("tiling", tiling), ("core_axis", core_axis),
+               ("core_axis_name", core_axis_name), ("trace_scopes", bool(trace_scopes)),
+               ("no_pipelining", bool(no_pipelining)),
+               ("output_wait_read_only", bool(output_wait_read_only)))
 
     def pipeline(*refs):
         if len(refs) != len(specs):
             raise TypeError(f"emit_pipeline: {len(specs)} BlockSpecs but {len(refs)} Refs given.")
         shapes = [_block_shape(s, r) for s, r in zip(specs, refs)]
-        dtypes = [r.dtype for r in refs]
-        block_avals = [VMEM(sh, dt) for sh, dt in zip(shapes, dtypes)]
-        block_avals = [jax.ref.AbstractRef(jax.core.ShapedArray(b.shape, b.dtype),
-                                           memory_space=b.memory_space) for b in block_avals]
+        block_avals = [jax.ref.AbstractRef(jax.core.ShapedArray(sh, r.dtype), memory_space=VMEM)
+                       for sh, r in zip(shapes, refs)]
 
         def flat_body(*blocks):
             body(*blocks)
             return []
         body_jaxpr, consts = backend_api.trace_body(flat_body, block_avals,
                                                        traced_for="emit_pipeline body")
-        index_maps = tuple(_trace_index_map(s, len(grid)) for s in specs)
-        operands = [*refs, *consts]
-        effect_spec = tuple((i, "w") for i, x in enumerate(operands) if _is_ref(x))
+        index_maps = tuple(_trace_index_map(s, len(static_grid)) for s in specs)
+        _, traced_sizes = _static_or_traced(grid)
+        # Views (x_ref.at[1]) travel as their Ref plus indexer leaves.
+        flat_refs, ref_tree, ref_spec = _flatten_with_effects(
+            refs, ["r"] * n_in + ["w"] * (len(refs) - n_in))
+        operands = [*flat_refs, *traced_sizes, *consts]
+        base = len(flat_refs) + len(traced_sizes)
+        # a Ref the body closed over may be written by it
+        effect_spec = ref_spec + tuple((base + i, "w") for i, c in enumerate(consts) if _is_ref(c))
         emit_pipeline_p.bind(
             *operands, effect_spec=effect_spec, body=body_jaxpr, index_maps=index_maps,
-            block_shapes=tuple(shapes), grid=grid, num_inputs=n_in, num_refs=len(refs),
-            dimension_semantics=None if dimension_semantics is None else tuple(dimension_semantics))
+            block_shapes=tuple(shapes), grid=static_grid, num_inputs=n_in,
+            ref_tree=ref_tree, num_ref_leaves=len(flat_refs), num_traced_sizes=len(traced_sizes),
+            options=options,
+            dimension_semantics=None if dimension_semantics is None else tuple(
+                str(getattr(d, "value", d)).lower() for d in dimension_semantics))
     return pipeline
 
 
@@ -101,7 +131,12 @@ def replay_emit_pipeline(eqn, invals):
 
     from pallas_tpu import evaluate
     p = eqn.params
-    refs, consts = invals[:p["num_refs"]], invals[p["num_refs"]:]
+    n_leaves, n_sizes = p["num_ref_leaves"], p["num_traced_sizes"]
+    parts = jax.tree.unflatten(p["ref_tree"], invals[:n_leaves])
+    refs = [join_view(part) for part in parts]
+    sizes = iter(invals[n_leaves:n_leaves + n_sizes])
+    consts = invals[n_leaves + n_sizes:]
+    grid = tuple(g if g is not None else next(sizes) for g in p["grid"])
 
     def index_fn(jaxpr):
         return lambda *idx: tuple(evaluate.eval_jaxpr(jaxpr, (), *idx))
@@ -110,12 +145,11 @@ def replay_emit_pipeline(eqn, invals):
 
     def inner(*blocks):
         evaluate.eval_jaxpr(p["body"], (), *consts, *blocks)
+    kwargs = {k: v for k, v in p["options"] if v is not None}
     sem = p["dimension_semantics"]
-    kwargs = {}
     if sem is not None:
-        kwargs["dimension_semantics"] = tuple(
-            getattr(pltpu, s.upper()) for s in sem)
-    pltpu.emit_pipeline(inner, grid=p["grid"], in_specs=specs[:p["num_inputs"]],
+        kwargs["dimension_semantics"] = tuple(getattr(pltpu, s.upper()) for s in sem)
+    pltpu.emit_pipeline(inner, grid=grid, in_specs=specs[:p["num_inputs"]],
                         out_specs=specs[p["num_inputs"]:], **kwargs)(*refs)
     return []
 

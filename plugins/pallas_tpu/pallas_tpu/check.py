@@ -55,8 +55,23 @@ def check_dtypes(kernel: KernelIR) -> None:
                 + (" Use float32 (enable x64 only outside the kernel)." if name == "float64" else ""))
 
 
+def check_block_dims(kernel: KernelIR) -> None:
+    """JAX 0.12's Mosaic pallas_call has no BoundedSlice block dims (its
+    BlockSpec lowering raises a bare ValueError); refuse them here, by name."""
+    for m in kernel.mappings:
+        for axis, d in enumerate(m.block_dims):
+            if isinstance(d, pf.BoundedSlice):
+                raise BackendCapabilityError(
+                    f"Backend 'tpu' (Mosaic) cannot take the BoundedSlice block dim {axis} of "
+                    f"{m.origin} in kernel '{kernel.name}' ({kernel.source}): JAX 0.12's TPU "
+                    "pallas_call has no variable-size blocks. Use a Blocked or Element dim "
+                    "with a mask, or memory_space=pallas_tpu.ANY and copy the window by hand "
+                    "(pltpu.async_copy of x_ref.at[pl.ds(start, size)]).")
+
+
 def check_kernel(kernel: KernelIR) -> None:
     check_dtypes(kernel)
+    check_block_dims(kernel)
 
 
 def check_for_mosaic(kernel: KernelIR) -> None:

@@ -324,11 +324,14 @@ def _dma_wait(eqn, invals):
 @_rule(_RULES, tpu_prims.load_p)
 def _load(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
-    ref, _mask = _unflatten(eqn, invals)
+    ref, mask = _unflatten(eqn, invals)
     # JAX 0.12 implements masked loads neither in Mosaic nor in its TPU
-    # interpreter. The unmasked load is a valid one: masked-off lanes are
-    # unspecified, and the (view of the) Ref is in bounds as a whole.
-    return pltpu.load(ref)
+    # interpreter: load the whole (in-bounds) view, then keep the masked-in
+    # lanes; masked-off lanes read as zero.
+    value = pltpu.load(ref)
+    if mask is None:
+        return value
+    return jax.numpy.where(mask, value, jax.numpy.zeros_like(value))
 
 
 @_rule(_RULES, tpu_prims.store_p)

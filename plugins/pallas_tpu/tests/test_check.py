@@ -109,3 +109,15 @@ def test_cpu_without_interpret_is_refused():
                        compiler_params=pltpu.CompilerParams())
     with pytest.raises(Exception, match="tpu"):
         f(jnp.zeros((8, 128)))
+
+
+def test_bounded_slice_block_dims_are_refused_by_name():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+    f = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(2,),
+        in_specs=[pl.BlockSpec((pl.BoundedSlice(8), 128), lambda i: (pl.ds(i * 4, 8), 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
+        compiler_params=pltpu.CompilerParams(), interpret=pltpu.InterpretParams())
+    with pytest.raises(BackendCapabilityError, match=r"BoundedSlice block dim 0 of args\[0\]"):
+        f(jnp.zeros((16, 128)))

@@ -48,7 +48,7 @@ def _aot(aot_compile, fn, *arrays):
 # --- masked load / store ---------------------------------------------------------------
 
 def masked_kernel(x_ref, y_ref, o_ref):
-    # The load's mask is accepted and dropped (see evaluate._load); the store's is kept.
+    # The load keeps masked-in lanes and reads zero elsewhere (evaluate._load); the store's mask is kept.
     mask = x_ref[...] > y_ref[...]
     o_ref[...] = y_ref[...]
     # Masked-off lanes of a masked load are unspecified: select them away.
@@ -66,6 +66,15 @@ def test_masked_load_store_interpret(rng):
     want = np.where(x > y, 2.0 * x.astype(np.float64), y)
     assert 0 < (x > y).sum() < x.size
     np.testing.assert_allclose(got, want, **F32)
+
+
+def test_masked_load_honours_its_mask(rng):
+    """Masked-off lanes of pltpu.load read zero, not memory."""
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = pltpu.load(x_ref, mask=x_ref[...] > y_ref[...])
+    x, y = _f32(rng), _f32(rng)
+    got = np.asarray(_tile_call(kernel, 2, interpret=INTERPRET)(x, y))
+    np.testing.assert_array_equal(got, np.where(x > y, x, 0.0))
 
 
 def test_masked_load_store_aot(aot_compile):

@@ -246,6 +246,9 @@ def main(argv=None) -> int:
     import jax
     import jaxlib
     skewed = [m for m in SKEW_SHIMS if not _module_exists(m)]
+    from jax._src import config
+    dropped_flags = [] if hasattr(config, "jax_pallas_use_mosaic_gpu") else [
+        "config.jax_pallas_use_mosaic_gpu (conftest.py)"]
     jax_res, our_res = {}, {}
     for side in ("jax", "ours"):
         directory = args.work / side
@@ -270,7 +273,8 @@ def main(argv=None) -> int:
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         jax_rev=jax_revision(args.jax_src, args.rev), jax=jax.__version__,
         jaxlib=jaxlib.__version__, ours_rev=our_revision(), python=platform.python_version(),
-        machine=f"{platform.machine()}, {os.cpu_count()} cores, CPU only", skewed=skewed)
+        machine=f"{platform.machine()}, {os.cpu_count()} cores, CPU only",
+        skewed=skewed + dropped_flags)
     unexplained = write_page(args.out, args.files, jax_res, our_res, meta)
     print(f"wrote {args.out}; unexplained losses: {unexplained}")
     return 0

@@ -24,3 +24,36 @@ def transformed_ref(ref, transforms):
     if isinstance(ref, TransformedRef):
         return TransformedRef(ref.ref, (*ref.transforms, *transforms))
     return TransformedRef(ref, tuple(transforms))
+
+
+def retype_ref_inputs(closed, in_avals):
+    """``closed`` (a ClosedJaxpr) with its Ref inputs retyped to ``in_avals``
+    (JAX's Ref types, memory spaces included), or None where that is not a
+    plain substitution (a retyped Ref used inside a nested jaxpr).
+
+    Lets the backend re-bind a ``cond`` whose branches need no replay instead
+    of re-tracing them: the frontend traced them over its own Ref types."""
+    import jax
+    from jax._src import core
+    from jax.extend import core as jex
+    jaxpr = closed.jaxpr
+    env = {}
+    for v, aval in zip(jaxpr.invars, in_avals):
+        if isinstance(v.aval, jax.ref.AbstractRef) and v.aval != aval:
+            env[v] = core.Var(aval)
+    if not env:
+        return closed
+    eqns = []
+    for e in jaxpr.eqns:
+        if any(x in env for x in e.invars if isinstance(x, core.Var)):
+            if list(jex.jaxprs_in_params(e.params)):
+                return None
+            e = e.replace(invars=[env.get(x, x) if isinstance(x, core.Var) else x
+                                  for x in e.invars],
+                          effects=core.subst_input_effects(e.effects, env))
+        eqns.append(e)
+    if any(x in env for x in jaxpr.outvars if isinstance(x, core.Var)):
+        return None
+    new = jaxpr.replace(invars=[env.get(v, v) for v in jaxpr.invars], eqns=eqns,
+                        effects=core.subst_input_effects(jaxpr.effects, env))
+    return jex.ClosedJaxpr(new, closed.consts)

@@ -193,7 +193,25 @@ def _merge(ref_slots, others):
     return [r if r is not None else next(it) for r in ref_slots]
 
 
+def _rebind_cond(eqn, invals):
+    """The cond re-bound with its branches retyped, when they hold nothing to
+    substitute: re-tracing them (``lax.switch``) costs as much as the user's
+    tracing did. None when that does not apply."""
+    from pallas_tpu import _jax_private
+    branches = eqn.params["branches"]
+    if any(_is_view(x) for x in invals) or any(jaxpr_needs_replay(br) for br in branches):
+        return None
+    avals = [jax.typeof(x) for x in invals[1:]]
+    retyped = [_jax_private.retype_ref_inputs(br, avals) for br in branches]
+    if any(br is None for br in retyped):
+        return None
+    return eqn.primitive.bind(*invals, **{**eqn.params, "branches": tuple(retyped)})
+
+
 def _replay_cond(eqn, invals):
+    outs = _rebind_cond(eqn, invals)
+    if outs is not None:
+        return outs
     index, *ops = invals
     ref_slots, passed = _split_refs(ops)
     branches = [lambda *xs, br=br: eval_closed(br, *_merge(ref_slots, xs))

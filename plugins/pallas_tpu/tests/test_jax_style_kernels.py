@@ -242,3 +242,79 @@ def test_paged_attention_aot_v5e(aot_compile):
                           jnp.zeros((16, 128, 128), jnp.float32),
                           jnp.zeros((16, 128, 128), jnp.float32))
     assert "tpu_custom_call" in text
+
+
+# --- splash attention: block-sparse causal attention driven by a prefetched block mask ---------
+
+def splash_attention(P, T, interpret, *, block=128):
+    """Causal attention that skips kv blocks the block mask (SMEM, scalar
+    prefetch) marks empty; partially masked blocks mask element-wise."""
+    def kernel(mask_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref):
+        qi, kv = P.program_id(1), P.program_id(2)
+
+        @P.when(kv == 0)
+        def _():
+            m_ref[...] = jnp.full_like(m_ref, -1e30)
+            l_ref[...] = jnp.zeros_like(l_ref)
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        @P.when(mask_ref[qi, kv] != 0)
+        def _():
+            q = q_ref[...]
+            s = jnp.dot(q, k_ref[...].T, preferred_element_type=jnp.float32)
+            s = s / np.sqrt(q.shape[-1])
+            rows = qi * block + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
+            cols = kv * block + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+            s = jnp.where(cols <= rows, s, -1e30)
+            m_prev = m_ref[...][:, :1]
+            m_new = jnp.maximum(m_prev, s.max(-1, keepdims=True))
+            p = jnp.exp(s - m_new)
+            alpha = jnp.exp(m_prev - m_new)
+            l_ref[...] = jnp.broadcast_to(alpha * l_ref[...][:, :1] + p.sum(-1, keepdims=True),
+                                          l_ref.shape)
+            acc_ref[...] = alpha * acc_ref[...] + jnp.dot(p, v_ref[...],
+                                                          preferred_element_type=jnp.float32)
+            m_ref[...] = jnp.broadcast_to(m_new, m_ref.shape)
+
+        @P.when(kv == P.num_programs(2) - 1)
+        def _():
+            o_ref[...] = (acc_ref[...] / l_ref[...][:, :1]).astype(o_ref.dtype)
+
+    def f(block_mask, q, k, v):
+        bh, s, d = q.shape
+        nb = s // block
+        qspec = P.BlockSpec((None, block, d), lambda b, i, j, m: (b, i, 0))
+        kspec = P.BlockSpec((None, block, d), lambda b, i, j, m: (b, j, 0))
+        return P.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+            grid_spec=T.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(bh, nb, nb), in_specs=[qspec, kspec, kspec],
+                out_specs=qspec,
+                scratch_shapes=[T.VMEM((block, 128), jnp.float32)] * 2
+                + [T.VMEM((block, d), jnp.float32)]),
+            compiler_params=T.CompilerParams(
+                dimension_semantics=("parallel", "parallel", "arbitrary")),
+            interpret=interpret)(block_mask, q, k, v)
+    return f
+
+
+def test_splash_attention_matches_jax_and_numpy():
+    rng = _rng()
+    bh, s, d, block = 2, 384, 128, 128
+    q, k, v = (rng.standard_normal((bh, s, d)).astype(np.float32) for _ in range(3))
+    nb = s // block
+    block_mask = np.tril(np.ones((nb, nb), np.int32))      # causal: upper blocks are skipped
+    ours, theirs = _both(splash_attention, block_mask, q, k, v)
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    sc = q64 @ k64.transpose(0, 2, 1) / np.sqrt(d)
+    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v64
+    np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_splash_attention_aot_v5e(aot_compile):
+    z = jnp.zeros((2, 384, 128), jnp.float32)
+    _, text = aot_compile(splash_attention(pl, pltpu, False), jnp.ones((3, 3), jnp.int32), z, z, z)
+    assert "tpu_custom_call" in text

@@ -1,5 +1,6 @@
 """Kernels in the style of JAX's shipped TPU ops (matmul, flash attention
-with optional segment ids, paged attention), written here, each a function
+with optional segment ids, paged attention, splash attention, a threefry
+PRNG kernel), written here, each a function
 of the Pallas modules ``(P, T)``: the very same code runs with
 ``pallas_frontend``/``pallas_tpu`` and with JAX's ``jax.experimental.pallas``
 (TPU interpret mode) on the same fresh random inputs, both checked against
@@ -8,6 +9,7 @@ NumPy in float64; ours is also AOT-compiled for v5e."""
 import functools
 
 import jax
+import jax.extend.random  # threefry2x32_p, for the PRNG kernel
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -317,4 +319,58 @@ def test_splash_attention_matches_jax_and_numpy():
 def test_splash_attention_aot_v5e(aot_compile):
     z = jnp.zeros((2, 384, 128), jnp.float32)
     _, text = aot_compile(splash_attention(pl, pltpu, False), jnp.ones((3, 3), jnp.int32), z, z, z)
+    assert "tpu_custom_call" in text
+
+
+# --- PRNG: counter-based threefry bits per block (JAX's shipped PRNG-kernel style) -------------
+
+def threefry_bits(P, T, interpret, *, rows=32, block_rows=8):
+    """uint32 bits: threefry2x32 of the key (SMEM) and each element's global
+    counter, one (block_rows, 128) block per grid step."""
+    def kernel(key_ref, o_ref):
+        i = P.program_id(0)
+        shape = o_ref.shape
+        row = jax.lax.broadcasted_iota(jnp.uint32, shape, 0) + (i * shape[0]).astype(jnp.uint32)
+        counters = row * jnp.uint32(shape[1]) + jax.lax.broadcasted_iota(jnp.uint32, shape, 1)
+        k0 = jnp.full(shape, key_ref[0], jnp.uint32)
+        k1 = jnp.full(shape, key_ref[1], jnp.uint32)
+        hi, lo = jax.extend.random.threefry2x32_p.bind(k0, k1, counters, jnp.zeros_like(counters))
+        o_ref[...] = hi ^ lo
+
+    def f(key):
+        return P.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.uint32),
+            grid=(rows // block_rows,), in_specs=[P.BlockSpec(memory_space=T.SMEM)],
+            out_specs=P.BlockSpec((block_rows, 128), lambda i: (i, 0)),
+            compiler_params=T.CompilerParams(), interpret=interpret)(key)
+    return f
+
+
+def _threefry2x32_numpy(k0, k1, x0, x1):
+    """Threefry-2x32, 20 rounds (Salmon et al. 2011), in NumPy uint32."""
+    rot = [(13, 15, 26, 6), (17, 29, 16, 24)]
+    ks = [np.uint32(k0), np.uint32(k1), np.uint32(k0) ^ np.uint32(k1) ^ np.uint32(0x1BD11BDA)]
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for group in range(5):
+        for r in rot[group % 2]:
+            x0 = x0 + x1
+            x1 = (x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))
+            x1 = x1 ^ x0
+        x0 = x0 + ks[(group + 1) % 3]
+        x1 = x1 + ks[(group + 2) % 3] + np.uint32(group + 1)
+    return x0, x1
+
+
+def test_threefry_kernel_matches_jax_and_numpy():
+    key = _rng().integers(0, 2**32, 2, dtype=np.uint64).astype(np.uint32)
+    ours, theirs = _both(threefry_bits, key)
+    counters = np.arange(32 * 128, dtype=np.uint32).reshape(32, 128)
+    with np.errstate(over="ignore"):
+        hi, lo = _threefry2x32_numpy(key[0], key[1], counters, np.zeros_like(counters))
+    np.testing.assert_array_equal(ours, hi ^ lo)
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_threefry_kernel_aot_v5e(aot_compile):
+    _, text = aot_compile(threefry_bits(pl, pltpu, False), jnp.zeros((2,), jnp.uint32))
     assert "tpu_custom_call" in text

@@ -415,7 +415,8 @@ def ref_effects(*, reads: Sequence[int] = (), writes: Sequence[int] = ()) -> set
 def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tuple[bool, ...]:
     """Per grid axis: whether grid points may run independently along it.
 
-    The frontend interpreter's own verdict (``interpreter/grid_analysis.py``):
+    The frontend's grid analysis (``pallas_frontend/grid_analysis.py``, the
+    verdict the interpreter also uses):
     points differing along the parallel axes write disjoint regions of every
     output, the body has no ordered effects, ``dimension_semantics`` does not
     declare the axis sequential, and scratch carries no observed state from
@@ -425,9 +426,5 @@ def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tu
     gives each parallel program its own scratch: that backend must then prove
     itself that a program never observes scratch it did not write.
     """
-    from pallas_frontend.interpreter import execute, grid_analysis
-    plan = execute.make_plan(kernel)
-    tables = tuple(layout.table for layout in plan.layouts)
-    found = grid_analysis.analyze_grid(kernel, tables, plan.body,
-                                       scratch_is_shared=not private_scratch)
-    return tuple(a in found.parallel_axes for a in range(len(kernel.grid)))
+    from pallas_frontend import grid_analysis   # imports no interpreter, nor this module
+    return grid_analysis.parallel_grid_axes(kernel, private_scratch=private_scratch)

@@ -245,7 +245,9 @@ class Backend:
     name: str = ""
     distribution: str | None = None          # the pip distribution that ships it
     version: str = "0"
-    api_version: tuple[int, int] = API_VERSION
+    # Required: the backend API this backend was written against (e.g. (1, 2)).
+    # A backend that leaves it unset is refused at load with the fix.
+    api_version: tuple[int, int] | None = None
     platforms: tuple[str, ...] = ()          # JAX platforms it lowers for: "cpu", "cuda", "rocm", "tpu"
     priority: int = 0                        # highest wins among defaults for a platform
     compiler_params_type: type | None = None
@@ -253,7 +255,7 @@ class Backend:
     memory_spaces: tuple[Any, ...] = ()
     capabilities: frozenset[str] = frozenset()
     dtypes: frozenset[str] | None = None     # None: any dtype
-    pip_extra: str | None = None             # e.g. "triton" -> pip install "pallas-frontend[triton]"
+    pip_extra: str | None = None             # the pallas-frontend extra that installs it, if any
     # Conformance manifests (``pallas_frontend.testing``): test-name pattern
     # (fnmatch, e.g. "test_jvp*") -> reason. ``conformance_unsupported``: a
     # permanent gap, the test is skipped. ``conformance_xfail``: a known bug,
@@ -338,7 +340,8 @@ class Backend:
         ok, why = self.is_available()
         return {
             "name": self.name, "distribution": self.distribution, "version": self.version,
-            "api_version": "%d.%d" % tuple(self.api_version), "platforms": list(self.platforms),
+            "api_version": ("%d.%d" % tuple(self.api_version)) if self.api_version else None,
+            "platforms": list(self.platforms),
             "priority": self.priority, "capabilities": sorted(self.capabilities),
             "available": ok, "unavailable_reason": why,
         }

@@ -24,7 +24,7 @@ def test_backends_json(capsys):
     cli.main(["backends", "--json"])
     rows = json.loads(capsys.readouterr().out)
     (row,) = [r for r in rows if r["name"] == "interpret"]
-    assert row["available"] == "yes" and row["api"] == "%d.%d" % pl.API_VERSION
+    assert row["available"] == "yes, natively (cpu)" and row["api"] == "%d.%d" % pl.API_VERSION
 
 
 def test_doctor_passes_on_the_interpreter(capsys):

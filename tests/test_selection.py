@@ -29,6 +29,7 @@ class MissingParams(pl.CompilerParams):
 
 class Recording(backend_api.Backend):
     """Delegates to the interpreter and records that it lowered."""
+    api_version = backend_api.API_VERSION
     def __init__(self, name, platforms, priority=0, params=None, interpret_params=None,
                  capabilities=frozenset()):
         self.name, self.platforms, self.priority = name, platforms, priority
@@ -89,17 +90,33 @@ def test_configured_default_overrides(accel, monkeypatch):
     assert select("cpu") is accel and select("cuda").name == "interpret"
 
 
-def test_missing_backend_of_compiler_params_names_the_pip_extra():
+@dataclasses.dataclass(frozen=True)
+class VendorParams(pl.CompilerParams):
+    BACKEND = "vendorq"
+
+
+def test_missing_backend_of_compiler_params_names_the_distribution():
     with pytest.raises(BackendUnavailableError) as info:
         select("cuda", compiler_params=MissingParams())
     msg = str(info.value)
-    assert "'triton'" in msg and "'cuda'" in msg and 'pip install "pallas-frontend[triton]"' in msg
+    assert "'triton'" in msg and "pallas-frontend[" not in msg
+    # installed here or not: either the distribution to install, or the type it takes
+    assert "pip install pallas-triton" in msg or "pallas_triton" in msg
+    assert registry.install_hint("triton").startswith("pip install pallas-triton")
+
+
+def test_third_party_params_get_no_pallas_frontend_extra_hint():
+    with pytest.raises(BackendUnavailableError) as info:
+        select("cuda", compiler_params=VendorParams())
+    msg = str(info.value)
+    assert "'vendorq'" in msg and "'cuda'" in msg and "pallas-frontend[" not in msg
+    assert "install the distribution that provides backend 'vendorq'" in msg
 
 
 def test_backend_not_serving_the_platform_is_named(accel):
     with pytest.raises(BackendUnavailableError, match="does not serve platform 'tpu'") as info:
         select("tpu", compiler_params=AccelParams())
-    assert "'accel'" in str(info.value) and "pallas-frontend[accel]" in str(info.value)
+    assert "'accel'" in str(info.value) and "pallas-frontend[" not in str(info.value)
 
 
 def test_backend_argument_contradicting_params_is_an_error(accel):

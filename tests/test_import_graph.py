@@ -27,7 +27,8 @@ PLUGIN_MAY_IMPORT = {"pallas_frontend", "pallas_frontend.backend_api"}
 # The contract's own modules, and what they may import from the frontend.
 CONTRACT_MAY_IMPORT = {
     "pallas_frontend.backend_api": {"pallas_frontend._jax_compat", "pallas_frontend.specs",
-                                    "pallas_frontend.hookspecs", "pallas_frontend.grid_analysis"},
+                                    "pallas_frontend.hookspecs", "pallas_frontend.grid_analysis",
+                                    "pallas_frontend.kernel_arrays"},
     "pallas_frontend.specs": set(),
     "pallas_frontend.hookspecs": set(),
 }

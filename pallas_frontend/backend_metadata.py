@@ -11,8 +11,10 @@ references, names may be any dotted text; the values are never loaded)::
     "triton.priority.10" = "pallas_triton.backend"
 
 A plugin that declares nothing is imported whenever a non-CPU default is
-chosen; the conformance suite checks that what is declared matches the
-``Backend``'s own ``platforms`` and ``priority``. Unknown keys are ignored, so
+chosen. The declared platforms must include the ``Backend``'s ``platforms``
+and the declared priority must be at least its ``priority`` (an upper bound:
+a backend whose priority depends on the machine declares the highest); the
+conformance suite checks both. Unknown keys are ignored, so
 that later frontends may read more.
 """
 

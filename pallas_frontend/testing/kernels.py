@@ -144,16 +144,6 @@ def aliased_half_update(n: int, block: int, **call):
         input_output_aliases={0: 0}, name="aliased_half_update", **call)
 
 
-def aliased_accumulate(n: int, block: int, **call):
-    """``x += y`` through the aliased output Ref, which starts as ``x``."""
-    def body(x, y, o):
-        o[...] = o[...] + y[...]
-    return pl.pallas_call(
-        body, jax.ShapeDtypeStruct((n,), jnp.float32), grid=(n // block,),
-        in_specs=[_spec((block,), lambda i: (i,))] * 2, out_specs=_spec((block,), lambda i: (i,)),
-        input_output_aliases={0: 0}, name="aliased_accumulate", **call)
-
-
 def fma_f64(n: int, block: int, **call):
     """``x * y + z`` in float64 (needs jax_enable_x64 when built and run)."""
     def body(x, y, z, o):

@@ -1,6 +1,8 @@
 """Execution layer, semantics a wrong backend gets wrong while the simple
-kernels still pass: aliasing (an output starts as its aliased input), float64
-computed in float64, and the backend's non-default compiler params."""
+kernels still pass: aliasing (what no grid point writes keeps the aliased
+input's values), float64 computed in float64, and the backend's non-default
+compiler params. (Whether an aliased output *block* starts as the input's
+block is backend-specific: Mosaic TPU does not load output blocks.)"""
 
 import jax
 import jax.numpy as jnp
@@ -23,13 +25,6 @@ def test_aliased_output_keeps_what_no_grid_point_writes(call_kernel, rng):
     want = x.astype(np.float64)
     want[:1024] *= 2
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-
-
-@pytest.mark.requires("aliasing")
-def test_aliased_output_ref_starts_as_its_input(call_kernel, rng):
-    x, y = _f32(rng, 2048), _f32(rng, 2048)
-    got = call_kernel(K.aliased_accumulate, 2048, 256)(x, y)
-    np.testing.assert_allclose(got, x.astype(np.float64) + y, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.requires("float64")

@@ -60,7 +60,7 @@ def looped(tmp_path_factory):
 
 def _suite(looped, *extra):
     py, bindir, env, root, project = looped
-    return _run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--pyargs",
+    return _run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs", "--pyargs",
                  "pallas_frontend.testing", "--pallas-backend=looped", *extra],
                 ok=False, env=env, cwd=root)
 

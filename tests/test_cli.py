@@ -88,3 +88,25 @@ def test_manifests_skip_and_strict_xfail(tmp_path):
     assert "[XPASS(strict)] manifested xfail manifest: known bug" in text
     assert "unsupported by 'manifested' (manifest): no exp unit" in text
     assert "'test_nothing_*' matches no conformance test" in text
+
+
+def test_version(capsys):
+    import pytest
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"pallas-frontend {pl.__version__} (backend API %d.%d)" % pl.API_VERSION)
+
+
+def test_table_wraps_long_cells_instead_of_cutting_them():
+    from pallas_frontend import diagnostics
+    caps = ",".join(f"capability_{i}" for i in range(12))
+    row = {c: "-" for c in diagnostics.COLUMNS}
+    row.update(name="wide", capabilities=caps, available="yes, natively (cpu)")
+    table = diagnostics.format_table([row])
+    assert "..." not in table and all(len(ln) < 200 for ln in table.splitlines())
+    assert len(table.splitlines()) > 3                     # the row spans several lines
+    joined = "".join(ln[ln.index("capability_") if "capability_" in ln else 0:].split("  ")[0]
+                     for ln in table.splitlines() if "capability_" in ln)
+    assert joined.replace(" ", "") == caps

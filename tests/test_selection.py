@@ -190,3 +190,22 @@ def test_backend_interpret_mode_applies_to_its_compiler_params():
             f(x)
     finally:
         registry.unregister_backend("modal")
+
+
+def test_interpret_true_with_another_backend_name_is_an_error(accel):
+    with pytest.raises(ValueError, match="interpret=True runs the built-in interpreter, but "
+                                         "backend='accel' names another backend"):
+        _add(interpret=True, backend="accel")
+    _add(interpret=True, backend="interpret")      # naming the interpreter itself is fine
+
+
+def test_interpret_true_with_a_vendors_compiler_params_is_an_error(accel):
+    with pytest.raises(ValueError, match=r"would ignore compiler_params of type AccelParams "
+                                         r"\(backend 'accel'\)"):
+        _add(interpret=True, compiler_params=AccelParams())
+    # frontend-generic params carry no backend: the interpreter honours them
+    rng = np.random.default_rng()
+    x, y = (rng.standard_normal(256).astype(np.float32) for _ in range(2))
+    got = _add(interpret=True, compiler_params=pl.CompilerParams())(x, y)
+    np.testing.assert_allclose(got, x.astype(np.float64) + y, rtol=1e-6, atol=1e-6)
+    assert accel.lowered == 0

@@ -25,7 +25,8 @@ _API = {
     "helpers": ("align_to", "broadcast_to", "cdiv", "empty", "empty_like", "empty_ref_like",
                 "loop", "next_power_of_2", "strides_from_shape", "when", "with_scoped"),
     "launch": ("kernel", "pallas_call"),
-    "primitives": ("DeviceIdType", "KernelCheckError", "debug_check", "debug_print",
+    "primitives": ("DeviceIdType", "KernelCheckError", "SemaphoreDeadlockError", "debug_check",
+                   "debug_print",
                    "enable_debug_checks", "get_global", "multiple_of", "num_programs",
                    "program_id", "run_scoped", "semaphore_read", "semaphore_signal",
                    "semaphore_wait"),
@@ -93,7 +94,8 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         strides_from_shape, when, with_scoped)
     from pallas_frontend.launch import kernel, pallas_call
     from pallas_frontend.primitives import (
-        DeviceIdType, KernelCheckError, debug_check, debug_print, enable_debug_checks,
+        DeviceIdType, KernelCheckError, SemaphoreDeadlockError, debug_check, debug_print,
+        enable_debug_checks,
         get_global, multiple_of, num_programs, program_id, run_scoped, semaphore_read,
         semaphore_signal, semaphore_wait)
     from pallas_frontend.registry import (

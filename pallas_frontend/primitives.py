@@ -20,7 +20,7 @@ import numpy as np
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import (
     FRONTEND_OWNER, def_pure_primitive, kernel_primitive, ref_effects)
-from pallas_frontend.specs import MemoryRef
+from pallas_frontend.specs import MemoryRef, check_dims
 
 
 # --- the grid position of the kernel being traced ----------------------------
@@ -119,11 +119,15 @@ jc.batching.primitive_batchers[debug_print_p] = (
 
 
 def debug_print(fmt: str, *args):
-    """Prints from inside a kernel. ``fmt`` uses ``{}`` placeholders, one per arg."""
+    """Prints from inside a kernel. ``fmt`` uses ``{}`` placeholders, one per
+    arg; without placeholders the values are printed after ``fmt``, separated
+    by spaces (as JAX's Triton and TPU backends print them)."""
     if not isinstance(fmt, str):
         raise TypeError(f"pl.debug_print: fmt must be a str, got {type(fmt).__name__}")
     n = fmt.count("{}") + fmt.count("{:")
-    if n != len(args):
+    if n == 0 and args:
+        fmt = fmt.replace("{", "{{").replace("}", "}}") + " {}" * len(args)
+    elif n != len(args):
         raise ValueError(f"pl.debug_print: format {fmt!r} has {n} placeholders but "
                          f"{len(args)} arguments were given.")
     debug_print_p.bind(*args, fmt=fmt)
@@ -132,8 +136,9 @@ def debug_print(fmt: str, *args):
 # --- debug checks --------------------------------------------------------------
 
 class _DebugChecksFlag:
-    """``pl.enable_debug_checks``: ``with pl.enable_debug_checks(True): ...``,
-    or ``pl.enable_debug_checks.value`` to read it."""
+    """``pl.enable_debug_checks``: ``pl.enable_debug_checks(True)`` sets the
+    flag (for this thread) at once; used as ``with pl.enable_debug_checks(True):``
+    the previous value comes back when the block ends. ``.value`` reads it."""
 
     def __init__(self):
         self._value = False
@@ -145,24 +150,60 @@ class _DebugChecksFlag:
     def set(self, enabled: bool) -> None:
         self._value = bool(enabled)
 
-    @contextlib.contextmanager
-    def __call__(self, enabled: bool = True):
+    def __call__(self, enabled: bool = True) -> _RestoreDebugChecks:
         prev = getattr(_local, "debug_checks", None)
         _local.debug_checks = bool(enabled)
-        try:
-            yield
-        finally:
-            if prev is None:
-                del _local.debug_checks
-            else:
-                _local.debug_checks = prev
+        return _RestoreDebugChecks(prev)
+
+
+class _RestoreDebugChecks:
+    """What ``pl.enable_debug_checks(...)`` returns: already applied; as a
+    context manager it restores the previous value on exit."""
+
+    def __init__(self, prev):
+        self._prev = prev
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._prev is None:
+            _local.__dict__.pop("debug_checks", None)
+        else:
+            _local.debug_checks = self._prev
+        return False
 
 
 enable_debug_checks = _DebugChecksFlag()
 
 
 class KernelCheckError(RuntimeError):
-    """A ``pl.debug_check`` failed while the kernel ran."""
+    """A ``pl.debug_check`` (or an out-of-block Ref access check) failed while
+    the kernel ran."""
+
+
+class SemaphoreDeadlockError(RuntimeError):
+    """A ``pl.semaphore_wait`` can never be satisfied: in the sequential
+    interpreter no other program can signal the semaphore."""
+
+
+# The last check failure raised inside a host callback. XLA wraps callback
+# exceptions in a generic runtime error (and may run callbacks on its own
+# threads); ``pallas_call`` re-raises the recorded one instead: the user's
+# message, with its own type.
+_failure_lock = threading.Lock()
+_kernel_failure: list[Exception] = []
+
+
+def take_kernel_failure() -> Exception | None:
+    with _failure_lock:
+        return _kernel_failure.pop() if _kernel_failure else None
+
+
+def _fail(err: Exception):
+    with _failure_lock:
+        _kernel_failure[:] = [err]
+    raise err
 
 
 debug_check_p = kernel_primitive("debug_check", owner=FRONTEND_OWNER, multiple_results=True)
@@ -170,7 +211,12 @@ debug_check_p = kernel_primitive("debug_check", owner=FRONTEND_OWNER, multiple_r
 
 def _raise_if_false(ok, message):
     if not bool(np.all(np.asarray(ok))):
-        raise KernelCheckError(f"pl.debug_check failed: {message}")
+        _fail(KernelCheckError(f"pl.debug_check failed: {message}"))
+
+
+def _raise_deadlock(ok, message):
+    if not bool(np.all(np.asarray(ok))):
+        _fail(SemaphoreDeadlockError(message))
 
 
 def _debug_check_host(pred, *, message):
@@ -213,7 +259,7 @@ def ref_aval_of(t: Any, what: str) -> jc.AbstractRef:
             raise TypeError(f"{what}: get_ref_aval() of {t!r} returned {aval!r}, not a Ref type.")
         return aval
     if hasattr(t, "shape") and hasattr(t, "dtype"):
-        return jc.AbstractRef(jc.ShapedArray(tuple(t.shape), np.dtype(t.dtype)))
+        return jc.AbstractRef(jc.ShapedArray(check_dims(t.shape, what), np.dtype(t.dtype)))
     raise TypeError(f"{what}: {t!r} is not a scratch type. Use pl.MemorySpace.X(shape, dtype), "
                     "a backend memory space such as pallas_tpu.VMEM(shape, dtype), or "
                     "jax.ShapeDtypeStruct.")
@@ -328,7 +374,7 @@ def _sem_signal_discharge(ctx, ref_val, *idx_inc, device_id, core_index):
 def _sem_wait_discharge(ctx, ref_val, *idx_value, decrement):
     *idx, value = idx_value
     cur = jnp.asarray(ref_val)[tuple(idx)]
-    jax.debug.callback(_raise_if_false, cur >= value,
+    jax.debug.callback(_raise_deadlock, cur >= value,
                        message="semaphore_wait would block forever: the semaphore holds less "
                                "than the awaited value and no other program can signal it "
                                "in the sequential interpreter.")

@@ -18,7 +18,7 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.primitives import grid_context, ref_aval_of
 from pallas_frontend.specs import (
-    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, canonicalize_block_dim,
+    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, canonicalize_block_dim, check_dims,
     no_block_spec)
 
 
@@ -89,7 +89,7 @@ def normalize_out_shape(out_shape: Any):
                 f"{path} is a {type(leaf).__name__} ({leaf!r}); out_shape must be a pytree of "
                 "jax.ShapeDtypeStruct (or arrays, or pl.MemorySpace.X(shape, dtype)). "
                 "Write jax.ShapeDtypeStruct(shape, dtype).")
-        avals.append(jc.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype)))
+        avals.append(jc.ShapedArray(check_dims(leaf.shape, path), np.dtype(leaf.dtype)))
         spaces.append(leaf.memory_space if isinstance(leaf, MemoryRef) else None)
     return avals, spaces, tree
 

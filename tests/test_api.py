@@ -137,9 +137,12 @@ def test_run_scoped_and_with_scoped(rng):
         col = pl.run_scoped(body, pl.ANY((8, 8), jnp.float32), other=SDS((8,), jnp.float32))
 
         @pl.with_scoped(pl.ANY((8,), jnp.float32))
-        def _(t):
+        def add_col(scale, t):          # the caller's args come first, then the Refs
             t[...] = col + 1.0
-            o_ref[...] = x_ref[...] + t[...]
+            o_ref[...] = x_ref[...] * scale + t[...]
+
+        assert callable(add_col)        # JAX's idiom: the decorator returns a function
+        add_col(1.0)
 
     out = run1(kernel, x)
     np.testing.assert_allclose(out, x.astype(np.float64) + 2 * x.astype(np.float64).sum(0) + 1,

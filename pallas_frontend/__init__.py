@@ -35,6 +35,7 @@ _API = {
     "specs": ("ANY", "HOST", "BlockDim", "BlockSpec", "Blocked", "BoundedSlice", "Buffered",
               "CompilerParams", "CostEstimate", "Element", "GridSpec", "MemoryRef", "MemorySpace",
               "RevisitMode", "Squeezed", "no_block_spec", "squeezed"),
+    "ref_checks": ("RefIndexError",),
     "tracing": ("PallasUsageError",),
     "diagnostics": ("print_backend_info",),
 }
@@ -104,5 +105,6 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         ANY, HOST, BlockDim, BlockSpec, Blocked, BoundedSlice, Buffered, CompilerParams,
         CostEstimate, Element, GridSpec, MemoryRef, MemorySpace, RevisitMode, Squeezed,
         no_block_spec, squeezed)
+    from pallas_frontend.ref_checks import RefIndexError
     from pallas_frontend.tracing import PallasUsageError
     dslice = ds

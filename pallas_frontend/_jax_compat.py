@@ -95,3 +95,36 @@ def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
     dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=dbg), list(in_avals))
     return jaxpr, list(consts)
+
+
+def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):
+    """``eval_jaxpr`` that calls ``before_eqn(eqn, invals)`` ahead of every
+    equation (to bind extra checks) and rebinds each equation with
+    ``rewrite_param(value)`` applied to its params (to rewrite nested jaxprs).
+    Source lines are kept, so errors still name the user's code."""
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    for v, val in zip(jaxpr.all_invars, [*jaxpr.consts, *args]):
+        env[v] = val
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        params = {k: rewrite_param(p) for k, p in eqn.primitive.get_bind_params(eqn.params).items()}
+        name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
+        with source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack), \
+                eqn.ctx.manager:
+            before_eqn(eqn, invals)
+            ans = eqn.primitive.bind(*invals, **params)
+        outs = ans if eqn.primitive.multiple_results else [ans]
+        for v, val in zip(eqn.outvars, outs):
+            env[v] = val
+    return [read(v) for v in jaxpr.outvars]
+
+
+def ref_indexers(eqn):
+    """For a Ref read/write equation (``get``, ``swap``, ``addupdate``): the
+    position where its indexer operands start, else None."""
+    first = {"get": 1, "swap": 2, "addupdate": 2}.get(eqn.primitive.name)
+    return first if first is not None and "tree" in eqn.params else None

@@ -209,9 +209,14 @@ def _fail(err: Exception):
 debug_check_p = kernel_primitive("debug_check", owner=FRONTEND_OWNER, multiple_results=True)
 
 
+# Checks the frontend adds itself (ref_checks) say what failed without this prefix.
+FRONTEND_CHECK = "Out-of-range Ref access at "
+
+
 def _raise_if_false(ok, message):
     if not bool(np.all(np.asarray(ok))):
-        _fail(KernelCheckError(f"pl.debug_check failed: {message}"))
+        prefix = "" if message.startswith(FRONTEND_CHECK) else "pl.debug_check failed: "
+        _fail(KernelCheckError(prefix + message))
 
 
 def _raise_deadlock(ok, message):

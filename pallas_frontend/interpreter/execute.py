@@ -191,6 +191,8 @@ def run_sequential(plan: InterpreterPlan, *inputs):
         return outs, list(new[n_in + len(outs):])
 
     carry = (initial_outputs(plan, inputs), initial_scratch(kernel, inputs))
+    if plan.num_points == 0:   # a grid axis of size 0: nothing runs, outputs stay as they are
+        return [lay.unpad(o) for lay, o in zip(out_layouts, carry[0])]
     if plan.num_points == 1:
         outs, _ = step(0, carry)
     else:

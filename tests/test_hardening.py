@@ -1,0 +1,216 @@
+"""Inputs that used to crash, run silently wrong, or differ from JAX (issue 11)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pallas_frontend as pl
+from conftest import rand
+
+SDS = jax.ShapeDtypeStruct
+
+
+def copy_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def double_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+
+# --- grid axes of size 0 ----------------------------------------------------------
+
+def test_empty_grid_from_cdiv_returns_the_empty_output():
+    bs = 8
+    x = jnp.zeros((0,), jnp.float32)
+    out = pl.pallas_call(copy_kernel, SDS((0,), jnp.float32), grid=(pl.cdiv(0, bs),),
+                         in_specs=[pl.BlockSpec((bs,), lambda i: (i,))],
+                         out_specs=pl.BlockSpec((bs,), lambda i: (i,)))(x)
+    assert out.shape == (0,) and out.dtype == jnp.float32
+
+
+def test_zero_axis_leaves_an_aliased_output_untouched(rng):
+    x = rand(rng, 16)
+    out = pl.pallas_call(double_kernel, SDS((16,), jnp.float32), grid=(0, 2),
+                         in_specs=[pl.BlockSpec((8,), lambda i, j: (j,))],
+                         out_specs=pl.BlockSpec((8,), lambda i, j: (j,)),
+                         input_output_aliases={0: 0})(x)
+    np.testing.assert_array_equal(np.asarray(out), x)   # no grid point ran: x, not 2x
+
+
+def test_vmap_over_an_empty_batch(rng):
+    f = pl.pallas_call(double_kernel, SDS((16,), jnp.float32), grid=(2,),
+                       in_specs=[pl.BlockSpec((8,), lambda i: (i,))],
+                       out_specs=pl.BlockSpec((8,), lambda i: (i,)))
+    out = jax.vmap(f)(jnp.zeros((0, 16), jnp.float32))
+    assert out.shape == (0, 16)
+    # and a non-empty batch still runs
+    x = rand(rng, 3, 16)
+    np.testing.assert_allclose(jax.vmap(f)(x), 2 * x.astype(np.float64), rtol=1e-6)
+
+
+# --- seed behaviours ----------------------------------------------------------------
+
+def run1(kernel, x, **kw):
+    return pl.pallas_call(kernel, out_shape=SDS(x.shape, x.dtype), **kw)(x)
+
+
+def test_semaphores_start_at_zero(rng):
+    x = rand(rng, 4)
+
+    def kernel(x_ref, o_ref, sem):         # no explicit initialisation
+        pl.semaphore_signal(sem, 3)
+        pl.semaphore_wait(sem, 2)
+        o_ref[...] = x_ref[...] * pl.semaphore_read(sem).astype(jnp.float32)  # 3 - 2 = 1
+
+    out = run1(kernel, x, scratch_shapes=[pl.ANY((), jnp.int32)])
+    np.testing.assert_array_equal(out, x)
+
+
+def test_semaphore_deadlock_has_its_own_error(rng):
+    x = rand(rng, 4)
+
+    def kernel(x_ref, o_ref, sem):
+        pl.semaphore_signal(sem, 1)
+        pl.semaphore_wait(sem, 2)
+        o_ref[...] = x_ref[...]
+
+    with pytest.raises(pl.SemaphoreDeadlockError, match="semaphore_wait would block forever"):
+        jax.block_until_ready(run1(kernel, x, scratch_shapes=[pl.ANY((), jnp.int32)]))
+
+
+def test_semaphore_signal_takes_a_traced_device_id_and_checks_the_type(rng):
+    x = rand(rng, 4)
+
+    def kernel(x_ref, o_ref, sem):
+        pl.semaphore_signal(sem, 1, device_id=pl.program_id(0),
+                            device_id_type=pl.DeviceIdType.LOGICAL)
+        o_ref[...] = x_ref[...]
+
+    # The sequential interpreter cannot signal another device: a clear refusal,
+    # not a TypeError about an unhashable tracer.
+    with pytest.raises(NotImplementedError, match="semaphore_signal to another device"):
+        run1(kernel, x, scratch_shapes=[pl.ANY((), jnp.int32)])
+
+    def bad_type(x_ref, o_ref, sem):
+        pl.semaphore_signal(sem, 1, device_id=0, device_id_type="ring")
+        o_ref[...] = x_ref[...]
+    with pytest.raises(ValueError, match="device_id_type must be pl.DeviceIdType.MESH or"):
+        run1(bad_type, x, scratch_shapes=[pl.ANY((), jnp.int32)])
+
+
+def test_with_scoped_is_a_decorator_returning_a_callable(rng):
+    x = rand(rng, 8)
+
+    def kernel(x_ref, o_ref):
+        @pl.with_scoped(pl.ANY((8,), jnp.float32), acc=pl.ANY((8,), jnp.float32))
+        def scaled(factor, tmp, acc):
+            tmp[...] = x_ref[...] * factor
+            acc[...] = tmp[...] + 1.0
+            return acc[...]
+        o_ref[...] = scaled(3.0) + scaled(-1.0)
+
+    out = run1(kernel, x)
+    np.testing.assert_allclose(out, 2 * x.astype(np.float64) + 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [np.int64(10), np.int32(10), 10])
+def test_cdiv_and_align_to_of_numpy_ints_are_python_ints(n, rng):
+    assert pl.cdiv(n, 4) == 3 and type(pl.cdiv(n, 4)) is int
+    assert pl.align_to(n, 4) == 12 and type(pl.align_to(n, 4)) is int
+    x = rand(rng, 12)
+    out = pl.pallas_call(double_kernel, SDS((12,), jnp.float32), grid=(pl.cdiv(np.int64(12), 4),),
+                         in_specs=[pl.BlockSpec((4,), lambda i: (i,))],
+                         out_specs=pl.BlockSpec((4,), lambda i: (i,)))(x)
+    np.testing.assert_allclose(out, 2 * x.astype(np.float64), rtol=1e-6)
+
+
+def test_failed_debug_check_raises_kernel_check_error_with_the_message(rng):
+    x = np.abs(rand(rng, 16)) + 1.0
+
+    def kernel(x_ref, o_ref):
+        pl.debug_check(jnp.all(x_ref[...] < 0), "inputs must be negative")
+        o_ref[...] = x_ref[...]
+
+    with pl.enable_debug_checks(True):
+        with pytest.raises(pl.KernelCheckError, match="inputs must be negative"):
+            jax.block_until_ready(run1(kernel, x))
+        np.testing.assert_array_equal(run1(kernel, -x), -x)
+
+
+def test_bare_enable_debug_checks_sets_the_flag():
+    assert pl.enable_debug_checks.value is False
+    try:
+        pl.enable_debug_checks(True)
+        assert pl.enable_debug_checks.value is True
+        with pl.enable_debug_checks(False):
+            assert pl.enable_debug_checks.value is False
+        assert pl.enable_debug_checks.value is True
+    finally:
+        pl.enable_debug_checks(False)
+    assert pl.enable_debug_checks.value is False
+
+
+def test_debug_print_without_placeholders_prints_the_values_after(rng, capfd):
+    x = rand(rng, 4)
+
+    def kernel(x_ref, o_ref):
+        pl.debug_print("first:", x_ref[0])
+        o_ref[...] = x_ref[...]
+
+    jax.block_until_ready(run1(kernel, x))
+    out = capfd.readouterr().out
+    assert f"first: {x[0]}" in out or f"first: {float(x[0]):.7}" in out, out
+
+
+def test_get_global_persists_across_grid_points_in_the_interpreter(rng):
+    x = rand(rng, 4, 8)
+
+    def kernel(x_ref, o_ref):
+        sem = pl.get_global(pl.ANY((), jnp.int32))
+        pl.semaphore_signal(sem, 2)
+        # program i sees 2 * (i + 1): the global carries over from earlier points
+        o_ref[...] = x_ref[...] * pl.semaphore_read(sem).astype(jnp.float32)
+
+    out = pl.pallas_call(kernel, SDS((4, 8), jnp.float32), grid=(4,),
+                         in_specs=[pl.BlockSpec((1, 8), lambda i: (i, 0))],
+                         out_specs=pl.BlockSpec((1, 8), lambda i: (i, 0)))(x)
+    expect = x.astype(np.float64) * (2 * (np.arange(4) + 1))[:, None]
+    np.testing.assert_allclose(out, expect, rtol=1e-6)
+
+
+@pytest.mark.parametrize("interpret", [1, "yes", 1.0])
+def test_interpret_that_is_not_a_mode(interpret, rng):
+    with pytest.raises(TypeError, match=r"is not a mode: pass interpret=True") as e:
+        pl.pallas_call(copy_kernel, SDS((4,), jnp.float32), interpret=interpret)
+    assert "pallas-frontend[" not in str(e.value)
+
+
+def test_jax_own_params_objects_are_named_as_such():
+    from jax.experimental.pallas import tpu as pltpu
+    with pytest.raises(TypeError, match=r"JAX's own jax\.experimental\.pallas\.tpu\.CompilerParams"
+                       r".*Use pallas_tpu\.CompilerParams") as e:
+        pl.pallas_call(copy_kernel, SDS((4,), jnp.float32), compiler_params=pltpu.CompilerParams())
+    assert "pallas-frontend[jax]" not in str(e.value)
+    with pytest.raises(TypeError, match=r"jax\.experimental\.pallas\.tpu\.InterpretParams.*"
+                       r"Use pallas_tpu\.InterpretParams"):
+        pl.pallas_call(copy_kernel, SDS((4,), jnp.float32), interpret=pltpu.InterpretParams())
+
+
+@pytest.mark.parametrize("make", [lambda: pl.Blocked(0), lambda: pl.Blocked(-5),
+                                  lambda: pl.Element(-4), lambda: pl.Element(0),
+                                  lambda: pl.BoundedSlice(0), lambda: pl.Blocked(2.5)])
+def test_bad_block_sizes_are_refused_when_constructed(make):
+    with pytest.raises(ValueError, match="the block size must be a positive int"):
+        make()
+
+
+def test_negative_out_shape_and_scratch_dims_are_refused():
+    with pytest.raises(ValueError, match=r"out_shape has shape \(4, -1\): every dim must be"):
+        pl.pallas_call(copy_kernel, SDS((4, -1), jnp.float32))
+    with pytest.raises(ValueError, match=r"scratch has shape \(-3,\)"):
+        pl.ANY((-3,), jnp.float32)
+    with pytest.raises(ValueError, match=r"scratch_shapes\[0\] has shape \(-2,\)"):
+        pl.pallas_call(lambda x, o, s: None, SDS((4,), jnp.float32),
+                       scratch_shapes=[SDS((-2,), jnp.float32)])(jnp.ones(4))

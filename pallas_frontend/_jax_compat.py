@@ -34,6 +34,7 @@ NDIndexer = state_indexing.NDIndexer
 ds = state_indexing.ds
 discharge_state = state_discharge.discharge_state
 register_discharge_rule = state_discharge.register_discharge_rule
+internal_ref_effect = core.internal_mutable_array_effect   # a Ref allocated inside a jaxpr
 
 
 def trace_kernel_jaxpr(fun, in_avals, *, traced_for: str):
@@ -99,9 +100,10 @@ def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
 
 def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):
     """``eval_jaxpr`` that calls ``before_eqn(eqn, invals)`` ahead of every
-    equation (to bind extra checks) and rebinds each equation with
-    ``rewrite_param(value)`` applied to its params (to rewrite nested jaxprs).
-    Source lines are kept, so errors still name the user's code."""
+    equation (to bind extra checks; a list it returns replaces the equation's
+    results) and rebinds each equation with ``rewrite_param(value)`` applied
+    to its params (to rewrite nested jaxprs). Source lines are kept, so errors
+    still name the user's code."""
     env = {}
 
     def read(v):
@@ -115,9 +117,10 @@ def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):
         name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
         with source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack), \
                 eqn.ctx.manager:
-            before_eqn(eqn, invals)
-            ans = eqn.primitive.bind(*invals, **params)
-        outs = ans if eqn.primitive.multiple_results else [ans]
+            replaced = before_eqn(eqn, invals)
+            ans = eqn.primitive.bind(*invals, **params) if replaced is None else None
+        outs = replaced if replaced is not None else (
+            ans if eqn.primitive.multiple_results else [ans])
         for v, val in zip(eqn.outvars, outs):
             env[v] = val
     return [read(v) for v in jaxpr.outvars]

@@ -290,12 +290,17 @@ def _new_scoped_ref(aval: jc.AbstractRef):
                          memory_space=aval.memory_space)
 
 
+get_global_p = kernel_primitive("get_global", owner=FRONTEND_OWNER)
+get_global_p.ref_allocating = True      # its Ref is made here, like jax.new_ref's
+get_global_p.def_effectful_abstract_eval(lambda *, aval: (aval, {jc.internal_ref_effect}))
+
+
 def get_global(what: Any):
-    """A Ref that outlives one kernel invocation (e.g. a cross-call semaphore).
-    Backend-specific: the frontend interpreter has no persistent memory."""
-    raise NotImplementedError(
-        "pl.get_global needs memory that persists across kernel invocations, which only "
-        "some backends provide (e.g. pallas_tpu); the frontend interpreter does not.")
+    """A Ref that outlives one program: every grid point of the kernel sees the
+    same Ref (in the interpreter, for the duration of one ``pallas_call``; a
+    semaphore starts at 0). ``what`` is a scratch type, e.g.
+    ``pl.ANY((), jnp.int32)`` for a semaphore."""
+    return get_global_p.bind(aval=ref_aval_of(what, "pl.get_global"))
 
 
 # --- semaphores ---------------------------------------------------------------
@@ -316,8 +321,11 @@ class DeviceIdType:
 # element of an array of semaphores (``sems.at[i]``), then the value.
 semaphore_read_p.def_effectful_abstract_eval(
     lambda ref, *idx: (jc.ShapedArray((), jnp.int32), ref_effects(reads=[0])))
+# semaphore_signal: ref, *idx, inc, then the leaves of device_id (int32, possibly
+# traced) when ``device_id_tree`` is not None.
 semaphore_signal_p.def_effectful_abstract_eval(
-    lambda ref, *idx_inc, device_id, core_index: ([], ref_effects(reads=[0], writes=[0])))
+    lambda ref, *idx_inc_dev, device_id_tree, device_id_type, core_index: (
+        [], ref_effects(reads=[0], writes=[0])))
 semaphore_wait_p.def_effectful_abstract_eval(
     lambda ref, *idx_value, decrement: ([], ref_effects(reads=[0], writes=[0])))
 
@@ -348,14 +356,62 @@ def semaphore_read(sem):
 
 def semaphore_signal(sem, inc=1, *, device_id=None, device_id_type=DeviceIdType.MESH,
                      core_index=None):
+    """Adds ``inc`` to ``sem``; with ``device_id`` (an int, a traced int, or a
+    tuple/dict of them, read as ``device_id_type``) to that device's ``sem``."""
     ref, idx = _split_ref(sem, "semaphore_signal")
-    semaphore_signal_p.bind(ref, *idx, jnp.asarray(inc, jnp.int32), device_id=device_id,
+    id_type = _device_id_type(device_id_type)
+    if device_id is None:
+        dev_leaves, dev_tree = [], None
+    else:
+        dev_leaves, dev_tree = jax.tree.flatten(device_id)
+        dev_leaves = [jnp.asarray(d, jnp.int32) for d in dev_leaves]
+    semaphore_signal_p.bind(ref, *idx, jnp.asarray(inc, jnp.int32), *dev_leaves,
+                            device_id_tree=dev_tree, device_id_type=id_type,
                             core_index=core_index)
+
+
+def _device_id_type(t) -> str:
+    name = getattr(t, "name", t)      # also JAX's pltpu.DeviceIdType members
+    name = name.lower() if isinstance(name, str) else name
+    if name not in (DeviceIdType.MESH, DeviceIdType.LOGICAL):
+        raise ValueError(f"pl.semaphore_signal: device_id_type must be pl.DeviceIdType.MESH or "
+                         f"pl.DeviceIdType.LOGICAL, got {t!r}.")
+    return name
 
 
 def semaphore_wait(sem, value=1, *, decrement: bool = True):
     ref, idx = _split_ref(sem, "semaphore_wait")
     semaphore_wait_p.bind(ref, *idx, jnp.asarray(value, jnp.int32), decrement=decrement)
+
+
+def semaphore_ref_positions(jaxpr: jc.Jaxpr) -> set[int]:
+    """Positions of ``jaxpr``'s invars that some semaphore operation uses,
+    looking into loop and branch bodies."""
+    found: set[int] = set()
+
+    def visit(jx, outer: dict):
+        for eqn in jx.eqns:
+            if eqn.primitive.name.startswith("semaphore_") and eqn.invars[0] in outer:
+                found.add(outer[eqn.invars[0]])
+            for sub, operands in _sub_operands(eqn):
+                visit(sub, {v: outer[o] for v, o in zip(sub.invars, operands)
+                            if not isinstance(o, jc.Literal) and o in outer})
+
+    visit(jaxpr, {v: i for i, v in enumerate(jaxpr.invars)})
+    return found
+
+
+def _sub_operands(eqn):
+    """(nested jaxpr, the outer operands its invars receive) for each body."""
+    subs = jc.sub_jaxprs(eqn)
+    if eqn.primitive.name == "while":
+        cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+        carry = eqn.invars[cn + bn:]
+        return [(eqn.params["cond_jaxpr"], eqn.invars[:cn] + carry),
+                (eqn.params["body_jaxpr"], eqn.invars[cn:cn + bn] + carry)]
+    # scan, jit, cond (after the predicate), run_state...: a suffix of the operands
+    return [(sub, eqn.invars[len(eqn.invars) - len(sub.invars):]) for sub in subs
+            if len(sub.invars) <= len(eqn.invars)]
 
 
 def _sem_add(ref_val, idx, delta):
@@ -367,13 +423,15 @@ def _sem_read_discharge(ctx, ref_val, *idx):
     return (None,) * (1 + len(idx)), jnp.asarray(ref_val)[tuple(idx)]
 
 
-def _sem_signal_discharge(ctx, ref_val, *idx_inc, device_id, core_index):
-    if device_id is not None or core_index is not None:
+def _sem_signal_discharge(ctx, ref_val, *idx_inc_dev, device_id_tree, device_id_type,
+                          core_index):
+    if device_id_tree is not None or core_index is not None:
         raise NotImplementedError("semaphore_signal to another device or core needs a "
-                                  "multi-device backend (e.g. pallas_tpu interpret mode).")
-    *idx, inc = idx_inc
+                                  "multi-device backend (e.g. pallas_tpu interpret mode); the "
+                                  "frontend interpreter runs one device's programs.")
+    *idx, inc = idx_inc_dev
     new = _sem_add(ref_val, idx, inc)
-    return (new,) + (None,) * len(idx_inc), []
+    return (new,) + (None,) * len(idx_inc_dev), []
 
 
 def _sem_wait_discharge(ctx, ref_val, *idx_value, decrement):

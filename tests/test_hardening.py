@@ -91,7 +91,7 @@ def test_semaphore_signal_takes_a_traced_device_id_and_checks_the_type(rng):
     # The sequential interpreter cannot signal another device: a clear refusal,
     # not a TypeError about an unhashable tracer.
     with pytest.raises(NotImplementedError, match="semaphore_signal to another device"):
-        run1(kernel, x, scratch_shapes=[pl.ANY((), jnp.int32)])
+        run1(kernel, x, grid=(2,), scratch_shapes=[pl.ANY((), jnp.int32)])
 
     def bad_type(x_ref, o_ref, sem):
         pl.semaphore_signal(sem, 1, device_id=0, device_id_type="ring")

@@ -25,6 +25,8 @@ from jax import lax
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
 from pallas_frontend.block_indices import BlockTable, check_block_ranges, grid_coordinates
+from pallas_frontend.interpreter.globals import lift_globals
+from pallas_frontend.primitives import semaphore_ref_positions
 from pallas_frontend.specs import BoundedSlice, Squeezed
 
 
@@ -105,6 +107,7 @@ def make_plan(kernel: KernelIR) -> InterpreterPlan:
         raise NotImplementedError(
             "The frontend interpreter does not run scalar-prefetch kernels; use a backend "
             "that provides them (e.g. interpret=pallas_tpu.InterpretParams()).")
+    kernel = lift_globals(kernel)
     tables = check_block_ranges(kernel)
     layouts = tuple(operand_layout(t) for t in tables)
     coords = grid_coordinates(kernel.grid)
@@ -162,9 +165,13 @@ def initial_outputs(plan: InterpreterPlan, inputs):
 
 
 def initial_scratch(kernel: KernelIR, inputs):
-    return [varying_like(jnp.full(a.inner_aval.shape, padding_value(a.inner_aval.dtype),
+    """Scratch starts as padding values, except semaphores, which start at 0."""
+    first = len(kernel.jaxpr.invars) - len(kernel.scratch_avals)
+    semaphores = semaphore_ref_positions(kernel.jaxpr)
+    return [varying_like(jnp.full(a.inner_aval.shape,
+                                  0 if first + k in semaphores else padding_value(a.inner_aval.dtype),
                                   a.inner_aval.dtype), inputs)
-            for a in kernel.scratch_avals]
+            for k, a in enumerate(kernel.scratch_avals)]
 
 
 def run_sequential(plan: InterpreterPlan, *inputs):

@@ -214,3 +214,63 @@ def test_negative_out_shape_and_scratch_dims_are_refused():
     with pytest.raises(ValueError, match=r"scratch_shapes\[0\] has shape \(-2,\)"):
         pl.pallas_call(lambda x, o, s: None, SDS((4,), jnp.float32),
                        scratch_shapes=[SDS((-2,), jnp.float32)])(jnp.ones(4))
+
+
+# --- forward mode -----------------------------------------------------------------
+
+def poly_kernel(x_ref, y_ref, o_ref):
+    x = x_ref[...]
+    o_ref[...] = x * x * y_ref[...] + 3.0 * x
+
+
+def poly_call(n=32, bs=8):
+    spec = pl.BlockSpec((bs,), lambda i: (i,))
+    return pl.pallas_call(poly_kernel, SDS((n,), jnp.float32), grid=(n // bs,),
+                          in_specs=[spec, spec], out_specs=spec)
+
+
+def test_jacfwd(rng):
+    x, y = rand(rng, 32), rand(rng, 32)
+    jac = jax.jacfwd(lambda a: poly_call()(a, y))(x)
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    np.testing.assert_allclose(jac, np.diag(2 * x64 * y64 + 3), rtol=1e-5, atol=1e-6)
+
+
+def test_vmap_of_jvp_with_an_unbatched_primal(rng):
+    x, y, dxs = rand(rng, 32), rand(rng, 32), rand(rng, 5, 32)
+    f = poly_call()
+    primal, tangents = jax.vmap(lambda t: jax.jvp(lambda a: f(a, y), (x,), (t,)),
+                                out_axes=(None, 0))(dxs)
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    np.testing.assert_allclose(primal, x64 * x64 * y64 + 3 * x64, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tangents, (2 * x64 * y64 + 3) * dxs, rtol=1e-5, atol=1e-5)
+
+
+def test_linearize_runs_forward_mode(rng):
+    x, y, dx = rand(rng, 32), rand(rng, 32), rand(rng, 32)
+    out, f_lin = jax.linearize(lambda a: poly_call()(a, y), x)
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    np.testing.assert_allclose(out, x64 * x64 * y64 + 3 * x64, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(f_lin(dx), (2 * x64 * y64 + 3) * dx, rtol=1e-5, atol=1e-5)
+
+
+def test_jvp_of_a_kernel_with_an_integer_output(rng):
+    x, dx = rand(rng, 16), rand(rng, 16)
+
+    def kernel(x_ref, o_ref, n_ref):
+        o_ref[...] = jnp.sin(x_ref[...])
+        n_ref[...] = (x_ref[...] > 0).astype(jnp.int32)
+
+    f = pl.pallas_call(kernel, (SDS((16,), jnp.float32), SDS((16,), jnp.int32)))
+    (o, n), (do, dn) = jax.jvp(f, (x,), (dx,))
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(o, np.sin(x64), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(n, (x > 0).astype(np.int32))
+    np.testing.assert_allclose(do, np.cos(x64) * dx, rtol=1e-5, atol=1e-6)
+    assert dn.dtype == jax.dtypes.float0
+
+
+def test_grad_without_custom_vjp_says_what_to_do(rng):
+    x, y = rand(rng, 32), rand(rng, 32)
+    with pytest.raises(NotImplementedError, match=r"poly_kernel.*wrap the call in jax.custom_vjp"):
+        jax.grad(lambda a: poly_call()(a, y).sum())(x)

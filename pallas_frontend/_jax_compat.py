@@ -89,6 +89,24 @@ def vary_like(out_aval, in_avals):
         core.ManualAxisType(varying=axes))
 
 
+def invariant(aval):
+    """``aval`` with no varying manual axes (a shard's local view)."""
+    if not varying_axes(aval):
+        return aval
+    return aval.update_manual_axis_type(core.ManualAxisType(varying=frozenset()))
+
+
+def lower_fun_per_shard(fun, ctx, *args):
+    """Lowers ``fun(*args) -> list`` in place of a primitive. Inside
+    ``shard_map`` it is traced on each shard's local types, without varying
+    manual axes: a kernel computes on its own shard, so a sharded block meeting
+    a constant, a replicated operand or a grid index is no type error (the
+    primitive's abstract eval states how its outputs vary)."""
+    local = ctx.replace(avals_in=[invariant(a) for a in ctx.avals_in],
+                        avals_out=[invariant(a) for a in ctx.avals_out])
+    return mlir.lower_fun(fun, multiple_results=True)(local, *args)
+
+
 def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
     """Traces ``fun(*in_avals) -> list`` to ``(jaxpr, consts)`` where the jaxpr
     takes ``*consts, *args``: values ``fun`` closes over (possibly tracers of an

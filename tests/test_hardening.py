@@ -274,3 +274,67 @@ def test_grad_without_custom_vjp_says_what_to_do(rng):
     x, y = rand(rng, 32), rand(rng, 32)
     with pytest.raises(NotImplementedError, match=r"poly_kernel.*wrap the call in jax.custom_vjp"):
         jax.grad(lambda a: poly_call()(a, y).sum())(x)
+
+
+# --- shard_map with check_vma=True (the default) ------------------------------------
+
+def _mesh():
+    from jax.sharding import Mesh
+    devices = jax.devices("cpu")
+    assert len(devices) >= 4, "tests/conftest.py asks XLA for 4 CPU devices"
+    return Mesh(np.array(devices[:4]), ("x",))
+
+
+def _sharded(f, in_specs, out_specs):
+    return jax.jit(jax.shard_map(f, mesh=_mesh(), in_specs=in_specs, out_specs=out_specs))
+
+
+BLOCK8 = pl.BlockSpec((8,), lambda i: (i,))
+
+
+def test_shard_map_python_scalar_and_program_id(rng):
+    from jax.sharding import PartitionSpec as P
+    x = rand(rng, 4 * 16)
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0 + pl.program_id(0).astype(jnp.float32)
+
+    f = pl.pallas_call(kernel, SDS((16,), jnp.float32), grid=(2,), in_specs=[BLOCK8],
+                       out_specs=BLOCK8)
+    out = _sharded(f, P("x"), P("x"))(x)
+    pid = np.tile(np.repeat([0.0, 1.0], 8), 4)
+    np.testing.assert_allclose(out, 2 * x.astype(np.float64) + pid, rtol=1e-6)
+
+
+def test_shard_map_sharded_meets_replicated_operand(rng):
+    from jax.sharding import PartitionSpec as P
+    x, w = rand(rng, 4 * 16), rand(rng, 16)
+
+    def kernel(w_ref, x_ref, o_ref):       # the replicated operand comes first
+        o_ref[...] = w_ref[...] * x_ref[...]
+
+    f = pl.pallas_call(kernel, SDS((16,), jnp.float32), grid=(2,), in_specs=[BLOCK8, BLOCK8],
+                       out_specs=BLOCK8)
+    out = _sharded(f, (P(), P("x")), P("x"))(w, x)
+    np.testing.assert_allclose(out, np.tile(w.astype(np.float64), 4) * x, rtol=1e-6)
+
+
+def test_shard_map_zero_initialised_scratch_and_accumulator(rng):
+    from jax.sharding import PartitionSpec as P
+    x = rand(rng, 4 * 16)
+
+    def kernel(x_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+            o_ref[...] = jnp.zeros_like(o_ref)
+        acc_ref[...] += x_ref[...]
+        o_ref[...] += acc_ref[...]
+
+    f = pl.pallas_call(kernel, SDS((8,), jnp.float32), grid=(2,), in_specs=[BLOCK8],
+                       out_specs=pl.BlockSpec((8,), lambda i: (0,)),
+                       scratch_shapes=[pl.ANY((8,), jnp.float32)])
+    out = _sharded(f, P("x"), P("x"))(x)
+    blocks = x.astype(np.float64).reshape(4, 2, 8)
+    expect = (blocks[:, 0] + (blocks[:, 0] + blocks[:, 1])).reshape(-1)   # acc after 1, then 2
+    np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-6)

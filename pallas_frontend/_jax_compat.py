@@ -104,7 +104,10 @@ def lower_fun_per_shard(fun, ctx, *args):
     primitive's abstract eval states how its outputs vary)."""
     local = ctx.replace(avals_in=[invariant(a) for a in ctx.avals_in],
                         avals_out=[invariant(a) for a in ctx.avals_out])
-    return mlir.lower_fun(fun, multiple_results=True)(local, *args)
+    outs = mlir.lower_fun(fun, multiple_results=True)(local, *args)
+    if local.tokens_out is not None:     # effects: hand the tokens back to the real context
+        ctx.set_tokens_out(local.tokens_out)
+    return outs
 
 
 def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):

@@ -300,6 +300,7 @@ def get_global(what: Any):
     same Ref (in the interpreter, for the duration of one ``pallas_call``; a
     semaphore starts at 0). ``what`` is a scratch type, e.g.
     ``pl.ANY((), jnp.int32)`` for a semaphore."""
+    _current_grid("get_global")
     return get_global_p.bind(aval=ref_aval_of(what, "pl.get_global"))
 
 

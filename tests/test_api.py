@@ -161,8 +161,9 @@ def test_multiple_of_is_identity(rng):
     np.testing.assert_allclose(run1(kernel, x), 3 * x.astype(np.float64), rtol=1e-6)
 
 
-def test_get_global_is_backend_specific():
-    with pytest.raises(NotImplementedError, match="persists across kernel invocations"):
+def test_get_global_only_inside_a_kernel():
+    # (inside a kernel: tests/test_hardening.py::test_get_global_persists_across_grid_points...)
+    with pytest.raises(RuntimeError, match="pl.get_global can only be called inside a kernel"):
         pl.get_global(pl.ANY((1,), jnp.int32))
 
 

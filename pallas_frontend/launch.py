@@ -11,7 +11,7 @@ import jax
 from pallas_frontend import registry
 from pallas_frontend.block_indices import check_block_ranges
 from pallas_frontend.call_primitive import pallas_call_p
-from pallas_frontend.primitives import take_kernel_failure
+from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
 from pallas_frontend.tracing import build_kernel_ir, normalize_out_shape, resolve_grid_spec
 
@@ -59,8 +59,9 @@ def pallas_call(
     aliases = dict(input_output_aliases or {})
     normalize_out_shape(out_shape)   # bad shapes are refused here, before any call
 
-    @functools.partial(jax.jit, inline=True, static_argnums=0)
-    def traced(mode, *args):
+    # The debug-checks flag is read while tracing, so it is part of the cache key.
+    @functools.partial(jax.jit, inline=True, static_argnums=(0, 1))
+    def traced(mode, debug_checks, *args):
         ir, out_tree = build_kernel_ir(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
@@ -77,7 +78,7 @@ def pallas_call(
         mode = registry.effective_interpret(interpret, compiler_params)
         take_kernel_failure()
         try:
-            return traced(mode, *args)
+            return traced(mode, enable_debug_checks.value, *args)
         except jax.errors.JaxRuntimeError as e:
             failure = take_kernel_failure()   # a check that failed in a host callback
             if failure is not None and str(failure) in str(e):

@@ -126,7 +126,7 @@ def static_slice_errors():
 
 def _user_line(tb) -> str:
     """``file:line`` of the innermost frame outside JAX and pallas_frontend."""
-    skip = (os.path.dirname(jax.__file__), os.path.dirname(os.path.dirname(__file__)))
+    skip = (os.path.dirname(jax.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
     found = ""
     for frame, line in traceback.walk_tb(tb):
         path = frame.f_code.co_filename

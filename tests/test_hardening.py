@@ -338,3 +338,82 @@ def test_shard_map_zero_initialised_scratch_and_accumulator(rng):
     blocks = x.astype(np.float64).reshape(4, 2, 8)
     expect = (blocks[:, 0] + (blocks[:, 0] + blocks[:, 1])).reshape(-1)   # acc after 1, then 2
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-6)
+
+
+# --- out-of-block Ref accesses ------------------------------------------------------
+
+def blocked_call(kernel, n=256, bs=128):
+    spec = pl.BlockSpec((bs,), lambda i: (i,))
+    return pl.pallas_call(kernel, SDS((n,), jnp.float32), grid=(n // bs,), in_specs=[spec],
+                          out_specs=spec)
+
+
+def test_static_index_outside_the_block_is_refused_naming_the_line(rng):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+        o_ref[0] = x_ref[200]          # the block has 128 elements
+
+    line = kernel.__code__.co_firstlineno + 2
+    with pytest.raises(pl.RefIndexError, match=rf"test_hardening.py:{line}: the kernel reads the "
+                       r"block Ref of args\[0\] at 200 in dim 0, but that dim has 128"):
+        blocked_call(kernel)(rand(rng, 256))
+
+
+def test_static_negative_index_is_refused(rng):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+        o_ref[-1] = 0.0
+
+    with pytest.raises(pl.RefIndexError, match=r"writes the block Ref of outputs at -1.*write 127"):
+        blocked_call(kernel)(rand(rng, 256))
+
+
+def test_static_slice_past_the_block_is_refused_naming_the_line(rng):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+        o_ref[pl.ds(120, 16)] = jnp.zeros((16,), jnp.float32)
+
+    line = kernel.__code__.co_firstlineno + 2
+    with pytest.raises(pl.RefIndexError, match=rf"test_hardening.py:{line}: Out of bound slice"):
+        blocked_call(kernel)(rand(rng, 256))
+
+
+def test_dynamic_slice_past_the_block_raises_under_debug_checks(rng):
+    x = rand(rng, 256)
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+        o_ref[pl.ds(120 + pl.program_id(0), 8)] = jnp.zeros((8,), jnp.float32)  # i=1: 121..128
+
+    line = kernel.__code__.co_firstlineno + 2
+    call = blocked_call(kernel)
+    jax.block_until_ready(call(x))         # checks off: runs (what it writes is unspecified)
+    with pl.enable_debug_checks(True):     # the same call, now traced with checks
+        with pytest.raises(pl.KernelCheckError, match=rf"Out-of-range Ref access at "
+                           rf".*test_hardening.py:{line}: the kernel writes the block Ref of "
+                           r"outputs with a dynamic index outside dim 0 \(size 128\)"):
+            jax.block_until_ready(call(x))
+
+
+def test_dynamic_index_in_a_loop_body_under_debug_checks(rng):
+    x = rand(rng, 256)
+
+    def reads_past_the_end(x_ref, o_ref):
+        def body(j, c):
+            o_ref[j] = x_ref[j * 2]          # j * 2 reaches 254
+            return c
+        jax.lax.fori_loop(0, 128, body, 0)
+
+    def in_range(x_ref, o_ref):
+        def body(j, c):
+            o_ref[j] = x_ref[127 - j] + 1.0
+            return c
+        jax.lax.fori_loop(0, 128, body, 0)
+
+    with pl.enable_debug_checks(True):
+        with pytest.raises(pl.KernelCheckError, match=r"reads a Ref of shape \(128,\) with a "
+                           r"dynamic index outside dim 0"):
+            jax.block_until_ready(blocked_call(reads_past_the_end)(x))
+        out = blocked_call(in_range)(x)
+    expect = x.astype(np.float64).reshape(2, 128)[:, ::-1].reshape(-1) + 1.0
+    np.testing.assert_allclose(out, expect, rtol=1e-6)

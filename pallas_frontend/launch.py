@@ -66,7 +66,10 @@ def pallas_call(
         ir, out_tree = build_kernel_ir(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
-            debug=debug)
+            debug=debug,
+            # an interpreter that checks every Ref access itself when it runs (and
+            # may be told to pad or read NaN, as JAX's TPU interpret mode) keeps that say
+            check_refs=not getattr(mode, "checks_ref_bounds", False))
         # A backend's interpret mode may be asked to read out-of-range blocks as
         # uninitialized memory (pallas_tpu.InterpretParams(out_of_bounds_reads=...)).
         if gs.num_scalar_prefetch == 0 and \

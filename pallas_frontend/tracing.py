@@ -253,7 +253,7 @@ def resolve_grid_spec(grid_spec, grid, in_specs, out_specs, scratch_shapes) -> G
 
 
 def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, aliases,
-                    compiler_params, cost_estimate, metadata, debug):
+                    compiler_params, cost_estimate, metadata, debug, check_refs: bool = True):
     """Returns ``(KernelIR, out_tree)``."""
     kname = name or _fn_name(kernel)
     grid, grid_names = tuple(gs.grid), gs.grid_names
@@ -318,7 +318,8 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     ref_names = ([None] * num_grid + [f"scalar prefetch {k}" for k in range(n_pf)]
                  + [f"the block Ref of {m.origin}" for m in (*in_maps, *out_maps)]
                  + [f"the Ref of scratch_shapes[{k}]" for k in range(len(scratch_avals))])
-    jaxpr = check_ref_accesses(jaxpr, ref_names, debug_checks=enable_debug_checks.value)
+    if check_refs:
+        jaxpr = check_ref_accesses(jaxpr, ref_names, debug_checks=enable_debug_checks.value)
 
     ir = KernelIR(
         name=kname, source=source_of(kernel), jaxpr=jaxpr, grid=grid, grid_names=grid_names,

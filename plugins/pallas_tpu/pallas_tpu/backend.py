@@ -31,12 +31,14 @@ class TpuBackend(Backend):
     capabilities = frozenset({
         "grid", "blocked", "squeezed", "scratch", "aliasing", "run_scoped", "scalar_prefetch",
         "semaphores", "dma", "remote_dma", "multi_device", "pipeline", "prng", "debug_print",
+        "debug_check",
         "loops", "vmap", "jvp", "interpret_mode",
     })
     conformance_unsupported = manifest.UNSUPPORTED
     conformance_xfail = manifest.XFAIL
 
     def check(self, kernel: KernelIR) -> None:
+        check.check_block_dims(kernel)   # before the generic tag check: it says why
         super().check(kernel)
         check.check_kernel(kernel)
 

@@ -71,7 +71,6 @@ def check_block_dims(kernel: KernelIR) -> None:
 
 def check_kernel(kernel: KernelIR) -> None:
     check_dtypes(kernel)
-    check_block_dims(kernel)
 
 
 def check_for_mosaic(kernel: KernelIR) -> None:

@@ -12,7 +12,7 @@ import dataclasses
 import enum
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import pallas_frontend as pf
 
@@ -116,6 +116,10 @@ class InterpretParams:
     grid_point_recorder: Callable | None = None
     allow_hbm_allocation_in_run_scoped: bool = False
     buffer_bounds: str = "logical"              # "logical" | "padded"
+    # JAX's TPU interpreter checks every Ref access when it runs (raising
+    # "Out-of-bounds read/write", or padding/NaN as the fields above say), so
+    # the frontend leaves static Ref indices to it.
+    checks_ref_bounds: ClassVar[bool] = True
 
     def __post_init__(self):
         for name, allowed in _INTERPRET_CHOICES.items():

@@ -62,7 +62,8 @@ def check_block_dims(kernel: KernelIR) -> None:
         for axis, d in enumerate(m.block_dims):
             if isinstance(d, pf.BoundedSlice):
                 raise BackendCapabilityError(
-                    f"Backend 'tpu' (Mosaic) cannot take the BoundedSlice block dim {axis} of "
+                    f"Backend 'tpu' lacks capability 'bounded_slice': Mosaic cannot take the "
+                    f"BoundedSlice block dim {axis} of "
                     f"{m.origin} in kernel '{kernel.name}' ({kernel.source}): JAX 0.12's TPU "
                     "pallas_call has no variable-size blocks. Use a Blocked or Element dim "
                     "with a mask, or memory_space=pallas_tpu.ANY and copy the window by hand "

@@ -112,8 +112,8 @@ class TritonBackend(backend_api.Backend):
     distribution = "pallas-triton"
     version = __version__
     platforms = ("cuda", "rocm")
-    # The default for cuda/rocm only once kernels can launch there; until then
-    # the reference interpreter stays the default and this backend is opt-in.
+    # The default on cuda/rocm: kernels launch there through XLA's Triton custom
+    # call. On CPU, call_options route to Triton's interpreter instead.
     priority = 10 if gpu_launch.AVAILABLE else -1
     compiler_params_type = CompilerParams
     interpret_params_type = InterpretParams
@@ -143,6 +143,8 @@ class TritonBackend(backend_api.Backend):
         return {"interpret": InterpretParams(compiler_params=params)}
 
     def is_available(self):
+        # Deliberately no GPU check: lowering, export and device-less compiles for a
+        # GPU target need none, and the launch itself is XLA's business.
         try:
             import triton  # noqa: F401
         except ImportError as e:

@@ -65,8 +65,14 @@ def compile_for_target(kernel_or_fn, *example_args, target=("cuda", 90),
     # XLA buffers are at least 16-byte aligned: tell Triton so it can vectorize.
     attrs = {(k,): [["tt.divisibility", 16]] for k in range(len(gen.arg_names))}
     src = ASTSource(fn, signature=signature, constexprs={}, attrs=attrs)
+    options = params.triton_options()
+    if backend_name == "cuda" and "ptx_version" not in options:
+        from pallas_triton.ptx_version import ptx_version_for
+        picked = ptx_version_for(int(arch))
+        if picked is not None:
+            options["ptx_version"] = picked
     compiled = triton.compile(src, target=GPUTarget(backend_name, arch, warp_size),
-                              options=params.triton_options())
+                              options=options)
     out = {k: v for k, v in compiled.asm.items()}
     out["source"] = gen.source
     out["metadata"] = compiled.metadata

@@ -1,0 +1,1 @@
+def aot_cases(): return {}

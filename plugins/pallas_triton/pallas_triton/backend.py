@@ -151,6 +151,21 @@ class TritonBackend(backend_api.Backend):
             return False, f"the triton package cannot be imported ({e})"
         return True, ""
 
+    def compile_platform(self):
+        """cuda where the XLA:GPU compiler is installed (no GPU needed), else this machine's."""
+        from pallas_triton import aot
+        return "cuda" if aot.cuda_compiler_installed() else super().compile_platform()
+
+    def compile_only(self, fn, *args):
+        """On cuda: XLA:GPU compiles ``fn`` device-less for the GPU named by
+        ``PALLAS_TRITON_AOT_GPU`` (H100, A100 or a GpuTargetConfigProto path; default H100)."""
+        if self.compile_platform() != "cuda":
+            return super().compile_only(fn, *args)
+        import os
+
+        from pallas_triton import aot
+        return aot.compile_for_gpu(fn, *args, gpu=os.environ.get("PALLAS_TRITON_AOT_GPU", "H100"))
+
     def check(self, kernel):
         super().check(kernel)
         check_kernel(self, kernel)

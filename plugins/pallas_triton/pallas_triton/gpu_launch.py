@@ -88,19 +88,32 @@ class LaunchSpec:
     target: tuple
 
 
+# Opt-in shared memory per block (bytes) by compute capability: what XLA checks a launch against.
+_SHARED_LIMIT = {70: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 101376,
+                 90: 232448, 100: 232448}
+
+
 @functools.lru_cache(maxsize=128)
 def _launch_spec_cached(key, keyed_kernel, target, params):
     del key
-    from pallas_triton.compile import compile_for_target
-    asm = compile_for_target(keyed_kernel.kernel, target=target, params=params,
-                             warp_size=64 if target[0] == "hip" else 32)
-    meta = asm["metadata"]
     from pallas_triton.backend import generate_source
+    from pallas_triton.compile import compile_for_target
+    warp = 64 if target[0] == "hip" else 32
+    # Triton's default of 3 stages can overflow shared memory for large blocks;
+    # when the user left num_stages unset, take the most stages that fit.
+    tries = [params] if params.num_stages is not None else [
+        dataclasses.replace(params, num_stages=n) for n in (3, 2, 1)]
+    limit = _SHARED_LIMIT.get(target[1]) if target[0] == "cuda" else None
+    for attempt in tries:
+        asm = compile_for_target(keyed_kernel.kernel, target=target, params=attempt,
+                                 warp_size=warp)
+        if limit is None or asm["metadata"].shared <= limit:
+            break
+    meta = asm["metadata"]
     gen = generate_source(keyed_kernel.kernel, target=_codegen_target(target), params=params)
     return LaunchSpec(name=meta.name, ttir=asm["ttir"], num_warps=int(meta.num_warps),
                       num_stages=int(meta.num_stages), grid=(gen.num_programs, 1, 1),
-                      threads=int(meta.num_warps) * (64 if target[0] == "hip" else 32),
-                      target=target)
+                      threads=int(meta.num_warps) * warp, target=target)
 
 
 def _codegen_target(target):

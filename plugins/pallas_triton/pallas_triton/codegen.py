@@ -24,7 +24,9 @@ from jax.extend.core import Literal
 
 import pallas_frontend as pl
 from pallas_frontend.backend_api import KernelIR
-from pallas_triton.emitters import EMITTERS, helper_source, is_float, tl_dtype
+from pallas_triton.emitters import EMITTERS, helper_source
+from pallas_triton.jaxpr_text import (  # noqa: F401  (re-exported for plugins' callers)
+    is_float, is_pow2, literal, padding_literal, source_line, tl_dtype, used_vars)
 from pallas_triton.errors import TritonCapabilityError, unsupported
 
 
@@ -57,26 +59,6 @@ class RegisterRef:
     shape: tuple[int, ...]
     dtype: np.dtype
     label: str                      # what messages call it (a BlockSpec or scratch buffer)
-
-
-def used_vars(jaxpr) -> set:
-    """Every variable read by an equation or returned, nested jaxprs included."""
-    from jax.extend.core import jaxprs_in_params
-    out = set()
-
-    def walk(j):
-        j = getattr(j, "jaxpr", j)
-        for eqn in j.eqns:
-            out.update(v for v in eqn.invars if not isinstance(v, Literal))
-            for sub in jaxprs_in_params(eqn.params):
-                walk(sub)
-        out.update(v for v in j.outvars if not isinstance(v, Literal))
-    walk(jaxpr)
-    return out
-
-
-def is_pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
 
 
 class KernelWriter:
@@ -241,40 +223,6 @@ def add_expr(a: str, b: str) -> str:
     if b == "0":
         return a
     return f"{a} + {b}"
-
-
-def literal(value, dtype) -> str:
-    dtype = np.dtype(dtype)
-    value = np.asarray(value).item()
-    if dtype == np.dtype(bool):
-        return "True" if value else "False"
-    if is_float(dtype):
-        text = repr(float(value)) if math.isfinite(value) else f"float('{value}')"
-        return text if dtype == np.float32 else f"tl.full([], {text}, {tl_dtype(dtype)})"
-    return str(int(value)) if dtype == np.int32 else f"tl.full([], {int(value)}, {tl_dtype(dtype)})"
-
-
-def padding_literal(dtype) -> str:
-    """What an overhanging read gives: NaN / the lowest int, as in the frontend interpreter."""
-    dtype = np.dtype(dtype)
-    if is_float(dtype):
-        return "float('nan')"
-    if np.issubdtype(dtype, np.integer):
-        return str(int(np.iinfo(dtype).min))
-    return "False"
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def source_line(eqn) -> str:
-    tb = getattr(eqn.source_info, "traceback", None)
-    frames = getattr(tb, "frames", None) if tb is not None else None
-    for f in frames or ():
-        if "/jax/" not in f.file_name and "pallas_frontend" not in f.file_name and \
-                not f.file_name.startswith(_PACKAGE_DIR):      # our own API wrappers
-            return f"{f.file_name}:{f.line_num}"
-    return ""
 
 
 def indexer_entries(ref: BlockRef, indexer):

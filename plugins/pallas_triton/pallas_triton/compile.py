@@ -51,7 +51,7 @@ def compile_for_target(kernel_or_fn, *example_args, target=("cuda", 90),
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
 
-    from pallas_triton.backend import _compiler_params, generate_source
+    from pallas_triton.generation import _compiler_params, generate_source
     kernel = kernel_or_fn if isinstance(kernel_or_fn, KernelIR) else kernel_ir_of(
         kernel_or_fn, *example_args)
     params = params or _compiler_params(kernel)

@@ -12,27 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pallas_triton.jaxpr_text import TL_DTYPES, is_float, literal, tl_dtype  # noqa: F401
+
 EMITTERS: dict[str, Callable] = {}
-
-TL_DTYPES = {
-    "float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
-    "float64": "tl.float64", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
-    "int64": "tl.int64", "uint8": "tl.uint8", "uint16": "tl.uint16", "uint32": "tl.uint32",
-    "uint64": "tl.uint64", "bool": "tl.int1",
-}
-
-
-def tl_dtype(dtype) -> str:
-    name = np.dtype(dtype).name
-    if name not in TL_DTYPES:
-        from pallas_triton.errors import unsupported
-        raise unsupported(f"dtype {name} has no Triton equivalent")
-    return TL_DTYPES[name]
-
-
-def is_float(dtype) -> bool:
-    return np.issubdtype(np.dtype(dtype), np.floating) or np.dtype(dtype).name == "bfloat16"
-
 
 def register(*names: str):
     """Registers an emitter under one or more primitive names (used by plugins' primitives too)."""
@@ -193,7 +175,6 @@ def _select_n(w, eqn, ins):
 def _convert(w, eqn, ins):
     new = np.dtype(eqn.params["new_dtype"])
     if type(eqn.invars[0]).__name__ == "Literal":
-        from pallas_triton.codegen import literal
         return [literal(np.asarray(eqn.invars[0].val).astype(new), new)]
     if new == np.dtype(bool):
         return [f"({ins[0]} != 0)"]

@@ -96,7 +96,7 @@ _SHARED_LIMIT = {70: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 1
 @functools.lru_cache(maxsize=128)
 def _launch_spec_cached(key, keyed_kernel, target, params):
     del key
-    from pallas_triton.backend import generate_source
+    from pallas_triton.generation import generate_source
     from pallas_triton.compile import compile_for_target
     warp = 64 if target[0] == "hip" else 32
     # Triton's default of 3 stages can overflow shared memory for large blocks;
@@ -122,7 +122,7 @@ def _codegen_target(target):
 
 def launch_spec(kernel, target, params: CompilerParams) -> LaunchSpec:
     """The TTIR and launch facts of ``kernel`` for ``target``, cached per kernel+target+params."""
-    from pallas_triton.backend import _Keyed
+    from pallas_triton.generation import _Keyed
     from pallas_triton.codegen import kernel_fingerprint
     key = kernel_fingerprint(kernel, ("launch", target, params))
     return _launch_spec_cached(key, _Keyed(kernel, key), target, params)

@@ -329,6 +329,12 @@ def _dot_general(w, eqn, ins):
     if lb or rb or la.ndim != 2 or ra.ndim != 2:
         raise unsupported("dot_general other than a 2-D matrix product (no batch dims)")
     a, b = ins
+    widened = w.target == "interpret" and np.dtype(la.dtype).name in ("bfloat16", "float16")
+    if widened:
+        # Triton's interpreter multiplies 16-bit floats as their raw bits (garbage, not an
+        # error); float32 operands give the GPU's result: 16-bit products are exact in
+        # float32 and tl.dot accumulates in float32 there too.
+        a, b = f"{a}.to(tl.float32)", f"{b}.to(tl.float32)"
     if tuple(lc) == (0,):
         a = f"tl.trans({a})"
     if tuple(rc) == (1,):
@@ -341,7 +347,9 @@ def _dot_general(w, eqn, ins):
     out = np.dtype(out_aval(eqn).dtype)
     acc = "tl.int32" if np.issubdtype(la.dtype, np.integer) else "tl.float32"
     extra = ""
-    if np.dtype(la.dtype) == np.float32:
+    if widened:
+        extra = ", input_precision='ieee'"        # exact: 16-bit values fit tf32 anyway
+    elif np.dtype(la.dtype) == np.float32:
         precision = eqn.params.get("precision")
         highest = precision is not None and "HIGHEST" in str(precision)
         extra = f", input_precision={'ieee' if highest else w.dot_input_precision!r}"

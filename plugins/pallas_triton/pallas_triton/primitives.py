@@ -252,7 +252,18 @@ def _emit_atomic(w, eqn, ins):
     if bounds and mask:
         mask = f"({bounds}) & ({mask})"
     mask = mask or bounds
-    return [f"tl.atomic_{p['op']}({ptr}, {ins[1 + n]}" + (f", mask={mask}" if mask else "") + ")"]
+    tail = (f", mask={mask}" if mask else "") + ")"
+    dtype = np.dtype(eqn.invars[0].aval.dtype)
+    if p["op"] == "xchg" and w.target == "interpret" and dtype.itemsize in (4, 8) and \
+            np.issubdtype(dtype, np.floating):
+        # Triton's interpreter exchanges integers only; a float exchange is the same
+        # bits moved, so exchange them as an integer of the same width.
+        from pallas_triton.emitters import tl_dtype
+        bits = "tl.int32" if dtype.itemsize == 4 else "tl.int64"
+        old = (f"tl.atomic_xchg({ptr}.to(tl.pointer_type({bits})), "
+               f"{ins[1 + n]}.to({bits}, bitcast=True)" + tail)
+        return [f"{old}.to({tl_dtype(dtype)}, bitcast=True)"]
+    return [f"tl.atomic_{p['op']}({ptr}, {ins[1 + n]}" + tail]
 
 
 atomic_cas_p = kernel_primitive("triton_atomic_cas", owner=OWNER)

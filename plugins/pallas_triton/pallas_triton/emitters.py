@@ -86,6 +86,45 @@ def _square(w, eqn, ins):
     return [f"({ins[0]} * {ins[0]})"]
 
 
+@register("bitcast_convert_type")
+def _bitcast(w, eqn, ins):
+    new = np.dtype(eqn.params["new_dtype"])
+    if new.itemsize != np.dtype(in_aval(eqn).dtype).itemsize:
+        from pallas_triton.errors import unsupported
+        raise unsupported("bitcast_convert_type between types of different widths")
+    return [f"({ins[0]}).to({tl_dtype(new)}, bitcast=True)"]
+
+
+@register("tan")
+def _tan(w, eqn, ins):
+    x = w.bind(ins[0])
+    return [f"(tl.sin({x}) / tl.cos({x}))"]
+
+
+@register("sinh", "cosh")
+def _sinh_cosh(w, eqn, ins):
+    x = w.bind(ins[0])
+    sign = "-" if eqn.primitive.name == "sinh" else "+"
+    return [f"((tl.exp({x}) {sign} tl.exp(-{x})) * 0.5)"]
+
+
+@register("polynomial")
+def _polynomial(w, eqn, ins):
+    # c0 + c1*x + c2*x^2 + ... (coefficients ascending), by Horner's rule
+    x, coeffs = w.bind(ins[0]), ins[1:]
+    acc = coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        acc = f"({acc} * {x} + {c})"
+    return [acc]
+
+
+@register("one_minus_square")
+def _one_minus_square(w, eqn, ins):
+    # what tanh's JVP multiplies the tangent by: 1 - tanh(x)^2
+    x = w.bind(ins[0])
+    return [f"(1.0 - {x} * {x})"]
+
+
 @register("logistic")
 def _logistic(w, eqn, ins):
     return [f"(1.0 / (1.0 + tl.exp(-{ins[0]})))"]
@@ -189,7 +228,7 @@ def _multiple_of(w, eqn, ins):
     return [f"tl.multiple_of({ins[0]}, {values if len(values) > 1 else values[0]})"]
 
 
-@register("copy", "copy_p", "reduce_precision", "optimization_barrier")
+@register("copy", "copy_p", "reduce_precision", "optimization_barrier", "stop_gradient")
 def _identity(w, eqn, ins):
     return list(ins)
 
@@ -275,10 +314,31 @@ def _slice(w, eqn, ins):
 
 # --- reductions ----------------------------------------------------------------------
 
+# Triton's standard combine functions: its interpreter reduces/scans with them in
+# NumPy (np.sum, np.nanmax, np.cumsum); any other combine runs element by element in Python.
+STD_COMBINE = {"add": "tl.standard._sum_combine", "mul": "tl.standard._prod_combine",
+               "max": "tl.standard._elementwise_max", "min": "tl.standard._elementwise_min"}
+
+
+def combine_fn(w, kind: str) -> str:
+    return STD_COMBINE.get(kind) or w.helper(kind)
+
+
 def reduce_expr(w, x: str, axes, combine: str) -> str:
     for axis in sorted(axes, reverse=True):
-        x = f"tl.reduce({x}, {axis}, {w.helper(combine)})"
+        x = f"tl.reduce({x}, {axis}, {combine_fn(w, combine)})"
     return x
+
+
+def _float_extremum(w, eqn, x: str, kind: str) -> str:
+    """max/min that propagate NaN, as JAX's do."""
+    axes = eqn.params["axes"]
+    if w.target != "interpret":
+        return reduce_expr(w, x, axes, kind + "_nan")   # one max.NaN per step on a GPU
+    # The interpreter's fast path (np.nanmax) drops NaN: put it back where a NaN was seen.
+    v = w.bind(x)
+    nans = reduce_expr(w, f"({v} != {v}).to(tl.int32)", axes, "add")
+    return f"tl.where({nans} > 0, float('nan'), {reduce_expr(w, v, axes, kind)})"
 
 
 @register("reduce_sum")
@@ -288,14 +348,28 @@ def _reduce_sum(w, eqn, ins):
 
 @register("reduce_max")
 def _reduce_max(w, eqn, ins):
-    kind = "max_nan" if is_float(in_aval(eqn).dtype) else "max"
-    return [reduce_expr(w, ins[0], eqn.params["axes"], kind)]
+    if is_float(in_aval(eqn).dtype):
+        return [_float_extremum(w, eqn, ins[0], "max")]
+    return [reduce_expr(w, ins[0], eqn.params["axes"], "max")]
 
 
 @register("reduce_min")
 def _reduce_min(w, eqn, ins):
-    kind = "min_nan" if is_float(in_aval(eqn).dtype) else "min"
-    return [reduce_expr(w, ins[0], eqn.params["axes"], kind)]
+    if is_float(in_aval(eqn).dtype):
+        return [_float_extremum(w, eqn, ins[0], "min")]
+    return [reduce_expr(w, ins[0], eqn.params["axes"], "min")]
+
+
+@register("cumsum", "cumprod", "cummax", "cummin")
+def _cumulative(w, eqn, ins):
+    kind = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}[
+        eqn.primitive.name]
+    if kind in ("max", "min") and is_float(in_aval(eqn).dtype):
+        kind += "_nan"
+    axis, reverse = eqn.params["axis"], bool(eqn.params.get("reverse", False))
+    if not in_aval(eqn).shape:
+        return [ins[0]]
+    return [f"tl.associative_scan({ins[0]}, {axis}, {combine_fn(w, kind)}, reverse={reverse})"]
 
 
 @register("reduce_and")

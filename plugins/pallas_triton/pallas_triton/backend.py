@@ -23,10 +23,6 @@ def check_kernel(backend, kernel: backend_api.KernelIR) -> None:
     _check_scratch(kernel)
     for m in kernel.mappings:
         for d, dim in enumerate(m.block_dims):
-            if isinstance(dim, pl.BoundedSlice):
-                raise unsupported(f"BoundedSlice block dims ({m.origin}, dim {d})")
-            if isinstance(dim, pl.Element) and dim.padding != (0, 0):
-                raise unsupported(f"Element padding ({m.origin}, dim {d}, padding {dim.padding})")
             if not isinstance(dim, pl.Squeezed) and not _pow2(dim.block_size):
                 raise TritonCapabilityError(
                     f"The Triton backend needs power-of-two block dims: {m.origin} has block "
@@ -85,7 +81,7 @@ class TritonBackend(backend_api.Backend):
     # manifests.UNSUPPORTED). "jvp" works because a JVP is just another generated kernel.
     capabilities = frozenset({
         "grid", "blocked", "element", "squeezed", "aliasing", "loops", "cond", "vmap", "jvp",
-        "scratch",
+        "scratch", "element_padding", "bounded_slice", "run_scoped",
         "float64", "atomics", "interpret_on_cpu", "compile_only",
     })
     dtypes = frozenset({"float32", "float16", "bfloat16", "float64", "int8", "int16", "int32",

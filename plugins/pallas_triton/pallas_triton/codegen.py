@@ -41,6 +41,10 @@ class BlockRef:
     block_sizes: list[int]          # per array dim
     masked: list[bool]              # per array dim: can the block overhang?
     fenced: bool = False            # other threads of the program may touch it in between
+    # per array dim: can the block start before the array (Element padding)?
+    low_masked: list[bool] = dataclasses.field(default_factory=list)
+    # per array dim: the valid extent of a BoundedSlice block (an expression), else None
+    limits: list = dataclasses.field(default_factory=list)
 
 
     @property
@@ -158,24 +162,32 @@ class KernelWriter:
         axis = 0
         for d in range(len(ref.array_shape)):
             stride = ref.strides[d]
+            local = None                                     # position within the block
             if d not in pos_of_visible:                      # squeezed dim
                 pos, size = ref.starts[d], None
             else:
                 kind, start, size, step = pos_of_visible[d]
                 if kind == "scalar":
+                    local = start
                     pos = add_expr(ref.starts[d], start)
                 else:
                     local = "tl.arange(0, %d)" % size
                     if step != 1:
                         local = f"{local} * {step}"
                     local = add_expr(start, local)
-                    local = add_expr(ref.starts[d], local)
                     idx = ", ".join(":" if k == axis else "None" for k in range(rank))
-                    pos = f"({local})[{idx}]" if rank > 1 else f"({local})"
+                    pos = add_expr(ref.starts[d], local)
+                    pos = f"({pos})[{idx}]" if rank > 1 else f"({pos})"
+                    local = f"({local})[{idx}]" if rank > 1 else f"({local})"
                     shape.append(size)
                     axis += 1
             if ref.masked[d]:
                 mask_terms.append(f"({pos} < {ref.array_shape[d]})")
+            if ref.low_masked and ref.low_masked[d]:
+                mask_terms.append(f"({pos} >= 0)")
+            limit = ref.limits[d] if ref.limits else None
+            if limit is not None and local is not None:
+                mask_terms.append(f"({local} < {limit})")
             if pos != "0":
                 offset_terms.append(pos if stride == 1 else f"({pos}) * {stride}")
         offset = " + ".join(offset_terms) or "0"
@@ -285,28 +297,40 @@ def program_coordinate_lines(w: KernelWriter, grid, axes) -> None:
 
 
 def block_ref(w: KernelWriter, mapping, ptr: str, grid_names) -> BlockRef:
-    index = w.emit_jaxpr(mapping.index_map, grid_names)
-    starts, masked, visible, sizes = [], [], [], []
-    for d, (dim, idx) in enumerate(zip(mapping.block_dims, index)):
+    index = iter(w.emit_jaxpr(mapping.index_map, grid_names))
+    starts, masked, low_masked, limits, visible, sizes = [], [], [], [], [], []
+    for d, dim in enumerate(mapping.block_dims):
         n = mapping.array_shape[d]
+        idx, limit, low = next(index), None, False
         if isinstance(dim, pl.Blocked):
             starts.append(mul_expr(idx, dim.block_size))
             masked.append(n % dim.block_size != 0)
         elif isinstance(dim, pl.Element):
-            starts.append(idx)
+            # the index map's offset is into the array padded by padding[0] in front
+            lo = dim.padding[0]
+            starts.append(f"{idx} - {lo}" if lo else idx)
             masked.append(True)
+            low = lo > 0
         elif isinstance(dim, pl.Squeezed):
             starts.append(idx)
             masked.append(False)
+        elif isinstance(dim, pl.BoundedSlice):
+            # (start, size): the block's first `size` elements are the slice
+            starts.append(idx)
+            limit = next(index)
+            limit = limit if limit.isidentifier() or limit.isdigit() else w.bind(limit, "lim")
+            masked.append(True)
         else:
             raise unsupported(f"{type(dim).__name__} block dims")
+        low_masked.append(low)
+        limits.append(limit)
         sizes.append(dim.block_size)
         if not isinstance(dim, pl.Squeezed):
             visible.append(d)
     starts = [s if s.isidentifier() or s.lstrip("-").isdigit() else w.bind(s, f"{ptr[:-4]}_start")
               for s in starts]
     return BlockRef(ptr, tuple(mapping.array_shape), np.dtype(mapping.dtype), starts, visible,
-                    sizes, masked)
+                    sizes, masked, low_masked=low_masked, limits=limits)
 
 
 def mul_expr(idx: str, k: int) -> str:

@@ -314,9 +314,16 @@ def _pure(name, impl, abstract_eval=None):
 approx_tanh_p = _pure("triton_approx_tanh", lambda x: jnp.tanh(x))
 
 
+@jax.custom_jvp
 def approx_tanh(x):
     """tanh by the hardware approximation (``tanh.approx.f32`` on CUDA)."""
     return approx_tanh_p.bind(x)
+
+
+@approx_tanh.defjvp
+def _approx_tanh_jvp(primals, tangents):
+    y = approx_tanh(primals[0])
+    return y, (1.0 - y * y) * tangents[0]
 
 
 @register("triton_approx_tanh")

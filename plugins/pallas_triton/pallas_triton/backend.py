@@ -21,15 +21,8 @@ def check_kernel(backend, kernel: backend_api.KernelIR) -> None:
     if kernel.num_scalar_prefetch:
         raise unsupported(f"scalar prefetch (kernel '{kernel.name}', {kernel.source})")
     _check_scratch(kernel)
-    for m in kernel.mappings:
-        for d, dim in enumerate(m.block_dims):
-            if not isinstance(dim, pl.Squeezed) and not _pow2(dim.block_size):
-                raise TritonCapabilityError(
-                    f"The Triton backend needs power-of-two block dims: {m.origin} has block "
-                    f"shape {m.block_shape} (dim {d} is {dim.block_size}) in kernel "
-                    f"'{kernel.name}' ({kernel.source}); its BlockSpec index_map is at "
-                    f"{m.index_map_source}. Round the block up (pl.next_power_of_2) and let "
-                    "the edge block be masked.")
+    # Block dims that are not powers of two are refused by code generation at the first
+    # whole or sliced access (array-offset pallas_triton.load/store can reach them).
     # Code generation finds unsupported primitives and shapes; do it now, before lowering.
     generate_source(kernel)
 

@@ -45,6 +45,8 @@ class BlockRef:
     low_masked: list[bool] = dataclasses.field(default_factory=list)
     # per array dim: the valid extent of a BoundedSlice block (an expression), else None
     limits: list = dataclasses.field(default_factory=list)
+    origin: str = ""                # what messages call it (the BlockSpec's operand)
+    index_map_source: str = ""
 
 
     @property
@@ -70,6 +72,7 @@ class KernelWriter:
         self.kernel = kernel
         self.target = target                        # "interpret", "cuda" or "rocm"
         self.dot_input_precision = dot_input_precision
+        self.allow_gather = False      # set while pallas_triton.load/store resolve their index
         self.lines: list[str] = []
         self.depth = 1
         self.counter = 0
@@ -131,6 +134,11 @@ class KernelWriter:
         for v in eqn.outvars:
             shape = getattr(v.aval, "shape", ())
             if any(not is_pow2(d) for d in shape):
+                ref = self.env.get(eqn.invars[0]) if eqn.invars else None
+                if isinstance(ref, BlockRef):        # a read/write of a non-power-of-two block
+                    bad = [d for d in ref.visible if not is_pow2(ref.block_sizes[d])]
+                    if bad:
+                        raise not_pow2_block(ref, bad[0])
                 raise TritonCapabilityError(
                     f"'{name}' at {source_line(eqn) or self.kernel.source} makes a value of shape "
                     f"{tuple(shape)}; Triton tensors need power-of-two dims.")
@@ -155,8 +163,9 @@ class KernelWriter:
     def address(self, ref: BlockRef, indexer):
         """(pointer expr, mask expr or None, result shape) for ``ref[indexer]``."""
         indices = indexer_entries(ref, indexer)
-        result_axes = [i for i, ix in enumerate(indices) if ix[0] != "scalar"]
+        result_axes = [i for i, ix in enumerate(indices) if ix[0] == "slice"]
         rank = len(result_axes)
+        gather_shape = list(np.broadcast_shapes(*[ix[2] for ix in indices if ix[0] == "array"]))
         offset_terms, mask_terms, shape = [], [], []
         pos_of_visible = dict(zip(ref.visible, indices))
         axis = 0
@@ -167,7 +176,12 @@ class KernelWriter:
                 pos, size = ref.starts[d], None
             else:
                 kind, start, size, step = pos_of_visible[d]
-                if kind == "scalar":
+                if kind == "array":        # gather: the index tensor broadcasts over the result
+                    local = start
+                    pos = add_expr(ref.starts[d], f"({start})")
+                    if not shape:
+                        shape.extend(gather_shape)
+                elif kind == "scalar":
                     local = start
                     pos = add_expr(ref.starts[d], start)
                 else:
@@ -241,6 +255,9 @@ def indexer_entries(ref: BlockRef, indexer):
     """One ``(kind, start, size, step)`` per visible dim; kind is "scalar" or "slice"."""
     block = [ref.block_sizes[d] for d in ref.visible]
     if indexer is None:
+        for d, n in zip(ref.visible, block):
+            if not is_pow2(n):
+                raise not_pow2_block(ref, d)
         return [("slice", "0", n, 1) for n in block]
     out = []
     for k, ix in enumerate(indexer.indices):
@@ -251,9 +268,31 @@ def indexer_entries(ref: BlockRef, indexer):
                 raise unsupported(f"a Ref slice of size {ix.size} (Triton needs powers of two)")
         elif isinstance(ix, str):
             out.append(("scalar", ix, None, None))
+        elif isinstance(ix, ArrayIndex):
+            out.append(("array", ix.expr, ix.shape, None))
         else:
             raise unsupported("integer-array (gather) indexing of Refs")
+    if any(e[0] == "array" for e in out) and any(e[0] == "slice" for e in out):
+        raise unsupported("a Ref access mixing integer-array indices with slices (index every "
+                          "dim with an array, broadcasting them, or use pl.ds only)")
     return out
+
+
+def not_pow2_block(ref, d) -> TritonCapabilityError:
+    shape = tuple(ref.block_sizes[v] for v in ref.visible)
+    return TritonCapabilityError(
+        f"The Triton backend needs power-of-two block dims to read or write a block whole or "
+        f"by slices: {ref.origin} has block shape {shape} (dim {d} is {ref.block_sizes[d]}); "
+        f"its BlockSpec index_map is at {ref.index_map_source}. Round the block up "
+        "(pl.next_power_of_2) and let the edge block be masked, or access it with "
+        "pallas_triton.load/store at integer-array offsets with a mask, as JAX's GPU kernels do.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayIndex:
+    """An integer-array index of a Ref access (gather/scatter): its tensor expression."""
+    expr: str
+    shape: tuple[int, ...]
 
 
 def resolve_indexer(w: KernelWriter, transforms):
@@ -263,14 +302,19 @@ def resolve_indexer(w: KernelWriter, transforms):
     if len(transforms) != 1 or not hasattr(transforms[0], "indices"):
         raise unsupported(f"Ref transforms {[type(t).__name__ for t in transforms]}")
     (nd,) = transforms
-    if getattr(nd, "int_indexer_shape", ()):
-        raise unsupported("integer-array (gather) indexing of Refs")
+    gather = bool(getattr(nd, "int_indexer_shape", ()))
+    if gather and not w.allow_gather:
+        raise unsupported("integer-array (gather) indexing of plain Refs (use "
+                          "pallas_triton.load/store with mask= for array offsets)")
 
     def res(x):
         if isinstance(x, pl.Slice):
             return pl.Slice(res(x.start), x.size, x.stride)
         if isinstance(x, (int, np.integer)):
             return str(int(x))
+        shape = tuple(getattr(getattr(x, "aval", None), "shape", ()) or ())
+        if shape:
+            return ArrayIndex(w.read(x), shape)
         return w.read(x)
     return type("Indexer", (), {"indices": [res(i) for i in nd.indices]})()
 
@@ -330,7 +374,8 @@ def block_ref(w: KernelWriter, mapping, ptr: str, grid_names) -> BlockRef:
     starts = [s if s.isidentifier() or s.lstrip("-").isdigit() else w.bind(s, f"{ptr[:-4]}_start")
               for s in starts]
     return BlockRef(ptr, tuple(mapping.array_shape), np.dtype(mapping.dtype), starts, visible,
-                    sizes, masked, low_masked=low_masked, limits=limits)
+                    sizes, masked, low_masked=low_masked, limits=limits, origin=mapping.origin,
+                    index_map_source=mapping.index_map_source)
 
 
 def mul_expr(idx: str, k: int) -> str:
@@ -370,6 +415,9 @@ def generate(kernel: KernelIR, *, target: str = "interpret",
     for k in sorted(plan.register_outputs):
         m = kernel.out_mappings[k]
         memory = block_ref(w, m, arg_names[n_in + k], outer_names)
+        for d in memory.visible:
+            if not is_pow2(memory.block_sizes[d]):
+                raise not_pow2_block(memory, d)
         reg = RegisterRef(f"out{k}_blk", tuple(m.block_shape), np.dtype(m.dtype), m.origin)
         start = w.load(memory, None) if k in aliased else padding_block(reg.shape, reg.dtype)
         w.line(f"{reg.name} = {start}")

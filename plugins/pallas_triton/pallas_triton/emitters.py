@@ -257,6 +257,14 @@ def _broadcast_in_dim(w, eqn, ins):
                            eqn.params["broadcast_dimensions"])]
 
 
+@register("broadcast_to")
+def _broadcast_to(w, eqn, ins):
+    # numpy-style: trailing dims align
+    in_shape, out_shape = in_aval(eqn).shape, tuple(eqn.params["shape"])
+    dims = tuple(range(len(out_shape) - len(in_shape), len(out_shape)))
+    return [broadcast_expr(ins[0], in_shape, out_shape, dims)]
+
+
 def reshape_expr(w, x: str, in_shape, out_shape) -> str:
     if tuple(in_shape) == tuple(out_shape):
         return x
@@ -426,7 +434,9 @@ def _dot_general(w, eqn, ins):
     elif np.dtype(la.dtype) == np.float32:
         precision = eqn.params.get("precision")
         highest = precision is not None and "HIGHEST" in str(precision)
-        extra = f", input_precision={'ieee' if highest else w.dot_input_precision!r}"
+        high = precision is not None and not highest and "HIGH" in str(precision)
+        choice = "ieee" if highest else "tf32" if high else w.dot_input_precision
+        extra = f", input_precision={choice!r}"
     expr = f"tl.dot({a}, {b}, out_dtype={acc}{extra})"
     if tl_dtype(out) != acc:
         expr = f"({expr}).to({tl_dtype(out)})"

@@ -35,13 +35,14 @@ def report(request):
 
 
 def test_every_kernel_compiles_with_the_expected_launch(report):
-    assert len(report["cases"]) >= 11
+    assert len(report["cases"]) >= 17
     failures = {k: v["error"] for k, v in report["cases"].items() if "error" in v}
     assert not failures, failures
     for name, case in report["cases"].items():
-        thunks = case["thunks"]
-        assert len(thunks) == 1, (name, thunks)
-        (thunk,) = thunks
+        # our kernel, plus any XLA fusions around it (e.g. decode attention's combine)
+        ours = [t for t in case["thunks"] if not t["name"].startswith(("fusion", "loop_", "input_"))]
+        assert len(ours) == 1, (name, case["thunks"])
+        (thunk,) = ours
         assert case["ttir_funcs"] == [thunk["name"]], (name, case)
         assert thunk["grid"] == [case["programs"], 1, 1], (name, thunk)
         assert thunk["threads"] == [32 * case["num_warps"], 1, 1], (name, thunk)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import math
 import os
+import re
 
 import jax
 import numpy as np
@@ -74,6 +76,12 @@ class KernelWriter:
         self.dot_input_precision = dot_input_precision
         self.allow_gather = False      # set while pallas_triton.load/store resolve their index
         self.lines: list[str] = []
+        # Common subexpressions (offsets, masks, ranges) are bound once per scope and
+        # reused: Triton's interpreter evaluates every expression in NumPy, so repeats cost.
+        self._scope_ids = itertools.count()
+        self._scopes: list[int] = []
+        self._memo: dict[str, tuple[str, int]] = {}
+        self._bound: set[str] = set()          # names assigned exactly once (by bind)
         self.depth = 1
         self.counter = 0
         self.helpers: dict[str, str] = {}
@@ -82,6 +90,17 @@ class KernelWriter:
         self.used_vars = used_vars(kernel.jaxpr)
 
     # --- text ------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return len(self._scopes)
+
+    @depth.setter
+    def depth(self, value: int) -> None:
+        # entering a block opens a scope; leaving it forgets what was bound inside
+        while len(self._scopes) < value:
+            self._scopes.append(next(self._scope_ids))
+        del self._scopes[value:]
+
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
 
@@ -93,9 +112,27 @@ class KernelWriter:
         """Assigns ``expr`` to a fresh local; returns the name (keeps lines short)."""
         if expr.isidentifier():
             return expr
+        reusable = self._reusable(expr)
+        if reusable:
+            hit = self._memo.get(expr)
+            if hit is not None and hit[1] in self._scopes:
+                return hit[0]
         name = self.fresh(prefix)
         self.line(f"{name} = {expr}")
+        self._bound.add(name)
+        if reusable:
+            self._memo[expr] = (name, self._scopes[-1])
         return name
+
+    def _reusable(self, expr: str) -> bool:
+        """Pure, and reads only names that never change within their scope."""
+        if any(word in expr for word in _EFFECTFUL):
+            return False
+        for name in _IDENTIFIER.findall(expr):
+            if name not in self._bound and not _STABLE_NAME.match(name) and \
+                    name not in _TL_WORDS:
+                return False
+        return True
 
     def helper(self, kind: str) -> str:
         self.helpers.setdefault(kind, helper_source(kind))
@@ -195,6 +232,8 @@ class KernelWriter:
                     local = f"({local})[{idx}]" if rank > 1 else f"({local})"
                     shape.append(size)
                     axis += 1
+            if "tl.arange" in pos and (ref.masked[d] or (ref.low_masked and ref.low_masked[d])):
+                pos = self.bind(pos, "o")        # shared by the pointer and the mask
             if ref.masked[d]:
                 mask_terms.append(f"({pos} < {ref.array_shape[d]})")
             if ref.low_masked and ref.low_masked[d]:
@@ -233,6 +272,15 @@ class KernelWriter:
         # this access after the program's earlier ones to the same block.
         if ref.fenced:
             self.line("tl.debug_barrier()")
+
+
+# Calls that read memory or have effects: never reused.
+_EFFECTFUL = ("tl.load", "tl.atomic", "tl.store", "inline_asm", "tl.debug", "tl.device", "tl.rand")
+# identifiers not preceded by a dot (attribute names such as tl.arange are skipped)
+_IDENTIFIER = re.compile(r"(?<![.\w'\"])([A-Za-z_]\w*)")
+_STABLE_NAME = re.compile(r"^(pid|it)\d*$")   # program ids, for-loop indices
+_TL_WORDS = {"tl", "None", "True", "False", "float", "bitcast", "out_dtype", "input_precision",
+             "propagate_nan", "mask", "other", "reverse", "dtype", "pack", "is_pure"}
 
 
 def join_masks(a, b):

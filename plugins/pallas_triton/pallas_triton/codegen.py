@@ -232,8 +232,8 @@ class KernelWriter:
                     local = f"({local})[{idx}]" if rank > 1 else f"({local})"
                     shape.append(size)
                     axis += 1
-            if "tl.arange" in pos and (ref.masked[d] or (ref.low_masked and ref.low_masked[d])):
-                pos = self.bind(pos, "o")        # shared by the pointer and the mask
+            if "tl.arange" in pos:
+                pos = self.bind(pos, "o")        # shared by the pointer, the mask, other operands
             if ref.masked[d]:
                 mask_terms.append(f"({pos} < {ref.array_shape[d]})")
             if ref.low_masked and ref.low_masked[d]:
@@ -255,14 +255,18 @@ class KernelWriter:
         if mask is None:
             return f"tl.load({ptr}{extra})"
         if other is None:
-            other = padding_literal(ref.dtype)
+            # Reads past an array's edge are unspecified (docs/user-guide.md): no fill
+            # value, as hand-written Triton does. A fill costs a broadcast per load under
+            # Triton's interpreter (about 2x on an add) and is not free on a GPU either.
+            return f"tl.load({ptr}, mask={mask}{extra})"
         return f"tl.load({ptr}, mask={mask}, other={other}{extra})"
 
-    def store(self, ref: BlockRef, indexer, value: str, *, mask=None, extra="") -> None:
+    def store(self, ref: BlockRef, indexer, value: str, *, mask=None, extra="",
+              value_dtype=None) -> None:
         self.fence(ref)
         ptr, bounds, _ = self.address(ref, indexer)
         mask = join_masks(bounds, mask)
-        if value.isidentifier():
+        if value.isidentifier() and (value_dtype is None or np.dtype(value_dtype) != ref.dtype):
             value = f"{value}.to({tl_dtype(ref.dtype)})"
         self.line(f"tl.store({ptr}, {value}" + (f", mask={mask}" if mask else "") + f"{extra})")
 

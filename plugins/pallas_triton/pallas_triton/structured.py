@@ -59,7 +59,7 @@ def _swap(w, eqn, ins):
     old = None
     if _is_used(w, eqn.outvars[0]):
         old = w.bind(w.load(ref, indexer), "old")
-    w.store(ref, indexer, ins[1])
+    w.store(ref, indexer, ins[1], value_dtype=eqn.invars[1].aval.dtype)
     return [old or "None"]
 
 

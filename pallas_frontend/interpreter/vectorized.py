@@ -25,7 +25,7 @@ from jax import lax
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
 from pallas_frontend.interpreter import execute
-from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access
+from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access, unravel_step
 from pallas_frontend.interpreter.grid_analysis import GridAnalysis, analyze_grid, coverage_report
 
 # Batches are never smaller than this, whatever the operands weigh.
@@ -43,7 +43,6 @@ class VectorizedPlan:
     analysis: GridAnalysis
     batch_axes: tuple[int, ...]              # run batched (may be none)
     step_axes: tuple[int, ...]               # looped, row-major
-    step_coords: np.ndarray                  # (num_steps, len(step_axes)) int32
     accesses: tuple[BatchedAccess, ...]      # inputs then outputs
     note: str = ""                           # why batching was narrowed, if it was
 
@@ -52,8 +51,16 @@ class VectorizedPlan:
         return self.base.kernel
 
     @property
+    def step_grid(self) -> tuple[int, ...]:
+        return tuple(self.kernel.grid[a] for a in self.step_axes)
+
+    @property
     def num_steps(self) -> int:
-        return self.step_coords.shape[0]
+        return int(np.prod(self.step_grid, dtype=np.int64))
+
+    def step_coordinate(self, s: int, k: int) -> int:
+        """Coordinate ``k`` of the static step ``s``."""
+        return int(np.unravel_index(s, self.step_grid)[k])
 
 
 def make_plan(kernel: KernelIR) -> VectorizedPlan:
@@ -63,6 +70,10 @@ def make_plan(kernel: KernelIR) -> VectorizedPlan:
     if kernel.debug:
         print(analysis.describe(), file=sys.stdout)
         print(coverage_report(kernel, tables), file=sys.stdout)
+    if base.num_points > execute.MAX_TABLE_POINTS and not all(t.is_affine for t in tables):
+        # Per-point tables would not fit: the plain loop evaluates index maps as it goes.
+        return VectorizedPlan(base, analysis, (), tuple(range(len(kernel.grid))), (),
+                              "non-affine index maps on a large grid: run sequentially")
     batch, note = list(analysis.parallel_axes), ""
     budget = max(_MIN_BATCH_BUDGET, _BATCH_BYTES_FACTOR * _operand_bytes(kernel))
     while batch:
@@ -92,10 +103,7 @@ def _schedule(base, analysis, batch_axes, note="") -> VectorizedPlan:
     n_in = len(base.kernel.in_mappings)
     accesses = tuple(batched_access(lay, step_axes, batch_axes, grid, is_output=k >= n_in)
                      for k, lay in enumerate(base.layouts)) if all(grid) else ()
-    step_grid = [grid[a] for a in step_axes]
-    coords = [c.reshape(-1) for c in np.indices(step_grid)] if step_grid else []
-    step_coords = (np.stack(coords, -1) if coords else np.zeros((1, 0))).astype(np.int32)
-    return VectorizedPlan(base, analysis, batch_axes, step_axes, step_coords, accesses, note)
+    return VectorizedPlan(base, analysis, batch_axes, step_axes, accesses, note)
 
 
 def _unbatchable(plan: VectorizedPlan) -> str:
@@ -149,7 +157,7 @@ def _batched_body(plan: VectorizedPlan):
 
 def run(plan: VectorizedPlan, *inputs):
     """Runs a planned kernel; returns the unpadded outputs."""
-    if not plan.accesses and plan.base.layouts:   # an empty grid
+    if not plan.accesses and plan.base.layouts:   # an empty or a large non-affine grid
         return execute.run_sequential(plan.base, *inputs)
     base, kernel = plan.base, plan.kernel
     n_in = len(kernel.in_mappings)
@@ -167,8 +175,8 @@ def run(plan: VectorizedPlan, *inputs):
             if a in plan.batch_axes:
                 idx.append(jnp.arange(kernel.grid[a], dtype=jnp.int32))
             else:
-                idx.append(jnp.int32(plan.step_coords[s, k]) if isinstance(s, int) else
-                           _unravel(s, step_sizes, k))
+                idx.append(jnp.int32(plan.step_coordinate(s, k)) if isinstance(s, int) else
+                           unravel_step(s, step_sizes, k))
                 k += 1
         return idx
 
@@ -196,10 +204,3 @@ def run(plan: VectorizedPlan, *inputs):
     outs = [acc.write(buf, 0, h) if c else buf
             for acc, buf, h, c in zip(out_acc, outs, held, carried)]
     return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
-
-
-def _unravel(s, sizes, k):
-    """Coordinate ``k`` of step ``s`` (>= 0) unravelled row-major over ``sizes``."""
-    inner = int(np.prod(sizes[k + 1:], dtype=np.int64))
-    c = s if inner == 1 else lax.div(s, np.int32(inner))
-    return c if k == 0 else lax.rem(c, np.int32(sizes[k]))

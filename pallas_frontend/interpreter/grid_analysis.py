@@ -34,7 +34,7 @@ from pallas_frontend.specs import Blocked, BoundedSlice, Squeezed
 # element; its axes are then simply kept sequential (always sound).
 _MAX_PAINTED_BLOCKS = 4096
 # Grids are enumerated only up to this many points (affine maps are decided in closed form first).
-_MAX_ENUMERATED_POINTS = 1 << 22
+_MAX_ENUMERATED_POINTS = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ An output whose block does not move along ``S`` (a matmul accumulator over
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 
 import jax
@@ -24,14 +25,16 @@ from jax import lax
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
-from pallas_frontend.interpreter import execute
+from pallas_frontend.interpreter import accumulate, execute
 from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access, unravel_step
+from pallas_frontend.interpreter.specialize import body_for_steps
 from pallas_frontend.interpreter.grid_analysis import GridAnalysis, analyze_grid, coverage_report
 
 # Batches are never smaller than this, whatever the operands weigh.
 _MIN_BATCH_BUDGET = 1 << 20
 # A sequential loop this short is unrolled: static slices, no loop-carried copies.
-_MAX_UNROLLED_STEPS = 8
+# Longer ones are loops (each unrolled step is one more fusion for XLA to compile).
+_MAX_UNROLLED_STEPS = 2
 # Batched blocks may occupy at most this multiple of the operands' bytes.
 _BATCH_BYTES_FACTOR = 2
 
@@ -133,15 +136,15 @@ def _abstract_args(plan: VectorizedPlan):
     return args
 
 
-def _batched_body(plan: VectorizedPlan):
-    """The discharged body under one vmap per batch axis.
+def _batched_body(plan: VectorizedPlan, body=None):
+    """The discharged body (``plan.base.body`` unless given) under one vmap per batch axis.
 
     Returns the new output blocks, and when nothing is batched also the new
     scratch values (batched points never observe scratch state, see grid_analysis).
     """
     kernel = plan.kernel
     n_grid, n_in, n_out = len(kernel.grid), len(kernel.in_mappings), len(kernel.out_mappings)
-    body = plan.base.body
+    body = plan.base.body if body is None else body
     end = None if not plan.batch_axes else n_in + n_out
 
     def fn(*args):
@@ -164,7 +167,6 @@ def run(plan: VectorizedPlan, *inputs):
     in_acc, out_acc = plan.accesses[:n_in], plan.accesses[n_in:]
     padded_in = [acc.layout.pad(x) for acc, x in zip(in_acc, inputs)]
     scratch = execute.initial_scratch(kernel, inputs)
-    body = _batched_body(plan)
     carried = [not acc.per_step for acc in out_acc]
 
     step_sizes = [kernel.grid[a] for a in plan.step_axes]
@@ -180,7 +182,7 @@ def run(plan: VectorizedPlan, *inputs):
                 k += 1
         return idx
 
-    def step(s, state):
+    def step(s, state, body):
         outs, held, scr = state
         in_blocks = [acc.read(x, s) for acc, x in zip(in_acc, padded_in)]
         out_blocks = [h if c else acc.read(buf, s)
@@ -195,12 +197,63 @@ def run(plan: VectorizedPlan, *inputs):
     outs = execute.initial_outputs(base, inputs)
     held = [acc.read(buf, 0) if c else None for acc, buf, c in zip(out_acc, outs, carried)]
     state = (outs, held, scratch)
-    if plan.num_steps <= _MAX_UNROLLED_STEPS:
-        for s in range(plan.num_steps):
-            state = step(s, state)
+    n = plan.num_steps
+    summed = _accumulated(plan, padded_in, held) if all(carried) else None
+    if summed is not None:
+        outs = [acc.write(buf, 0, h) for acc, buf, h in zip(out_acc, outs, summed)]
+        return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
+    axis = _single_step_axis(plan)
+    if axis is not None:
+        # Peel the first step; the loop body then knows its index is >= 1, which
+        # removes `pl.when(program_id == 0)` initialisations from it.
+        unrolled = n if n <= _MAX_UNROLLED_STEPS else 1
+        for s in range(unrolled):
+            body = body_for_steps(base.body, _step_ranges(plan, axis, s, s))
+            state = step(s, state, _batched_body(plan, body))
+        if unrolled < n:
+            rest = body_for_steps(base.body, _step_ranges(plan, axis, 1, n - 1))
+            state = lax.fori_loop(1, n, functools.partial(step, body=_batched_body(plan, rest)),
+                                  state)
+    elif n <= _MAX_UNROLLED_STEPS:
+        for s in range(n):
+            state = step(s, state, _batched_body(plan))
     else:
-        state = lax.fori_loop(0, plan.num_steps, step, state)
+        state = lax.fori_loop(0, n, functools.partial(step, body=_batched_body(plan)), state)
     outs, held, _ = state
     outs = [acc.write(buf, 0, h) if c else buf
             for acc, buf, h, c in zip(out_acc, outs, held, carried)]
     return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
+
+
+def _accumulated(plan: VectorizedPlan, padded_in, held):
+    """The final output blocks when the sequential axis is a sum of contractions
+    (see ``accumulate``), else None."""
+    kernel = plan.kernel
+    axis = _single_step_axis(plan)
+    if axis is None or plan.num_steps < 2 or kernel.scratch_avals or \
+            not all(np.issubdtype(np.dtype(m.dtype), np.floating) or
+                    np.issubdtype(np.dtype(m.dtype), np.integer) for m in kernel.out_mappings):
+        return None
+    n_in = len(kernel.in_mappings)
+    terms = accumulate.accumulation_terms(plan.base.body, len(kernel.grid), n_in,
+                                          len(kernel.out_mappings),
+                                          _step_ranges(plan, axis, 1, plan.num_steps - 1))
+    if terms is None:
+        return None
+    total = accumulate.summed_terms(plan, plan.base.layouts, padded_in, terms, axis)
+    if total is None:
+        return None
+    first = [acc.read(x, 0) for acc, x in zip(plan.accesses[:n_in], padded_in)]
+    start = accumulate.initial_parts(plan, first, held, terms)
+    return [x + t.astype(x.dtype) for x, t in zip(start, total)]
+
+
+def _single_step_axis(plan: VectorizedPlan):
+    """The one looped axis of size > 1, or None (several, or none)."""
+    live = [a for a in plan.step_axes if plan.kernel.grid[a] > 1]
+    return live[0] if len(live) == 1 else None
+
+
+def _step_ranges(plan: VectorizedPlan, axis: int, lo: int, hi: int):
+    """Known index ranges of the looped axes for steps ``lo..hi`` (the others have size 1)."""
+    return {a: ((lo, hi) if a == axis else (0, 0)) for a in plan.step_axes}

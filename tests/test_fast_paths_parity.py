@@ -1,0 +1,168 @@
+"""Parity of the interpreter's fast paths with the sequential semantics, on
+fresh random data against NumPy in float64: the first sequential step peeled
+(``pl.when(program_id == 0)`` folded), and a k-accumulation run as one
+contraction (floats differ by reassociation only; integers exactly)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pallas_frontend as pl
+from pallas_frontend.interpreter import accumulate, vectorized
+
+
+def _matmul(m, n, k, bm, bn, bk, dtype=jnp.float32, init=True):
+    def kernel(a_ref, b_ref, *refs):
+        o_ref = refs[-1]
+        if init:
+            @pl.when(pl.program_id(2) == 0)
+            def _():
+                o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=dtype)
+    start = [] if init else [pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j))]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((m, n), dtype),
+                          grid=(m // bm, n // bn, k // bk),
+                          in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+                                    pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))] + start,
+                          out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+                          input_output_aliases={} if init else {2: 0})
+
+
+@pytest.fixture
+def contraction_calls(monkeypatch):
+    calls = []
+    real = accumulate.summed_terms
+
+    def spy(*args):
+        out = real(*args)
+        calls.append(out is not None)
+        return out
+    monkeypatch.setattr(accumulate, "summed_terms", spy)
+    return calls
+
+
+@pytest.mark.parametrize("shape", [(64, 96, 128, 32, 32, 16), (32, 32, 96, 16, 32, 32)])
+def test_k_accumulation_as_one_contraction_matches_numpy(rng, shape, contraction_calls):
+    m, n, k, bm, bn, bk = shape
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    got = np.asarray(jax.jit(_matmul(*shape))(a, b))
+    assert contraction_calls == [True]
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_integer_k_accumulation_is_exact(rng, contraction_calls):
+    a = rng.integers(-50, 50, (32, 64)).astype(np.int32)
+    b = rng.integers(-50, 50, (64, 48)).astype(np.int32)
+    got = np.asarray(jax.jit(_matmul(32, 48, 64, 16, 16, 16, dtype=jnp.int32))(a, b))
+    assert contraction_calls == [True]
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_accumulation_into_an_aliased_output_keeps_its_start(rng, contraction_calls):
+    a = rng.standard_normal((32, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    c = rng.standard_normal((32, 32)).astype(np.float32)
+    got = np.asarray(jax.jit(_matmul(32, 32, 64, 16, 16, 16, init=False))(a, b, c))
+    assert contraction_calls == [True]
+    want = c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_accumulator_that_reads_itself_keeps_the_sequential_loop(rng, contraction_calls):
+    # o = 0.5 * o + x_k: the new value depends on the old one, so no contraction.
+    x = rng.standard_normal((6, 16)).astype(np.float32)
+
+    def kernel(x_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] = o_ref[...] * 0.5 + x_ref[...]
+    f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1, 16), jnp.float32), grid=(6,),
+                       in_specs=[pl.BlockSpec((1, 16), lambda i: (i, 0))],
+                       out_specs=pl.BlockSpec((1, 16), lambda i: (0, 0)))
+    got = np.asarray(jax.jit(f)(x))
+    assert True not in contraction_calls
+    want = np.zeros(16)
+    for row in x.astype(np.float64):
+        want = want * 0.5 + row
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("steps", [2, 3, 9])
+def test_peeled_cumsum_with_carry_matches_numpy(rng, steps):
+    b = 32
+    x = rng.standard_normal(steps * b).astype(np.float32)
+
+    def kernel(x_ref, o_ref, total_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            total_ref[...] = jnp.zeros_like(total_ref)
+        c = jnp.cumsum(x_ref[...]) + total_ref[0]
+        o_ref[...] = c
+        total_ref[...] = c[-1:]
+    f = pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((steps * b,), jnp.float32),
+                                          jax.ShapeDtypeStruct((1,), jnp.float32)),
+                       grid=(steps,), in_specs=[pl.BlockSpec((b,), lambda i: (i,))],
+                       out_specs=(pl.BlockSpec((b,), lambda i: (i,)),
+                                  pl.BlockSpec((1,), lambda i: (0,))))
+    out, total = jax.jit(f)(x)
+    want = np.cumsum(x.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(total), want[-1:], rtol=1e-5, atol=1e-4)
+
+
+def test_condition_on_a_later_step_survives_peeling(rng):
+    # pl.when(i == 3) and pl.when(i > 0) are undecided inside the loop, decided when peeled.
+    steps, b = 7, 8
+    x = rng.standard_normal((steps, b)).astype(np.float32)
+
+    def kernel(x_ref, o_ref):
+        i = pl.program_id(0)
+
+        @pl.when(i == 0)
+        def _():
+            o_ref[...] = x_ref[...]
+
+        @pl.when(i > 0)
+        def _():
+            o_ref[...] += x_ref[...]
+
+        @pl.when(i == 3)
+        def _():
+            o_ref[...] *= 2.0
+    f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1, b), jnp.float32),
+                       grid=(steps,), in_specs=[pl.BlockSpec((1, b), lambda i: (i, 0))],
+                       out_specs=pl.BlockSpec((1, b), lambda i: (0, 0)))
+    got = np.asarray(jax.jit(f)(x))
+    want = np.zeros(b)
+    for i, row in enumerate(x.astype(np.float64)):
+        want = row.copy() if i == 0 else want + row
+        if i == 3:
+            want = want * 2.0
+    np.testing.assert_allclose(got[0], want, rtol=1e-5)
+
+
+def test_specialized_body_equals_the_general_one_on_its_range(rng):
+    from pallas_frontend.interpreter.specialize import specialize
+
+    def body(i, x):
+        y = jnp.where(i == 0, jnp.zeros_like(x), x)
+        y = jax.lax.cond(i >= 2, lambda v: v * 3.0, lambda v: v - 1.0, y)
+        return [y + i.astype(jnp.float32)]
+    closed = jax.make_jaxpr(body)(jnp.int32(0), jnp.zeros(5, jnp.float32))
+    x = rng.standard_normal(5).astype(np.float32)
+    for lo, hi in [(0, 0), (1, 6), (2, 6), (0, 6)]:
+        spec = specialize(closed, {0: (lo, hi)})
+        for i in range(lo, hi + 1):
+            got = jax.core.eval_jaxpr(spec.jaxpr, spec.consts, jnp.int32(i), x)
+            want = body(jnp.int32(i), x)
+            np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    folded = specialize(closed, {0: (2, 6)})
+    assert "cond" not in str(folded.jaxpr)
+
+
+def test_vectorized_plan_unrolls_only_short_loops():
+    assert vectorized._MAX_UNROLLED_STEPS <= 2

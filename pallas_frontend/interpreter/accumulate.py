@@ -65,7 +65,19 @@ def _tainted_by(jaxpr, source):
     return tainted
 
 
+def _live(jaxpr, wanted, deps=lambda eqn: eqn.invars) -> set[int]:
+    """ids of the equations ``wanted`` needs (``deps(eqn)``: what an equation reads)."""
+    need = {id(v) for v in wanted if not isinstance(v, jc.Literal)}
+    live = set()
+    for eqn in reversed(jaxpr.eqns):
+        if any(id(v) in need for v in eqn.outvars):
+            live.add(id(eqn))
+            need.update(id(x) for x in deps(eqn) if not isinstance(x, jc.Literal))
+    return live
+
+
 def _eval_vars(jaxpr, consts, args, wanted):
+    """The values of ``wanted``, evaluating only the equations they need."""
     env = {}
 
     def read(a):
@@ -75,9 +87,11 @@ def _eval_vars(jaxpr, consts, args, wanted):
         env[v] = c
     for v, a in zip(jaxpr.invars, args):
         env[v] = a
+    live = _live(jaxpr, wanted)
     for eqn in jaxpr.eqns:
-        for v, o in zip(eqn.outvars, jc.bind_equation(eqn, [read(x) for x in eqn.invars])):
-            env[v] = o
+        if id(eqn) in live:
+            for v, o in zip(eqn.outvars, jc.bind_equation(eqn, [read(x) for x in eqn.invars])):
+                env[v] = o
     return [read(v) for v in wanted]
 
 
@@ -135,18 +149,30 @@ def summed_terms(plan, layouts, inputs_padded, terms, axis: int):
     blocks = [acc.read(x, 0) for acc, x in zip(accesses, inputs_padded)]
     closed = jax.make_jaxpr(lambda *a: [jnp.sum(t, axis=kpos) for t in fn(*a)])(*idx, *blocks)
     rewritten = _ContractedSums(closed.jaxpr)
-    outs = rewritten(closed.consts, [*idx, *blocks])
-    return outs if rewritten.all_contracted else None
+    if not rewritten.all_contracted:
+        return None
+    return rewritten(closed.consts, [*idx, *blocks])
 
 
 class _ContractedSums:
     """Evaluates a jaxpr, turning ``reduce_sum`` over a batch dim of a
-    ``dot_general`` (seen through one transpose) into a contraction of that dim."""
+    ``dot_general`` (seen through one transpose) into a contraction of that dim.
+    Decided before anything is evaluated; the replaced dots are never emitted."""
 
     def __init__(self, jaxpr):
         self.jaxpr = jaxpr
-        self.producer = {id(v): e for e in jaxpr.eqns for v in e.outvars}
-        self.all_contracted = True
+        producer = {id(v): e for e in jaxpr.eqns for v in e.outvars}
+        self.plans = {}
+        sums = [e for e in jaxpr.eqns if e.primitive.name == "reduce_sum"]
+        for eqn in sums:
+            plan = _contraction_plan(eqn, producer)
+            if plan is not None:
+                self.plans[id(eqn)] = plan
+        self.all_contracted = bool(sums) and len(self.plans) == len(sums)
+
+    def _deps(self, eqn):
+        plan = self.plans.get(id(eqn))
+        return plan[0].invars if plan else eqn.invars
 
     def __call__(self, consts, args):
         env = {}
@@ -158,46 +184,51 @@ class _ContractedSums:
             env[v] = c
         for v, a in zip(self.jaxpr.invars, args):
             env[v] = a
+        live = _live(self.jaxpr, self.jaxpr.outvars, self._deps)
         for eqn in self.jaxpr.eqns:
-            out = None
-            if eqn.primitive.name == "reduce_sum":
-                out = self._contract(eqn, read)
-                if out is None:
-                    self.all_contracted = False
-            outs = [out] if out is not None else \
+            if id(eqn) not in live:
+                continue
+            plan = self.plans.get(id(eqn))
+            outs = [_contracted(eqn, plan, read)] if plan else \
                 jc.bind_equation(eqn, [read(x) for x in eqn.invars])
             for v, o in zip(eqn.outvars, outs):
                 env[v] = o
         return [read(v) for v in self.jaxpr.outvars]
 
-    def _contract(self, eqn, read):
-        axes = tuple(eqn.params["axes"])
-        if len(axes) != 1:
-            return None
-        src = eqn.invars[0]
-        perm = None
-        prod = self.producer.get(id(src))
-        if prod is not None and prod.primitive.name == "transpose":
-            perm = tuple(prod.params["permutation"])
-            src = prod.invars[0]
-            prod = self.producer.get(id(src))
-        if prod is None or prod.primitive.name != "dot_general":
-            return None
-        axis = perm[axes[0]] if perm else axes[0]
-        (lc, rc), (lb, rb) = prod.params["dimension_numbers"]
-        if axis >= len(lb):
-            return None
-        lhs, rhs = (read(x) for x in prod.invars)
-        dims = ((tuple(lc) + (lb[axis],), tuple(rc) + (rb[axis],)),
-                (tuple(b for i, b in enumerate(lb) if i != axis),
-                 tuple(b for i, b in enumerate(rb) if i != axis)))
-        out = lax.dot_general(lhs, rhs, dims, precision=prod.params.get("precision"),
-                              preferred_element_type=prod.params.get("preferred_element_type"))
-        if perm:
-            kept = [p for p in perm if p != axis]
-            rank = {p: i for i, p in enumerate(sorted(kept))}
-            new_perm = [rank[p] for p in kept]
-            if new_perm != sorted(new_perm):
-                out = lax.transpose(out, new_perm)
-        return out.astype(eqn.outvars[0].aval.dtype)
 
+def _contraction_plan(eqn, producer):
+    """(dot eqn, transpose perm or None, dot batch dim summed) for a reduce_sum, or None."""
+    axes = tuple(eqn.params["axes"])
+    if len(axes) != 1:
+        return None
+    src = eqn.invars[0]
+    perm = None
+    prod = producer.get(id(src))
+    if prod is not None and prod.primitive.name == "transpose":
+        perm = tuple(prod.params["permutation"])
+        prod = producer.get(id(prod.invars[0]))
+    if prod is None or prod.primitive.name != "dot_general":
+        return None
+    axis = perm[axes[0]] if perm else axes[0]
+    (_, _), (lb, _) = prod.params["dimension_numbers"]
+    return (prod, perm, axis) if axis < len(lb) else None
+
+
+def _contracted(eqn, plan, read):
+    prod, perm, axis = plan
+    (lc, rc), (lb, rb) = prod.params["dimension_numbers"]
+    lhs, rhs = (read(x) for x in prod.invars)
+    # The step axis goes first among the contracted dims: an element's offset
+    # along k is step * block + position, so (step, position) is the natural order.
+    dims = (((lb[axis],) + tuple(lc), (rb[axis],) + tuple(rc)),
+            (tuple(b for i, b in enumerate(lb) if i != axis),
+             tuple(b for i, b in enumerate(rb) if i != axis)))
+    out = lax.dot_general(lhs, rhs, dims, precision=prod.params.get("precision"),
+                          preferred_element_type=prod.params.get("preferred_element_type"))
+    if perm:
+        kept = [p for p in perm if p != axis]
+        rank = {p: i for i, p in enumerate(sorted(kept))}
+        new_perm = [rank[p] for p in kept]
+        if new_perm != sorted(new_perm):
+            out = lax.transpose(out, new_perm)
+    return out.astype(eqn.outvars[0].aval.dtype)

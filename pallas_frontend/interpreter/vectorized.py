@@ -48,6 +48,9 @@ class VectorizedPlan:
     step_axes: tuple[int, ...]               # looped, row-major
     accesses: tuple[BatchedAccess, ...]      # inputs then outputs
     note: str = ""                           # why batching was narrowed, if it was
+    # Per output, (X, t) of ``o = X + t`` when the looped axis is an accumulation
+    # (``accumulate``); the body's vmap is then checked only if that path fails.
+    accumulation: tuple | None = dataclasses.field(default=None, compare=False)
 
     @property
     def kernel(self) -> KernelIR:
@@ -89,9 +92,16 @@ def make_plan(kernel: KernelIR) -> VectorizedPlan:
     if not batch:
         return _schedule(base, analysis, (), note)
     plan = dataclasses.replace(plan, note=note)
+    terms = _accumulation_terms(plan)
+    if terms is not None:
+        return dataclasses.replace(plan, accumulation=tuple(terms))
+    return _checked_batchable(plan)
+
+
+def _checked_batchable(plan: VectorizedPlan) -> VectorizedPlan:
     why = _unbatchable(plan)
     if why:
-        return _schedule(base, analysis, (), f"kernel body cannot be vmapped: {why}")
+        return _schedule(plan.base, plan.analysis, (), f"kernel body cannot be vmapped: {why}")
     return plan
 
 
@@ -198,10 +208,15 @@ def run(plan: VectorizedPlan, *inputs):
     held = [acc.read(buf, 0) if c else None for acc, buf, c in zip(out_acc, outs, carried)]
     state = (outs, held, scratch)
     n = plan.num_steps
-    summed = _accumulated(plan, padded_in, held) if all(carried) else None
-    if summed is not None:
-        outs = [acc.write(buf, 0, h) for acc, buf, h in zip(out_acc, outs, summed)]
-        return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
+    if plan.accumulation is not None:
+        try:
+            summed = _accumulated(plan, padded_in, held)
+        except Exception:  # noqa: BLE001 - e.g. no vmap rule: the checked loop decides
+            summed = None
+        if summed is not None:
+            outs = [acc.write(buf, 0, h) for acc, buf, h in zip(out_acc, outs, summed)]
+            return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
+        return run(_checked_batchable(dataclasses.replace(plan, accumulation=None)), *inputs)
     axis = _single_step_axis(plan)
     if axis is not None:
         # Peel the first step; the loop body then knows its index is >= 1, which
@@ -225,22 +240,26 @@ def run(plan: VectorizedPlan, *inputs):
     return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
 
 
-def _accumulated(plan: VectorizedPlan, padded_in, held):
-    """The final output blocks when the sequential axis is a sum of contractions
-    (see ``accumulate``), else None."""
+def _accumulation_terms(plan: VectorizedPlan):
+    """(X, t) per output when the one looped axis accumulates ``o = X + t``, else None."""
     kernel = plan.kernel
     axis = _single_step_axis(plan)
     if axis is None or plan.num_steps < 2 or kernel.scratch_avals or \
+            any(acc.per_step for acc in plan.accesses[len(kernel.in_mappings):]) or \
             not all(np.issubdtype(np.dtype(m.dtype), np.floating) or
                     np.issubdtype(np.dtype(m.dtype), np.integer) for m in kernel.out_mappings):
         return None
-    n_in = len(kernel.in_mappings)
-    terms = accumulate.accumulation_terms(plan.base.body, len(kernel.grid), n_in,
-                                          len(kernel.out_mappings),
-                                          _step_ranges(plan, axis, 1, plan.num_steps - 1))
-    if terms is None:
-        return None
-    total = accumulate.summed_terms(plan, plan.base.layouts, padded_in, terms, axis)
+    return accumulate.accumulation_terms(plan.base.body, len(kernel.grid),
+                                         len(kernel.in_mappings), len(kernel.out_mappings),
+                                         _step_ranges(plan, axis, 1, plan.num_steps - 1))
+
+
+def _accumulated(plan: VectorizedPlan, padded_in, held):
+    """The final output blocks when the looped axis is a sum of contractions
+    (see ``accumulate``), else None."""
+    terms, n_in = plan.accumulation, len(plan.kernel.in_mappings)
+    total = accumulate.summed_terms(plan, plan.base.layouts, padded_in, terms,
+                                    _single_step_axis(plan))
     if total is None:
         return None
     first = [acc.read(x, 0) for acc, x in zip(plan.accesses[:n_in], padded_in)]

@@ -166,3 +166,81 @@ def test_specialized_body_equals_the_general_one_on_its_range(rng):
 
 def test_vectorized_plan_unrolls_only_short_loops():
     assert vectorized._MAX_UNROLLED_STEPS <= 2
+
+
+@pytest.fixture
+def merged_runs(monkeypatch):
+    calls = []
+    real = vectorized._run_merged
+
+    def spy(*args):
+        calls.append(True)
+        return real(*args)
+    monkeypatch.setattr(vectorized, "_run_merged", spy)
+    return calls
+
+
+def _row_call(kernel, x, extra=(), br=8, extra_specs=()):
+    rows, cols = x.shape
+    spec = pl.BlockSpec((br, cols), lambda i: (i, 0))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, jnp.float32),
+                          grid=(rows // br,), in_specs=[spec, *extra_specs], out_specs=spec)
+
+
+def test_row_softmax_runs_on_merged_rows_and_matches_numpy(rng, merged_runs):
+    x = rng.standard_normal((64, 48)).astype(np.float32)
+
+    def kernel(x_ref, o_ref):
+        v = x_ref[...]
+        e = jnp.exp(v - jnp.max(v, axis=1, keepdims=True))
+        o_ref[...] = e / jnp.sum(e, axis=1, keepdims=True)
+    got = np.asarray(jax.jit(_row_call(kernel, x))(x))
+    assert merged_runs == [True]
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_layer_norm_with_shared_vectors_runs_on_merged_rows(rng, merged_runs):
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    w = rng.standard_normal(64).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+
+    def kernel(x_ref, w_ref, b_ref, o_ref):
+        v = x_ref[...]
+        mean = jnp.mean(v, axis=1, keepdims=True)
+        var = jnp.mean((v - mean) ** 2, axis=1, keepdims=True)
+        o_ref[...] = (v - mean) * jax.lax.rsqrt(var + 1e-5) * w_ref[...] + b_ref[...]
+    vec = pl.BlockSpec((64,), lambda i: (0,))
+    got = np.asarray(jax.jit(_row_call(kernel, x, extra_specs=(vec, vec)))(x, w, b))
+    assert merged_runs == [True]
+    x64 = x.astype(np.float64)
+    mean = x64.mean(1, keepdims=True)
+    want = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(1, keepdims=True) + 1e-5) * w + b
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["mixes_rows", "per_row_weights", "program_id", "row_iota"])
+def test_bodies_that_see_rows_keep_the_batched_path(rng, merged_runs, case):
+    x = rng.standard_normal((32, 16)).astype(np.float32)
+    br = 8
+    x64 = x.astype(np.float64).reshape(-1, br, 16)
+    if case == "mixes_rows":
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] - jnp.mean(x_ref[...], axis=0, keepdims=True)
+        want = x64 - x64.mean(1, keepdims=True)
+    elif case == "per_row_weights":
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * jnp.arange(br, dtype=jnp.float32)[:, None]
+        want = x64 * np.arange(br)[None, :, None]
+    elif case == "program_id":
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] + pl.program_id(0).astype(jnp.float32)
+        want = x64 + np.arange(4)[:, None, None]
+    else:
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] + jax.lax.broadcasted_iota(jnp.float32, (br, 16), 0)
+        want = x64 + np.arange(br)[None, :, None]
+    got = np.asarray(jax.jit(_row_call(kernel, x, br=br))(x))
+    assert merged_runs == []
+    np.testing.assert_allclose(got, want.reshape(x.shape), rtol=1e-5, atol=1e-6)

@@ -25,7 +25,7 @@ from jax import lax
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
-from pallas_frontend.interpreter import accumulate, execute
+from pallas_frontend.interpreter import accumulate, execute, rowwise
 from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access, unravel_step
 from pallas_frontend.interpreter.specialize import body_for_steps
 from pallas_frontend.interpreter.grid_analysis import GridAnalysis, analyze_grid, coverage_report
@@ -51,6 +51,9 @@ class VectorizedPlan:
     # Per output, (X, t) of ``o = X + t`` when the looped axis is an accumulation
     # (``accumulate``); the body's vmap is then checked only if that path fails.
     accumulation: tuple | None = dataclasses.field(default=None, compare=False)
+    # Rows per block when the one batched axis tiles whole rows of a body that
+    # never mixes rows (``rowwise``): run on the merged 2-D slab instead.
+    merged_rows: int = 0
 
     @property
     def kernel(self) -> KernelIR:
@@ -95,7 +98,36 @@ def make_plan(kernel: KernelIR) -> VectorizedPlan:
     terms = _accumulation_terms(plan)
     if terms is not None:
         return dataclasses.replace(plan, accumulation=tuple(terms))
+    rows = _merged_rows(plan)
+    if rows:
+        return dataclasses.replace(plan, merged_rows=rows)
     return _checked_batchable(plan)
+
+
+def _merged_rows(plan: VectorizedPlan) -> int:
+    """Rows per block if the kernel may run on merged rows (see ``rowwise``), else 0."""
+    kernel = plan.kernel
+    if plan.num_steps != 1 or len(plan.batch_axes) != 1 or kernel.scratch_avals:
+        return 0
+    rows, rowful = set(), []
+    for k, acc in enumerate(plan.accesses):
+        if not acc.is_view or acc.layout.squeezed_axes:
+            return 0
+        tiled = acc.tiled
+        if not any(t is not None for t in tiled) and k < len(kernel.in_mappings):
+            rowful.append(False)
+            continue
+        if tiled[0] != 0 or any(t is not None for t in tiled[1:]):
+            return 0
+        rows.add(acc.layout.block_sizes[0])
+        if k < len(kernel.in_mappings):
+            rowful.append(True)
+    if len(rows) != 1:
+        return 0
+    (r,) = rows
+    ok = rowwise.rowwise_plan(plan.base.body, len(kernel.grid), plan.batch_axes[0], rowful,
+                              len(kernel.out_mappings), r)
+    return r if ok else 0
 
 
 def _checked_batchable(plan: VectorizedPlan) -> VectorizedPlan:
@@ -208,6 +240,9 @@ def run(plan: VectorizedPlan, *inputs):
     held = [acc.read(buf, 0) if c else None for acc, buf, c in zip(out_acc, outs, carried)]
     state = (outs, held, scratch)
     n = plan.num_steps
+    if plan.merged_rows:
+        outs = _run_merged(plan, padded_in, outs)
+        return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
     if plan.accumulation is not None:
         try:
             summed = _accumulated(plan, padded_in, held)
@@ -276,3 +311,23 @@ def _single_step_axis(plan: VectorizedPlan):
 def _step_ranges(plan: VectorizedPlan, axis: int, lo: int, hi: int):
     """Known index ranges of the looped axes for steps ``lo..hi`` (the others have size 1)."""
     return {a: ((lo, hi) if a == axis else (0, 0)) for a in plan.step_axes}
+
+
+def _run_merged(plan: VectorizedPlan, padded_in, outs):
+    """One evaluation of the body on the (blocks * rows, ...) slabs (``rowwise``)."""
+    kernel, rows = plan.kernel, plan.merged_rows
+    n_in = len(kernel.in_mappings)
+    total = kernel.grid[plan.batch_axes[0]] * rows
+
+    def slab(acc, buf):
+        blocks = acc.read(buf, 0)
+        return blocks.reshape((total,) + blocks.shape[2:]) if acc.batch_levels[0] else blocks
+
+    ins = [slab(acc, x) for acc, x in zip(plan.accesses[:n_in], padded_in)]
+    olds = [slab(acc, buf) for acc, buf in zip(plan.accesses[n_in:], outs)]
+    idx = [jnp.int32(0)] * len(kernel.grid)
+    new = rowwise.evaluate_merged(plan.base.body, [*idx, *ins, *olds], total, rows)
+    new = new[n_in:n_in + len(olds)]
+    g = kernel.grid[plan.batch_axes[0]]
+    return [acc.write(buf, 0, blk.reshape((g, rows) + blk.shape[1:]))
+            for acc, buf, blk in zip(plan.accesses[n_in:], outs, new)]

@@ -29,16 +29,26 @@ def _matmul(m, n, k, bm, bn, bk, dtype=jnp.float32, init=True):
                           input_output_aliases={} if init else {2: 0})
 
 
-@pytest.fixture
-def contraction_calls(monkeypatch):
+@pytest.fixture(params=["slab", "batched"])
+def contraction_calls(monkeypatch, request):
+    """Records whether the contraction path ran; runs both of its forms (the
+    direct slab dot, and the batched terms rewritten into one contraction)."""
     calls = []
-    real = accumulate.summed_terms
+    slab, batched = accumulate.slab_contraction, accumulate.summed_terms
+    if request.param == "batched":
+        monkeypatch.setattr(accumulate, "slab_contraction", lambda *a: None)
+        slab = None
 
-    def spy(*args):
-        out = real(*args)
-        calls.append(out is not None)
-        return out
-    monkeypatch.setattr(accumulate, "summed_terms", spy)
+    def spy(real):
+        def run(*args):
+            out = real(*args)
+            if real is batched or out is not None:
+                calls.append(out is not None)
+            return out
+        return run
+    if slab is not None:
+        monkeypatch.setattr(accumulate, "slab_contraction", spy(slab))
+    monkeypatch.setattr(accumulate, "summed_terms", spy(batched))
     return calls
 
 

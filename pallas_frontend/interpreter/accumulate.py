@@ -22,6 +22,7 @@ from jax import lax
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.interpreter.batched_blocks import batched_access
+from pallas_frontend.interpreter import specialize
 from pallas_frontend.interpreter.specialize import body_for_steps
 
 
@@ -102,8 +103,11 @@ def initial_parts(plan, in_blocks, held, terms):
     n_grid, n_in = len(kernel.grid), len(kernel.in_mappings)
     body = plan.base.body
 
+    first = {a: (0, 0) for a in range(n_grid) if a not in plan.batch_axes}
+
     def x_of(*args):
-        return _eval_vars(body.jaxpr, body.consts, list(args), [x for x, _ in terms])
+        # Specialised to the first step, so `pl.when(k == 0)` picks its branch here.
+        return specialize.evaluate(body, list(args), first, [x for x, _ in terms])
 
     fn = x_of
     for j in reversed(range(len(plan.batch_axes))):
@@ -115,6 +119,58 @@ def initial_parts(plan, in_blocks, held, terms):
            for a in range(n_grid)]
     outs = fn(*idx, *in_blocks, *held)
     return [jnp.broadcast_to(o, h.shape).astype(h.dtype) for o, h in zip(outs, held)]
+
+
+def slab_contraction(plan, inputs_padded, terms, axis: int):
+    """``sum_k t(k)`` per output when each ``t`` is one ``dot_general`` of two input
+    blocks: a single dot of the inputs' slabs (all blocks as one slice), with the
+    block dims tiled by ``k`` contracted in natural order. None if not that case."""
+    kernel = plan.kernel
+    grid = tuple(kernel.grid)
+    n_grid, n_in = len(grid), len(kernel.in_mappings)
+    body = plan.base.body.jaxpr
+    batch_axes = tuple(sorted(set(plan.batch_axes) | {axis}))
+    fixed = tuple(a for a in range(n_grid) if a not in batch_axes)
+    ins = body.invars[n_grid:n_grid + n_in]
+    producer = {id(v): e for e in body.eqns for v in e.outvars}
+    out_accs = plan.accesses[n_in:]
+    results = []
+    for k, (_, t) in enumerate(terms):
+        eqn = producer.get(id(t))
+        if eqn is None or eqn.primitive.name != "dot_general" or \
+                not all(any(x is v for v in ins) for x in eqn.invars):
+            return None
+        (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+        if lb or rb:
+            return None
+        which = [next(i for i, v in enumerate(ins) if v is x) for x in eqn.invars]
+        accs = [batched_access(plan.base.layouts[i], fixed, batch_axes, grid, is_output=False)
+                for i in which]
+        out_acc = out_accs[k]
+        if not all(a.is_view and not a.layout.squeezed_axes for a in (*accs, out_acc)):
+            return None
+
+        def axis_of(acc, d, axes):
+            j = acc.tiled[d]
+            return None if j is None else axes[j]
+
+        pairs = [(axis_of(accs[0], c, batch_axes), axis_of(accs[1], r, batch_axes))
+                 for c, r in zip(lc, rc)]
+        if any(p != q or p not in (axis, None) for p, q in pairs) or \
+                [p for p, _ in pairs].count(axis) != 1:
+            return None
+        free = [axis_of(accs[0], d, batch_axes) for d in range(len(accs[0].tiled))
+                if d not in lc]
+        free += [axis_of(accs[1], d, batch_axes) for d in range(len(accs[1].tiled))
+                 if d not in rc]
+        if free != [axis_of(out_acc, d, plan.batch_axes) for d in range(len(out_acc.tiled))]:
+            return None
+        slabs = [a.slab(inputs_padded[i], 0) for a, i in zip(accs, which)]
+        out = lax.dot_general(*slabs, ((tuple(lc), tuple(rc)), ((), ())),
+                              precision=eqn.params.get("precision"),
+                              preferred_element_type=eqn.params.get("preferred_element_type"))
+        results.append(out_acc.split(out.astype(t.aval.dtype)))
+    return results
 
 
 def summed_terms(plan, layouts, inputs_padded, terms, axis: int):

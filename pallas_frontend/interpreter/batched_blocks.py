@@ -113,27 +113,33 @@ class BatchedAccess:
             pos += 1
         return [batch_pos[j] for j in sorted(batch_pos)] + block_pos
 
+    def slab(self, buf, s):
+        """A view operand's blocks at step ``s`` as one slice of the buffer (unsplit)."""
+        sizes = self._view_sizes()
+        start = self._step_starts(s)
+        if list(buf.shape) == sizes:
+            return buf
+        if all(isinstance(v, int) for v in start):
+            return lax.slice(buf, start, [a + n for a, n in zip(start, sizes)])
+        return lax.dynamic_slice(buf, start, sizes, allow_negative_indices=False)
+
+    def split(self, view):
+        """A slab (see ``slab``) as the batch of kernel-visible blocks; batch axes lead."""
+        split = []
+        for j, b in zip(self.tiled, self.layout.block_sizes):
+            split += [self.batch_shape[j], b] if j is not None else [b]
+        view = view.reshape(split)
+        order = self._view_order()
+        if order != sorted(order):
+            view = view.transpose(order)
+        n_batch = sum(j is not None for j in self.tiled)
+        squeezed = [n_batch + d for d in self.layout.squeezed_axes]
+        return lax.squeeze(view, squeezed) if squeezed else view
+
     def read(self, buf, s):
         """The batch of kernel-visible blocks at step ``s``; batch axes lead."""
         if self.is_view:
-            sizes = self._view_sizes()
-            start = self._step_starts(s)
-            if list(buf.shape) == sizes:
-                view = buf
-            elif all(isinstance(v, int) for v in start):
-                view = lax.slice(buf, start, [a + n for a, n in zip(start, sizes)])
-            else:
-                view = lax.dynamic_slice(buf, start, sizes, allow_negative_indices=False)
-            split = []
-            for j, b in zip(self.tiled, self.layout.block_sizes):
-                split += [self.batch_shape[j], b] if j is not None else [b]
-            view = view.reshape(split)
-            order = self._view_order()
-            if order != sorted(order):
-                view = view.transpose(order)
-            n_batch = sum(j is not None for j in self.tiled)
-            squeezed = [n_batch + d for d in self.layout.squeezed_axes]
-            return lax.squeeze(view, squeezed) if squeezed else view
+            return self.split(self.slab(buf, s))
         starts = self._gather_table(self.starts, s)
         blocks = jax.vmap(lambda st: read_block(buf, self.layout, st))(starts)
         return blocks.reshape(self.batch_shape + blocks.shape[1:])

@@ -53,8 +53,26 @@ def _known(v, dtype):
     return _Ranged(np.asarray(v, dtype), int(v), int(v))
 
 
-def _eval(jaxpr, consts, args):
+def evaluate(body, args, ranges: dict[int, tuple[int, int]], wanted):
+    """The values of the body vars ``wanted`` on ``args``, invar ``k`` known to lie
+    in ``ranges[k]``; only the equations they need are evaluated."""
+    vals = [_Ranged(a, *ranges[k]) if k in ranges else a for k, a in enumerate(args)]
+    return [_plain(v) for v in _eval(body.jaxpr, body.consts, vals, wanted)]
+
+
+def _live(jaxpr, wanted) -> set[int]:
+    need = {id(v) for v in wanted if not isinstance(v, jc.Literal)}
+    live = set()
+    for eqn in reversed(jaxpr.eqns):
+        if any(id(v) in need for v in eqn.outvars):
+            live.add(id(eqn))
+            need.update(id(x) for x in eqn.invars if not isinstance(x, jc.Literal))
+    return live
+
+
+def _eval(jaxpr, consts, args, wanted=None):
     env = {}
+    live = _live(jaxpr, wanted) if wanted is not None else None
 
     def read(a):
         if isinstance(a, jc.Literal):
@@ -69,11 +87,13 @@ def _eval(jaxpr, consts, args):
     for v, a in zip(jaxpr.invars, args):
         env[v] = a
     for eqn in jaxpr.eqns:
+        if live is not None and id(eqn) not in live:
+            continue
         vals = [read(x) for x in eqn.invars]
         outs = _rule(eqn, vals)
         for v, o in zip(eqn.outvars, outs):
             env[v] = o
-    return [read(v) for v in jaxpr.outvars]
+    return [read(v) for v in (jaxpr.outvars if wanted is None else wanted)]
 
 
 def _rule(eqn, vals):

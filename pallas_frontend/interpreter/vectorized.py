@@ -293,8 +293,10 @@ def _accumulated(plan: VectorizedPlan, padded_in, held):
     """The final output blocks when the looped axis is a sum of contractions
     (see ``accumulate``), else None."""
     terms, n_in = plan.accumulation, len(plan.kernel.in_mappings)
-    total = accumulate.summed_terms(plan, plan.base.layouts, padded_in, terms,
-                                    _single_step_axis(plan))
+    axis = _single_step_axis(plan)
+    total = accumulate.slab_contraction(plan, padded_in, terms, axis)
+    if total is None:
+        total = accumulate.summed_terms(plan, plan.base.layouts, padded_in, terms, axis)
     if total is None:
         return None
     first = [acc.read(x, 0) for acc, x in zip(plan.accesses[:n_in], padded_in)]

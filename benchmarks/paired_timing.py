@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import statistics
 import time
 
@@ -40,6 +41,7 @@ class Paired:
     ratios: tuple[float, ...]
     a_s: float
     b_s: float
+    best_ratio: float = float("nan")   # min(a) / min(b): load only ever adds time
 
     @property
     def median(self) -> float:
@@ -67,7 +69,7 @@ def paired(fa, fb, args, pairs: int) -> Paired:
         ta.append(a)
         tb.append(b)
         ratios.append(a / b)
-    return Paired(tuple(ratios), statistics.median(ta), statistics.median(tb))
+    return Paired(tuple(ratios), statistics.median(ta), statistics.median(tb), min(ta) / min(tb))
 
 
 def median_time(fn, args, reps: int) -> float:
@@ -94,7 +96,24 @@ def paired_first_call(make_a, make_b, args, reps: int) -> Paired:
         ta.append(a)
         tb.append(b)
         ratios.append(a / b)
-    return Paired(tuple(ratios), statistics.median(ta), statistics.median(tb))
+    return Paired(tuple(ratios), statistics.median(ta), statistics.median(tb), min(ta) / min(tb))
+
+
+def same_program(fa, fb, args) -> bool:
+    """Whether XLA compiled both to the same program (names and metadata aside)."""
+    return _canonical(fa, args) == _canonical(fb, args)
+
+
+def _canonical(fn, args) -> list[str]:
+    text = fn.lower(*args).compile().as_text()
+    lines = []
+    for line in text.splitlines():
+        line = re.sub(r",? ?(metadata|backend_config|frontend_attributes)=\{.*", "", line)
+        line = re.sub(r"%[\w.\-]+", "%", line)
+        line = re.sub(r"^\s*(ROOT\s+)?", "", line)
+        if line and not line.startswith(("HloModule", "//")):
+            lines.append(line)
+    return sorted(lines)
 
 
 def load_average() -> str:

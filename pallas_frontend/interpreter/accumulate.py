@@ -109,16 +109,31 @@ def initial_parts(plan, in_blocks, held, terms):
         # Specialised to the first step, so `pl.when(k == 0)` picks its branch here.
         return specialize.evaluate(body, list(args), first, [x for x, _ in terms])
 
-    fn = x_of
-    for j in reversed(range(len(plan.batch_axes))):
-        axes = [0 if a == plan.batch_axes[j] else None for a in range(n_grid)]
-        axes += [0 if acc.batch_levels[j] else None for acc in plan.accesses[:n_in]]
-        axes += [0] * len(held)
-        fn = jax.vmap(fn, in_axes=axes)
-    idx = [jnp.arange(kernel.grid[a], dtype=jnp.int32) if a in plan.batch_axes else jnp.int32(0)
-           for a in range(n_grid)]
-    outs = fn(*idx, *in_blocks, *held)
+    # Usually X(0, .) is a constant (the zeros of `pl.when(k == 0)`): try without
+    # the batched operands first; any use of one falls back to the vmapped form.
+    probe = [_Unused() for _ in range(len(body.jaxpr.invars))]
+    for a in first:
+        probe[a] = jnp.int32(0)
+    try:
+        outs = x_of(*probe)
+    except Exception:  # noqa: BLE001 - JAX met a stand-in: X needs the batched operands
+        outs = None
+    if outs is None or any(isinstance(o, _Unused) for o in outs):
+        fn = x_of
+        for j in reversed(range(len(plan.batch_axes))):
+            axes = [0 if a == plan.batch_axes[j] else None for a in range(n_grid)]
+            axes += [0 if acc.batch_levels[j] else None for acc in plan.accesses[:n_in]]
+            axes += [0] * len(held)
+            fn = jax.vmap(fn, in_axes=axes)
+        idx = [jnp.arange(kernel.grid[a], dtype=jnp.int32) if a in plan.batch_axes else
+               jnp.int32(0) for a in range(n_grid)]
+        outs = fn(*idx, *in_blocks, *held)
     return [jnp.broadcast_to(o, h.shape).astype(h.dtype) for o, h in zip(outs, held)]
+
+
+class _Unused:
+    """Stands for a batched operand the first-step part should not need; JAX
+    refuses it wherever it is used."""
 
 
 def slab_contraction(plan, inputs_padded, terms, axis: int):

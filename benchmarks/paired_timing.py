@@ -41,7 +41,6 @@ class Paired:
     ratios: tuple[float, ...]
     a_s: float
     b_s: float
-    best_ratio: float = float("nan")   # min(a) / min(b): load only ever adds time
 
     @property
     def median(self) -> float:
@@ -69,7 +68,7 @@ def paired(fa, fb, args, pairs: int) -> Paired:
         ta.append(a)
         tb.append(b)
         ratios.append(a / b)
-    return Paired(tuple(ratios), statistics.median(ta), statistics.median(tb), min(ta) / min(tb))
+    return Paired(tuple(ratios), statistics.median(ta), statistics.median(tb))
 
 
 def median_time(fn, args, reps: int) -> float:
@@ -96,7 +95,7 @@ def paired_first_call(make_a, make_b, args, reps: int) -> Paired:
         ta.append(a)
         tb.append(b)
         ratios.append(a / b)
-    return Paired(tuple(ratios), statistics.median(ta), statistics.median(tb), min(ta) / min(tb))
+    return Paired(tuple(ratios), statistics.median(ta), statistics.median(tb))
 
 
 def same_program(fa, fb, args) -> bool:
@@ -110,7 +109,11 @@ def _canonical(fn, args) -> list[str]:
     for line in text.splitlines():
         line = re.sub(r",? ?(metadata|backend_config|frontend_attributes)=\{.*", "", line)
         line = re.sub(r"%[\w.\-]+", "%", line)
+        line = re.sub(r"[\w.\-]+: ", ": ", line)          # parameter names in signatures
         line = re.sub(r"^\s*(ROOT\s+)?", "", line)
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames") or \
+                re.match(r"\d+ ", line):
+            continue                                        # debug-info tables
         if line and not line.startswith(("HloModule", "//")):
             lines.append(line)
     return sorted(lines)

@@ -80,7 +80,9 @@ class OperandLayout:
 
     def unpad(self, x):
         shape = self.table.mapping.array_shape
-        return x[tuple(slice(lo, lo + n) for lo, n in zip(self.pad_low, shape))]
+        if tuple(x.shape) == tuple(shape):
+            return x
+        return lax.slice(x, list(self.pad_low), [lo + n for lo, n in zip(self.pad_low, shape)])
 
 
 def _stacked(columns, num: int) -> np.ndarray:

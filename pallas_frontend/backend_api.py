@@ -19,7 +19,8 @@ import numpy as np
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.specs import BlockDim, BoundedSlice, Buffered, Squeezed
 
-API_VERSION: tuple[int, int] = (1, 2)   # 1.1: parallel_grid_axes; 1.2: forced_interpret_params
+API_VERSION: tuple[int, int] = (1, 3)   # 1.1: parallel_grid_axes; 1.2: forced_interpret_params;
+                                        # 1.3: ScopedAllocation (run_scoped collective_axes)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -142,6 +143,24 @@ def _iter_equations(jaxpr):
         yield eqn
         for sub in jc.sub_jaxprs(eqn):
             yield from _iter_equations(sub)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopedAllocation:
+    """The ``memory_space`` of an ``empty_ref`` equation that
+    ``run_scoped(..., collective_axes=...)`` traced: one buffer shared by the
+    programs along ``collective_axes`` (e.g. the warpgroups of a Mosaic GPU
+    CTA) instead of one per program. ``memory_space`` is the type's own.
+    Backends without the capability tag ``collective_run_scoped`` refuse it
+    in ``check``. (API 1.3)"""
+    memory_space: Any
+    collective_axes: tuple[str, ...]
+
+
+def scoped_allocation_of(eqn) -> ScopedAllocation | None:
+    """The ``ScopedAllocation`` an equation carries, if it is a collective scoped allocation."""
+    space = eqn.params.get("memory_space") if eqn.primitive.name == "empty_ref" else None
+    return space if isinstance(space, ScopedAllocation) else None
 
 
 # --- primitives owned by a backend -------------------------------------------
@@ -391,6 +410,8 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
     for eqn in kernel.iter_equations():
         if eqn.primitive.name.startswith("semaphore_"):
             need.setdefault("semaphores", jc.jaxpr_source_line(eqn) or kernel.source)
+        if scoped_allocation_of(eqn) is not None:
+            need.setdefault("collective_run_scoped", jc.jaxpr_source_line(eqn) or kernel.source)
     return need
 
 

@@ -1,0 +1,116 @@
+"""What Mosaic GPU cannot take, refused before any lowering, with the line."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pallas_frontend as pf
+from pallas_frontend.backend_api import BackendCapabilityError, KernelIR, primitive_owner
+
+from pallas_mgpu import schedule
+
+DTYPES = frozenset({"float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16",
+                    "int32", "uint32", "bool", "float8_e4m3fn", "float8_e5m2"})
+# Frontend primitives Mosaic GPU has no counterpart for (or JAX 0.12 cannot replay).
+_REFUSED_FRONTEND = {
+    "semaphore_read": "TPU-style semaphores; use pallas_mgpu barriers or semaphore_signal_parallel",
+    "semaphore_signal": "TPU-style semaphores; use pallas_mgpu barriers or semaphore_signal_parallel",
+    "semaphore_wait": "TPU-style semaphores; use pallas_mgpu barriers",
+    "debug_check": "JAX 0.12's Mosaic GPU has no runtime checks",
+}
+TMA_MIN_BYTES = 16     # a TMA box's minor dim must span at least 16 bytes
+
+
+def _where(eqn, kernel: KernelIR) -> str:
+    from pallas_mgpu import _jax_private
+    return _jax_private.source_line(eqn) or kernel.source
+
+
+def _fail(kernel: KernelIR, where: str, what: str, fix: str):
+    raise BackendCapabilityError(
+        f"Backend 'mgpu' cannot lower kernel '{kernel.name}': {what} (at {where}). {fix}")
+
+
+def check_kernel(kernel: KernelIR) -> None:
+    from pallas_mgpu import mesh_kernel
+    is_mesh = isinstance(kernel.compiler_params, mesh_kernel.MeshKernelParams)
+    if kernel.num_scalar_prefetch:
+        _fail(kernel, kernel.source, "scalar prefetch operands",
+              "Mosaic GPU has no scalar-prefetch grid; pass the scalars as a GMEM operand.")
+    for m in kernel.mappings:
+        _check_mapping(kernel, m)
+    for a in kernel.scratch_avals:
+        _check_dtype(kernel, np.dtype(a.inner_aval.dtype), "a scratch buffer", kernel.source)
+    if kernel.input_output_aliases and not is_mesh:
+        for i, o in kernel.input_output_aliases:
+            if not _covers(kernel, kernel.out_mappings[o]):
+                _fail(kernel, kernel.out_mappings[o].index_map_source,
+                      f"{kernel.out_mappings[o].origin} aliases args[{i}] but the kernel does "
+                      "not write every block of it",
+                      "plgpu.kernel has no input_output_aliases; write every output block, or "
+                      "drop the alias.")
+    if is_mesh and kernel.num_batch_axes:
+        _fail(kernel, kernel.source, "vmap of a pallas_mgpu.kernel",
+              "Add the batch axis to the kernel's grid instead.")
+    for eqn in kernel.iter_equations():
+        name = eqn.primitive.name
+        if primitive_owner(eqn.primitive) is not None and name in _REFUSED_FRONTEND:
+            _fail(kernel, _where(eqn, kernel), f"primitive '{name}'", _REFUSED_FRONTEND[name] + ".")
+        if name == "dot_general":
+            _check_dot(kernel, eqn)
+
+
+def _check_dtype(kernel, dtype: np.dtype, what: str, where: str):
+    if dtype.name not in DTYPES:
+        _fail(kernel, where, f"dtype {dtype.name} of {what}",
+              f"Mosaic GPU supports {', '.join(sorted(DTYPES))} (no 64-bit types).")
+
+
+def _check_mapping(kernel: KernelIR, m):
+    _check_dtype(kernel, np.dtype(m.dtype), m.origin, m.index_map_source)
+    if schedule.is_whole(m):
+        return
+    for d in m.block_dims:
+        if isinstance(d, (pf.Element, pf.BoundedSlice)):
+            _fail(kernel, m.index_map_source, f"{type(d).__name__} block dims of {m.origin}",
+                  "TMA copies whole blocks at block-aligned offsets; use Blocked dims, or "
+                  "BlockSpec(memory_space=pallas_mgpu.GMEM) and copy by hand.")
+    shape = m.block_shape
+    if shape:
+        minor = shape[-1] * np.dtype(m.dtype).itemsize
+        if minor % TMA_MIN_BYTES:
+            _fail(kernel, m.index_map_source,
+                  f"block {shape} of {m.origin}: its minor dim spans {minor} bytes",
+                  f"A TMA box's minor dim must be a multiple of {TMA_MIN_BYTES} bytes; widen "
+                  "the block's last dim.")
+
+
+def _check_dot(kernel: KernelIR, eqn):
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    shapes = [v.aval.shape for v in eqn.invars]
+    if lb or rb or any(len(s) != 2 for s in shapes):
+        _fail(kernel, _where(eqn, kernel), f"a batched or non-2-D matmul {shapes}",
+              "WGMMA multiplies 2-D tiles; loop over the batch dim.")
+    m = shapes[0][1 - lc[0]]
+    n = shapes[1][1 - rc[0]]
+    if m % 64 or n % 8:
+        _fail(kernel, _where(eqn, kernel), f"a matmul of {shapes} (m={m}, n={n})",
+              "WGMMA tiles are 64 rows by a multiple of 8 columns: make the block's m a "
+              "multiple of 64 and n a multiple of 8.")
+
+
+def _covers(kernel: KernelIR, m) -> bool:
+    """Whether the kernel's grid visits every block of output mapping ``m``."""
+    import itertools
+
+    from pallas_mgpu import evaluate
+    jaxpr = m.index_map
+    seen = set()
+    for point in itertools.product(*(range(g) for g in kernel.grid)):
+        ids = [np.int32(p) for p in point]
+        seen.add(tuple(int(v) for v in evaluate.eval_closed(jaxpr, *ids)))
+        if len(seen) > 100_000:
+            return False
+    blocks = [range(-(-s // d.block_size)) for s, d in zip(m.array_shape, m.block_dims)
+              if isinstance(d, pf.Blocked)]
+    return len(seen) >= int(np.prod([len(b) for b in blocks])) if blocks else bool(seen)

@@ -18,7 +18,7 @@ _REFUSED_FRONTEND = {
     "semaphore_wait": "TPU-style semaphores; use pallas_mgpu barriers",
     "debug_check": "JAX 0.12's Mosaic GPU has no runtime checks",
 }
-TMA_MIN_BYTES = 16     # a TMA box's minor dim must span at least 16 bytes
+TMA_MIN_BYTES = schedule.TMA_MIN_BYTES
 
 
 def _where(eqn, kernel: KernelIR) -> str:
@@ -76,7 +76,7 @@ def _check_mapping(kernel: KernelIR, m):
                   "TMA copies whole blocks at block-aligned offsets; use Blocked dims, or "
                   "BlockSpec(memory_space=pallas_mgpu.GMEM) and copy by hand.")
     shape = m.block_shape
-    if shape:
+    if shape and not schedule.is_whole(m):
         minor = shape[-1] * np.dtype(m.dtype).itemsize
         if minor % TMA_MIN_BYTES:
             _fail(kernel, m.index_map_source,

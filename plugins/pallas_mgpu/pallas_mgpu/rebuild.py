@@ -70,48 +70,72 @@ def build_kernel(kernel: KernelIR, out_avals: Sequence, interpret: InterpretPara
 
 
 def _build_gridded(kernel: KernelIR, out_avals, interpret):
+    from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
     params = _params(kernel)
     plan = schedule.plan_grid(kernel)
     cta_names = tuple(f"cta{a}" for a in plan.cta_axes)
-    n_in = len(kernel.in_mappings)
+    n_in, n_ops = len(kernel.in_mappings), len(kernel.mappings)
     piped = [k for k, m in enumerate(kernel.mappings) if not schedule.is_whole(m)]
-    operand_specs = schedule.smem_layouts(kernel)
+    # Outputs are written back by hand, not by emit_pipeline: JAX's GPU
+    # interpreter cannot run its predicated write-backs. An output block that
+    # is the same at every step goes out once at the end, others after each step.
+    outputs = [k for k in piped if k >= n_in]
+    resident = [k for k in outputs if schedule.is_resident_output(kernel.mappings[k], plan)]
+    streamed = [k for k in piped if k < n_in]
+    layouts = schedule.smem_layouts(kernel)
     jaxpr = kernel.jaxpr
 
     def body(*refs):
-        gmem, scratch = refs[:len(kernel.mappings)], refs[len(kernel.mappings):]
+        gmem, scratch = refs[:n_ops], refs[n_ops:]
         cta_ids = [lax.axis_index(n) for n in cta_names]
 
         def grid_ids(seq_ids):
-            ids = [None] * len(kernel.grid)
+            ids = [jax.numpy.int32(0)] * len(kernel.grid)
             for a, v in zip(plan.cta_axes, cta_ids):
                 ids[a] = v
             for a, v in zip(plan.seq_axes, seq_ids):
                 ids[a] = v
-            return [jax.numpy.int32(0) if v is None else v for v in ids]
+            return ids
 
-        def step(seq_idx, *blocks):
-            seq_ids = list(seq_idx)[:len(plan.seq_axes)]
-            operands = list(gmem)
-            for k, b in zip(piped, blocks):
-                operands[k] = b
-            evaluate.eval_closed(jaxpr, *grid_ids(seq_ids), *operands, *scratch)
+        def _write_back(pairs, ids):
+            plgpu.commit_smem()
+            for k, buf in pairs:
+                plgpu.copy_smem_to_gmem(buf, gmem[k].at[_block_slices(kernel.mappings[k], ids)])
+            plgpu.wait_smem_to_gmem(0)
 
-        def spec(k):
-            m = kernel.mappings[k]
-            return plgpu.BlockSpec(
-                tuple(_block_dim(d) for d in m.block_dims),
-                _index_map(m, grid_ids, len(plan.seq_axes)),
-                transforms=operand_specs.get(k, ()))
+        def pipeline(*out_bufs):
+            def step(seq_idx, *blocks):
+                operands = list(gmem)
+                for k, b in zip(streamed, blocks):
+                    operands[k] = b
+                for k, b in zip(outputs, out_bufs):
+                    operands[k] = b
+                ids = grid_ids(list(seq_idx)[:len(plan.seq_axes)])
+                evaluate.eval_closed(jaxpr, *ids, *operands, *scratch)
+                per_step = [(k, b) for k, b in zip(outputs, out_bufs) if k not in resident]
+                if per_step:
+                    _write_back(per_step, ids)
 
-        in_piped = [k for k in piped if k < n_in]
-        out_piped = [k for k in piped if k >= n_in]
-        plgpu.emit_pipeline(
-            step, grid=plan.seq_grid or (1,),
-            in_specs=[spec(k) for k in in_piped], out_specs=[spec(k) for k in out_piped],
-            max_concurrent_steps=min(params.max_concurrent_steps, max(plan.num_steps, 1)),
-        )(*[gmem[k] for k in in_piped], *[gmem[k] for k in out_piped])
+            def spec(k):
+                m = kernel.mappings[k]
+                return plgpu.BlockSpec(tuple(_block_dim(d) for d in m.block_dims),
+                                       _index_map(m, grid_ids, len(plan.seq_axes)),
+                                       transforms=layouts.get(k, ()))
+            plgpu.emit_pipeline(
+                step, grid=plan.seq_grid or (1,), in_specs=[spec(k) for k in streamed],
+                max_concurrent_steps=min(params.max_concurrent_steps, max(plan.num_steps, 1)),
+            )(*[gmem[k] for k in streamed])
+            if resident:
+                _write_back([(k, b) for k, b in zip(outputs, out_bufs) if k in resident],
+                            grid_ids([]))
+
+        if outputs:
+            pl.run_scoped(pipeline, *[
+                plgpu.SMEM(kernel.mappings[k].block_shape, kernel.mappings[k].dtype,
+                           transforms=layouts.get(k, ())) for k in outputs])
+        else:
+            pipeline()
 
     body.__name__ = kernel.name
     call = plgpu.kernel(
@@ -122,6 +146,19 @@ def _build_gridded(kernel: KernelIR, out_avals, interpret):
     def run(*args):
         return list(jax.tree.leaves(call(*args)))
     return run
+
+
+def _block_slices(m: BlockMapping, ids):
+    """The window of ``m`` at grid point ``ids`` as Ref indices (squeezed dims: an int)."""
+    from jax.experimental import pallas as pl
+    starts = evaluate.eval_closed(m.index_map, *ids)
+    out = []
+    for d, s in zip(m.block_dims, starts):
+        if isinstance(d, pf.Squeezed):
+            out.append(s)
+        else:
+            out.append(pl.ds(s * d.block_size, d.block_size))
+    return tuple(out)
 
 
 def _block_dim(d):

@@ -46,14 +46,45 @@ def parallel_axes(kernel: KernelIR) -> tuple[bool, ...]:
 def plan_grid(kernel: KernelIR) -> GridPlan:
     par = parallel_axes(kernel)
     cta = [a for a, p in enumerate(par) if p and kernel.grid[a] > 1][:MAX_CTA_AXES]
-    seq = [a for a in range(len(kernel.grid)) if a not in cta]
+    # axes of size 1 are neither: their index is always 0
+    seq = [a for a in range(len(kernel.grid)) if a not in cta and kernel.grid[a] > 1]
     return GridPlan(tuple(cta), tuple(seq), tuple(kernel.grid[a] for a in cta),
                     tuple(kernel.grid[a] for a in seq))
 
 
+TMA_MIN_BYTES = 16     # a TMA box's minor dim must span at least 16 bytes
+
+
 def is_whole(m: BlockMapping) -> bool:
-    """Handed to the kernel as a GMEM Ref, not pipelined through SMEM."""
-    return is_gmem(m.memory_space)
+    """Handed to the kernel as a GMEM Ref, not pipelined through SMEM: GMEM
+    operands, and tiny operands that are one block (too narrow for TMA)."""
+    if is_gmem(m.memory_space):
+        return True
+    shape = m.block_shape
+    one_block = all(isinstance(d, pf.Blocked) and d.block_size == s
+                    for d, s in zip(m.block_dims, m.array_shape))
+    narrow = bool(shape) and shape[-1] * np.dtype(m.dtype).itemsize < TMA_MIN_BYTES
+    return one_block and narrow and _is_constant(m.index_map)
+
+
+def _used_invars(closed) -> set[int]:
+    """Positions of the invars that the jaxpr's outputs depend on."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    live = {v for v in jaxpr.outvars if not hasattr(v, "val")}
+    for eqn in reversed(jaxpr.eqns):
+        if any(v in live for v in eqn.outvars):
+            live |= {v for v in eqn.invars if not hasattr(v, "val")}
+    return {k for k, v in enumerate(jaxpr.invars) if v in live}
+
+
+def _is_constant(index_map) -> bool:
+    return not _used_invars(index_map)
+
+
+def is_resident_output(m: BlockMapping, plan: GridPlan) -> bool:
+    """An output block that stays the same over the whole pipeline (e.g. a
+    matmul accumulating over k): it lives in SMEM and is written once, after it."""
+    return not (_used_invars(m.index_map) & set(plan.seq_axes))
 
 
 def has_ragged_blocks(kernel: KernelIR) -> bool:

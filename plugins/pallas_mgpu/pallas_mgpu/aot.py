@@ -22,8 +22,14 @@ CUSTOM_CALL = "mosaic_gpu_v2"
 
 
 def has_cuda_plugin() -> bool:
-    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None or \
-        importlib.util.find_spec("jax_cuda12_plugin") is not None
+    """Whether jax-cuda12-plugin (the CUDA PJRT plugin) is installed."""
+    for name in ("jax_plugins.xla_cuda12", "jax_cuda12_plugin"):
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except ModuleNotFoundError:      # the parent package is absent
+            continue
+    return False
 
 
 def describe_mode() -> str:

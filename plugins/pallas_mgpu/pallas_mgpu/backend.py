@@ -72,7 +72,7 @@ class MosaicGpuBackend(Backend):
         return aot.compile_for_cuda(fn, *args)
 
     def lower(self, kernel: KernelIR, ctx, *args):
-        from pallas_mgpu import matmul, rebuild
+        from pallas_mgpu import evaluate, matmul, rebuild
         interpret = ctx.interpret_params
         if not isinstance(interpret, InterpretParams):
             interpret = active_interpret_mode()
@@ -81,7 +81,10 @@ class MosaicGpuBackend(Backend):
                 f"Backend 'mgpu' compiles kernel '{kernel.name}' for NVIDIA GPUs (cuda) only, but "
                 f"the platform is {ctx.platform!r}. Pass interpret=pallas_mgpu.InterpretParams() "
                 "to run it through JAX's Mosaic GPU interpreter here.")
+        if interpret is None:
+            check.check_compiled(kernel)
         matmul.set_interpreting(interpret is not None)
+        evaluate.set_layout_hints(interpret is None)
         build = rebuild.build_kernel(kernel, ctx.mlir_ctx.avals_out, interpret)
         return ctx.lower_fun(build, *args)
 

@@ -170,10 +170,28 @@ def _get(eqn, invals):
     if _is_accumulator(ref):
         return ref[...]
     value = ref[_index(indexer, ref.shape)]
+    value = _with_register_layout(value)
     if indexer is None or all(isinstance(ix, type(slice(None))) or _full(ix, n)
                               for ix, n in zip(indexer.indices, ref.shape)):
         _whole_reads[id(value)] = (value, ref)
     return value
+
+
+_layout_hints = {"on": False}
+
+
+def set_layout_hints(on: bool) -> None:
+    """When compiling, 2-D tiles read from SMEM get the WGMMA register layout,
+    which Mosaic GPU's layout inference needs for row reductions."""
+    _layout_hints["on"] = on
+
+
+def _with_register_layout(value):
+    shape = getattr(value, "shape", ())
+    if not _layout_hints["on"] or len(shape) != 2 or shape[0] % 64 or shape[1] % 8:
+        return value
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    return plgpu.layout_cast(value, plgpu.Layout.WGMMA)
 
 
 def _full(ix, n) -> bool:

@@ -52,3 +52,33 @@ def allow_effect_in_kernels(effect_type) -> None:
     for allowed in (effects.control_flow_allowed_effects,
                     effects.custom_derivatives_allowed_effects, effects.remat_allowed_effects):
         allowed.add_type(effect_type)
+
+
+def mosaic_gpu_modules(lowered) -> list[str]:
+    """The Mosaic GPU modules of a ``Lowered`` (for cuda), as MLIR text: each
+    ``mosaic_gpu_v2`` custom call carries its module as MLIR bytecode."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+    from jax.experimental.mosaic.gpu import dialect_lowering  # noqa: F401  (loads the dialects)
+    from jax._src.lib import mosaic_gpu_dialect
+    out = []
+    module = lowered.compiler_ir("stablehlo")
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    if inner.operation.name == "stablehlo.custom_call" and \
+                            ir.StringAttr(inner.attributes["call_target_name"]).value == "mosaic_gpu_v2":
+                        config = ir.DictAttr(inner.attributes["mhlo.backend_config"])
+                        out.append(ir.StringAttr(config["module"]).value_bytes)
+                    walk(inner.operation)
+    walk(module.operation)
+    texts = []
+    for blob in out:
+        ctx = mlir.make_ir_context()
+        mosaic_gpu_dialect.register_dialect(ctx)
+        ctx.allow_unregistered_dialects = True   # Mosaic's stable wrapper dialect
+        with ctx:
+            texts.append(str(ir.Module.parse(blob)))
+    return texts

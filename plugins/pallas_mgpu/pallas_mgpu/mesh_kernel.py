@@ -24,6 +24,11 @@ from pallas_mgpu.memory import GMEM, scratch_to_jax
 from pallas_mgpu.params import CompilerParams
 
 
+def _own_fields():
+    inherited = {f.name for f in dataclasses.fields(pf.CompilerParams)}
+    return [f.name for f in dataclasses.fields(CompilerParams) if f.name not in inherited]
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshKernelParams(CompilerParams):
     """``CompilerParams`` plus the mesh of a ``pallas_mgpu.kernel``."""
@@ -61,7 +66,7 @@ class MeshKernelParams(CompilerParams):
         return sizes
 
     def to_jax(self, dimension_semantics=None):
-        base = {f.name: getattr(self, f.name) for f in dataclasses.fields(CompilerParams)}
+        base = {name: getattr(self, name) for name in _own_fields()}
         return CompilerParams(**base).to_jax(dimension_semantics)
 
 
@@ -83,7 +88,7 @@ def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_p
                         f"got {compiler_params!r}.")
     base = compiler_params or CompilerParams()
     params = MeshKernelParams(
-        **{f.name: getattr(base, f.name) for f in dataclasses.fields(CompilerParams)},
+        **{name: getattr(base, name) for name in _own_fields()},
         grid=tuple(int(g) for g in grid), grid_names=tuple(grid_names),
         cluster=tuple(int(c) for c in cluster), cluster_names=tuple(cluster_names),
         num_threads=num_threads, thread_name=thread_name)

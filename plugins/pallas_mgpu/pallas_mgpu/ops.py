@@ -75,9 +75,8 @@ _jax_private.allow_effect_in_kernels(_OrderedOp)
 def bind(op: str, *args, out_avals=(), **static):
     """Records ``plgpu.<op>(*args, **static)``; returns its results (a list)."""
     parts = tuple(_split_view(a) for a in args)
-    flat, tree = jax.tree.flatten(parts, is_leaf=lambda x: x is None)
-    ref_positions = tuple(i for i, x in enumerate(flat) if x is not None and _is_ref(x))
-    flat = [x for x in flat]
+    flat, tree = jax.tree.flatten(parts)        # None (an absent operand) has no leaves
+    ref_positions = tuple(i for i, x in enumerate(flat) if _is_ref(x))
     for k, v in static.items():
         hash(v)  # static keywords travel as jaxpr params: they must be hashable
     return mgpu_op_p.bind(*flat, op=op, tree=tree, static=tuple(sorted(static.items())),

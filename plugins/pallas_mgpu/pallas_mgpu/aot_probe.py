@@ -32,7 +32,9 @@ def _cases():
         "matmul_f16": (K.blocked_matmul(256, 256, 512, 64, 128, 64, **cp),
                        [S((256, 512), jnp.float16), S((512, 256), jnp.float16)]),
         "softmax": (K.softmax(256, 128, 64, **cp), [S((256, 128), jnp.float32)]),
-        "hopper_matmul": ("examples", [S((256, 256), jnp.float16)] * 2),
+        "hopper_matmul": ("examples:hopper_matmul:matmul", [S((256, 256), jnp.float16)] * 2),
+        "flash_attention": ("examples:flash_attention:attention",
+                            [S((2, 256, 64), jnp.float16)] * 3),
     }
 
 
@@ -56,10 +58,11 @@ def main(argv=None):
         os.makedirs(dump, exist_ok=True)
         os.environ.update(MOSAIC_GPU_DUMP_TO=dump, MOSAIC_GPU_DUMP_PTX="1", MOSAIC_GPU_DUMP_PTXAS="1")
         fn, args = cases[name]
-        if fn == "examples":
+        if isinstance(fn, str):               # a function of examples/mgpu
+            import importlib
+            _, module, attr = fn.split(":")
             sys.path.insert(0, a.examples)
-            import hopper_matmul
-            fn = hopper_matmul.matmul
+            fn = getattr(importlib.import_module(module), attr)
         result = {"case": name}
         try:
             aot.compile_for_cuda(fn, *args)

@@ -9,7 +9,7 @@ from pallas_mgpu import check, manifest
 from pallas_mgpu.memory import MemorySpace
 from pallas_mgpu.params import CompilerParams, InterpretParams, active_interpret_mode
 
-__version__ = "0.2.0"
+__version__ = "0.1.1"
 
 
 class MosaicGpuBackend(Backend):

@@ -36,10 +36,26 @@ class Layout(enum.Enum):
     SMEM_GMEM_COPY = enum.auto()
     TMA_INDICES = enum.auto()
     TMA_INDICES_4 = enum.auto()
+    MMA_LHS = enum.auto()
+    MMA_RHS = enum.auto()
+    MMA_ACC = enum.auto()
 
     def to_jax(self):
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return getattr(plgpu.Layout, self.name)
+
+    def reduce(self, axes) -> ReducedLayout:
+        """The layout of this layout's arrays reduced over ``axes`` (e.g. row maxima)."""
+        return ReducedLayout(self, (axes,) if isinstance(axes, int) else tuple(axes))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReducedLayout:
+    base: Layout
+    axes: tuple[int, ...]
+
+    def to_jax(self):
+        return self.base.to_jax().reduce(self.axes if len(self.axes) > 1 else self.axes[0])
 
 
 # --- TMA copies -----------------------------------------------------------------------

@@ -34,7 +34,7 @@ def probe(tmp_path_factory):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(
         [_python(), "-m", "pallas_mgpu.aot_probe", "add", "ragged_add", "matmul_f16", "softmax",
-         "hopper_matmul", "--dump", str(dump), "--examples", EXAMPLES],
+         "hopper_matmul", "flash_attention", "--dump", str(dump), "--examples", EXAMPLES],
         capture_output=True, text=True, env=env, timeout=900)
     results = {}
     for line in proc.stdout.splitlines():
@@ -46,7 +46,8 @@ def probe(tmp_path_factory):
     return results
 
 
-@pytest.mark.parametrize("case", ["add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul"])
+@pytest.mark.parametrize("case", ["add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul",
+                                  "flash_attention"])
 def test_compiles_device_less_for_h100(probe, case):
     r = probe[case]
     assert r["compiled"], r.get("error")
@@ -55,6 +56,6 @@ def test_compiles_device_less_for_h100(probe, case):
     assert sum(r["ptxas"]["spill_bytes"]) == 0, r["ptxas"]
 
 
-@pytest.mark.parametrize("case", ["matmul_f16", "hopper_matmul"])
+@pytest.mark.parametrize("case", ["matmul_f16", "hopper_matmul", "flash_attention"])
 def test_f16_matmul_ptx_has_wgmma(probe, case):
     assert probe[case]["wgmma_in_ptx"]

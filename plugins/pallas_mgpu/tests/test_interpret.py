@@ -54,6 +54,18 @@ def test_hopper_matmul_example_matches_numpy(rng):
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-3, atol=1e-2)
 
 
+def test_flash_attention_example_matches_numpy(rng):
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import flash_attention
+    finally:
+        sys.path.pop(0)
+    q, k, v = (rng.standard_normal((2, 128, 64)).astype(np.float16) for _ in range(3))
+    got = flash_attention.attention(q, k, v, interpret=plgpu.InterpretParams())
+    np.testing.assert_allclose(np.asarray(got, np.float64), flash_attention.reference(q, k, v),
+                               rtol=1e-2, atol=2e-3)
+
+
 def test_collective_run_scoped_is_refused_by_the_frontend_interpreter():
     def body(x, o):
         def scope(buf):

@@ -170,7 +170,8 @@ def test_scan_in_kernel(rng):
 
 def test_shard_map(rng):
     from jax.sharding import PartitionSpec as P
-    mesh = jax.make_mesh((1,), ("x",))
+    devices = jax.devices("cpu")[:2]
+    mesh = jax.sharding.Mesh(np.array(devices), ("x",))
 
     def add(x, y):
         def body(a, b, o):
@@ -179,5 +180,5 @@ def test_shard_map(rng):
         return pl.pallas_call(body, S(x.shape, x.dtype), grid=(x.shape[0] // 128,),
                               in_specs=[spec, spec], out_specs=spec, **IP)(x, y)
     f = jax.jit(jax.shard_map(add, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x")))
-    x, y = _f32(rng, 256), _f32(rng, 256)
+    x, y = _f32(rng, 256 * len(devices)), _f32(rng, 256 * len(devices))
     np.testing.assert_allclose(f(x, y), x.astype(np.float64) + y, rtol=1e-6)

@@ -39,7 +39,8 @@ def backend_rows() -> list[dict[str, str]]:
             "api": "%d.%d" % tuple(b.api_version),
             "platforms": ",".join(b.platforms),
             "capabilities": ",".join(sorted(b.capabilities)) or "-",
-            "available": "yes" if ok else f"no: {why}",
+            # an available backend may say how (e.g. "compile-only: no GPU here")
+            "available": (f"yes ({why})" if why else "yes") if ok else f"no: {why}",
             "load error": "-",
         })
     for key in sorted(failures):

@@ -411,7 +411,11 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         if eqn.primitive.name.startswith("semaphore_"):
             need.setdefault("semaphores", jc.jaxpr_source_line(eqn) or kernel.source)
         if scoped_allocation_of(eqn) is not None:
-            need.setdefault("collective_run_scoped", jc.jaxpr_source_line(eqn) or kernel.source)
+            line = jc.jaxpr_source_line(eqn)
+            # the allocation is traced inside pl.run_scoped: point at the kernel instead
+            if not line or "pallas_frontend" in line:
+                line = kernel.source
+            need.setdefault("collective_run_scoped", line)
     return need
 
 

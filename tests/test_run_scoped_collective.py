@@ -24,6 +24,7 @@ def test_collective_axes_travel_in_the_kernel_jaxpr():
 
     class Recorder(backend_api.Backend):
         name = "recorder_collective"
+        api_version = backend_api.API_VERSION
         platforms = ("cpu",)
 
         def check(self, kernel):

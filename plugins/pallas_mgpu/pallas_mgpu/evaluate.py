@@ -141,7 +141,6 @@ def _split(eqn, invals, n_lead):
 def _index(indexer, shape):
     if indexer is None:
         return tuple(slice(None) for _ in shape) or ...
-    from pallas_frontend import _jax_compat as jc   # noqa: F401  (Slice is public)
     from jax.experimental import pallas as pl
     out = []
     for ix in indexer.indices:

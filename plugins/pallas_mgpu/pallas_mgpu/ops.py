@@ -99,7 +99,6 @@ def _replay(eqn, invals):
     p = eqn.params
     args = [_join(a) for a in jax.tree.unflatten(p["tree"], invals)]
     kwargs = {k: _static_to_jax(v) for k, v in p["static"]}
-    from pallas_mgpu.primitives import ADAPTERS
     fn = _SPECIAL.get(p["op"]) or ADAPTERS.get(p["op"]) or getattr(plgpu, p["op"])
     out = fn(*args, **kwargs)
     if not p["out_avals"]:
@@ -116,6 +115,9 @@ def _semaphore_signal_parallel(*flat, tree_signals=None):
 
 
 _SPECIAL = {"semaphore_signal_parallel": _semaphore_signal_parallel}
+# op name -> the function replaying it, where JAX's plgpu function of that name
+# takes its arguments otherwise (filled in by primitives.py)
+ADAPTERS: dict = {}
 evaluate.register_rule(mgpu_op_p, _replay)
 
 

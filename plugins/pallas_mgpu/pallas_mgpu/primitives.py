@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from pallas_mgpu import ops
 from pallas_mgpu.ops import aval_of, bind
 
 
@@ -232,9 +233,9 @@ def semaphore_signal_parallel(*signals: SemaphoreSignal) -> None:
 
 
 # Replayed with JAX's function of the same name unless adapted here (ops.py).
-ADAPTERS = {
+ops.ADAPTERS.update({
     "copy_gmem_to_smem": _copy_gmem_to_smem, "wait_smem_to_gmem": _wait_smem_to_gmem,
     "barrier_arrive": _barrier_arrive, "wgmma_wait": _wgmma_wait, "tcgen05_mma": _tcgen05_mma,
     "tcgen05_commit_arrive": _tcgen05_commit_arrive, "set_max_registers": _set_max_registers,
-}
+})
 del jax, np

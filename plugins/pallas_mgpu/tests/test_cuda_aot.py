@@ -1,7 +1,7 @@
 """Device-less compile for H100 (jax-cuda12-plugin/pjrt, JAX_PLATFORMS=cpu):
 the seed-API kernels and the Hopper matmul example compile; the PTX of the
 f16 matmuls holds WGMMA; the ptxas reports are read (no spills). Compiles run
-in a subprocess (``pallas_mgpu.aot_probe``): a missing libdevice aborts it.
+in a subprocess (``aot_probe.py``): a missing libdevice aborts it.
 
 The interpreter: this one when it has the CUDA plugin (tox env
 ``mgpu-cuda-aot``), else ``$PALLAS_MGPU_CUDA_PYTHON``; skipped without either."""
@@ -33,8 +33,8 @@ def probe(tmp_path_factory):
     dump = tmp_path_factory.mktemp("mosaic_dump")
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(
-        [_python(), "-m", "pallas_mgpu.aot_probe", "add", "ragged_add", "matmul_f16", "softmax",
-         "hopper_matmul", "flash_attention", "--dump", str(dump), "--examples", EXAMPLES],
+        [_python(), os.path.join(os.path.dirname(__file__), "aot_probe.py"), "add", "ragged_add",
+         "matmul_f16", "softmax", "hopper_matmul", "flash_attention", "--dump", str(dump), "--examples", EXAMPLES],
         capture_output=True, text=True, env=env, timeout=900)
     results = {}
     for line in proc.stdout.splitlines():

@@ -1,6 +1,6 @@
 """Compiles kernels device-less for H100 in THIS process and reports what the
-Mosaic GPU compiler dumped: run it in a subprocess (``python -m
-pallas_mgpu.aot_probe CASE... --dump DIR``), since a Mosaic GPU compile
+Mosaic GPU compiler dumped: run it in a subprocess (``python
+plugins/pallas_mgpu/tests/aot_probe.py CASE... --dump DIR``), since a Mosaic GPU compile
 with ptxas but no libdevice aborts the process.
 
 Prints one JSON line per case: compiled or the error, the PTX files, whether

@@ -142,9 +142,17 @@ def _build_gridded(kernel: KernelIR, out_avals, interpret):
         body, out_type=_out_types(kernel, out_avals), scratch_types=_scratch_types(kernel),
         compiler_params=params.to_jax(), grid=plan.cta_grid, grid_names=cta_names,
         interpret=_jax_interpret(kernel, interpret))
+    # plgpu.kernel has no input_output_aliases: an aliased output is a fresh
+    # buffer, and what no grid point writes is taken from the aliased input.
+    keep = {o: (i, schedule.written_mask(kernel, kernel.out_mappings[o]))
+            for i, o in kernel.input_output_aliases}
 
     def run(*args):
-        return list(jax.tree.leaves(call(*args)))
+        outs = list(jax.tree.leaves(call(*args)))
+        for o, (i, mask) in keep.items():
+            if mask is not None:
+                outs[o] = jax.numpy.where(mask, outs[o], args[kernel.num_scalar_prefetch + i])
+        return outs
     return run
 
 

@@ -130,3 +130,31 @@ def smem_layouts(kernel: KernelIR) -> dict[int, tuple]:
         if ts:
             out[k] = tuple(t.to_jax() for t in ts)
     return out
+
+
+MAX_MASK_POINTS = 1 << 16     # grid points evaluated for an aliased output's written region
+
+
+def written_mask(kernel: KernelIR, m: BlockMapping):
+    """Which elements of output ``m`` some grid point writes (a NumPy bool
+    array), or None when that is all of them. For aliased outputs: what no
+    grid point writes keeps the aliased input's values."""
+    import itertools
+
+    from pallas_mgpu import evaluate
+    mask = np.zeros(m.array_shape, bool)
+    for point in itertools.product(*(range(g) for g in kernel.grid)):
+        starts = evaluate.eval_closed(m.index_map, *[np.int32(p) for p in point])
+        window = []
+        for d, s, n in zip(m.block_dims, starts, m.array_shape):
+            s = int(s)
+            if isinstance(d, pf.Squeezed):
+                window.append(slice(s, s + 1))
+            else:
+                window.append(slice(s * d.block_size, min((s + 1) * d.block_size, n)))
+        mask[tuple(window)] = True
+    return None if mask.all() else mask
+
+
+def grid_points(kernel: KernelIR) -> int:
+    return int(np.prod(kernel.grid)) if kernel.grid else 1

@@ -97,3 +97,31 @@ def _check_dot(kernel: KernelIR, eqn):
         _fail(kernel, _where(eqn, kernel), f"a matmul of {shapes} (m={m}, n={n})",
               "WGMMA tiles are 64 rows by a multiple of 8 columns: make the block's m a "
               "multiple of 64 and n a multiple of 8.")
+
+
+# What only the Mosaic GPU compiler refuses (interpret mode runs it): checked
+# in lower() when compiling, still before any lowering work.
+_NO_COMPILED_LOWERING = {
+    "transpose": "JAX 0.12's Mosaic GPU has no in-register transpose; transpose through the "
+                 "index maps or a Ref view (ref.T) read by WGMMA",
+}
+
+
+def check_compiled(kernel: KernelIR) -> None:
+    for eqn in kernel.iter_equations():
+        name = eqn.primitive.name
+        if name in _NO_COMPILED_LOWERING:
+            _fail(kernel, _where(eqn, kernel), f"primitive '{name}' when compiled",
+                  _NO_COMPILED_LOWERING[name] + ". interpret=pallas_mgpu.InterpretParams() runs it.")
+        if name == "dot_general":
+            (lc, rc), _ = eqn.params["dimension_numbers"]
+            if any(np.dtype(v.aval.dtype) == np.float32 for v in eqn.invars) and tuple(rc) == (0,):
+                _fail(kernel, _where(eqn, kernel), "a float32 matmul with a (k, n) right operand",
+                      "Mosaic GPU's float32 (tf32) WGMMA needs the right operand K-major "
+                      "(jnp.dot(x, w.T) with w blocks of shape (n, k)); or use float16/bfloat16.")
+        if name.startswith("reduce_") and eqn.invars and len(eqn.invars[0].aval.shape) == 2:
+            rows = eqn.invars[0].aval.shape[0]
+            if rows % 64:
+                _fail(kernel, _where(eqn, kernel), f"a row reduction over a {rows}-row tile",
+                      "Mosaic GPU lays 2-D tiles out for a warpgroup (64 rows): make the block's "
+                      "rows a multiple of 64, or run with interpret=pallas_mgpu.InterpretParams().")

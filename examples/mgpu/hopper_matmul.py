@@ -1,9 +1,9 @@
 """A Hopper matmul written against pallas_mgpu, in the style of JAX's Mosaic
-GPU kernels: a CTA grid over output tiles, two warpgroup threads per CTA
-(each owns half of the tile's rows), SMEM buffers shared by the CTA from
-``pl.run_scoped(..., collective_axes="wg")``, a two-slot TMA pipeline over k
-with one barrier per slot, WGMMA into a register accumulator, and a TMA
-write-back. With JAX's module, only the two import lines differ:
+GPU kernels: a cluster grid over output tiles (clusters of ``cluster_n``
+CTAs along n), two warpgroup threads per CTA (each owns half of the tile's
+rows), SMEM buffers shared by the CTA from ``pl.run_scoped(...,
+collective_axes="wg")``, a two-slot TMA pipeline over k with a barrier per
+slot and operand, WGMMA into a register accumulator, and a TMA write-back. With JAX's module, only the two import lines differ:
 
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -19,7 +19,7 @@ import pallas_frontend as pl
 import pallas_mgpu as plgpu
 
 
-def matmul(a, b, *, tile_m=128, tile_n=128, tile_k=64, interpret=None):
+def matmul(a, b, *, tile_m=128, tile_n=128, tile_k=64, cluster_n=2, interpret=None):
     m, k = a.shape
     _, n = b.shape
     wg_m = tile_m // 2                       # rows per warpgroup
@@ -32,7 +32,8 @@ def matmul(a, b, *, tile_m=128, tile_n=128, tile_k=64, interpret=None):
                     plgpu.SwizzleTransform(b_swizzle))
 
     def kernel(a_gmem, b_gmem, out_gmem):
-        mi, ni, wg = lax.axis_index("m"), lax.axis_index("n"), lax.axis_index("wg")
+        mi, wg = lax.axis_index("m"), lax.axis_index("wg")
+        ni = lax.axis_index("n") * cluster_n + lax.axis_index("cluster")   # CTA in the cluster
         rows = pl.ds(mi * tile_m + wg * wg_m, wg_m)
         cols = pl.ds(ni * tile_n, tile_n)
 
@@ -76,7 +77,8 @@ def matmul(a, b, *, tile_m=128, tile_n=128, tile_k=64, interpret=None):
 
     f = plgpu.kernel(
         kernel, out_type=jax.ShapeDtypeStruct((m, n), jnp.float32),
-        grid=(m // tile_m, n // tile_n), grid_names=("m", "n"),
+        grid=(m // tile_m, n // (tile_n * cluster_n)), grid_names=("m", "n"),
+        cluster=(cluster_n,), cluster_names=("cluster",),
         num_threads=2, thread_name="wg", interpret=interpret)
     return f(a, b)
 

@@ -31,14 +31,12 @@ class TpuBackend(Backend):
     capabilities = frozenset({
         "grid", "blocked", "squeezed", "scratch", "aliasing", "run_scoped", "scalar_prefetch",
         "semaphores", "dma", "remote_dma", "multi_device", "pipeline", "prng", "debug_print",
-        "debug_check",
-        "loops", "vmap", "jvp", "interpret_mode",
+        "debug_check", "loops", "vmap", "jvp", "interpret_mode",
     })
     conformance_unsupported = manifest.UNSUPPORTED
     conformance_xfail = manifest.XFAIL
 
     def check(self, kernel: KernelIR) -> None:
-        check.check_block_dims(kernel)   # before the generic tag check: it says why
         super().check(kernel)
         check.check_kernel(kernel)
 
@@ -74,8 +72,6 @@ class TpuBackend(Backend):
                 f"Backend 'tpu' compiles kernel '{kernel.name}' for TPU only, but the platform "
                 f"is {ctx.platform!r}. Pass interpret=pallas_tpu.InterpretParams() to run it "
                 "through JAX's TPU interpreter here.")
-        if interpret is None:
-            check.check_for_mosaic(kernel)
         build = rebuild.build_pallas_call(kernel, ctx.mlir_ctx.avals_out, interpret)
         with _tpu_info_context(kernel):
             return ctx.lower_fun(build, *args)

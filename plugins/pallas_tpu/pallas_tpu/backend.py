@@ -37,6 +37,7 @@ class TpuBackend(Backend):
     conformance_xfail = manifest.XFAIL
 
     def check(self, kernel: KernelIR) -> None:
+        check.check_block_dims(kernel)   # before the generic tag check: it says why
         super().check(kernel)
         check.check_kernel(kernel)
 
@@ -72,6 +73,8 @@ class TpuBackend(Backend):
                 f"Backend 'tpu' compiles kernel '{kernel.name}' for TPU only, but the platform "
                 f"is {ctx.platform!r}. Pass interpret=pallas_tpu.InterpretParams() to run it "
                 "through JAX's TPU interpreter here.")
+        if interpret is None:
+            check.check_for_mosaic(kernel)
         build = rebuild.build_pallas_call(kernel, ctx.mlir_ctx.avals_out, interpret)
         with _tpu_info_context(kernel):
             return ctx.lower_fun(build, *args)

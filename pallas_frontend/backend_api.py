@@ -472,7 +472,12 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         where = f"{m.origin} ({m.index_map_source or kernel.source})"
         if np.dtype(m.dtype) == np.float64:
             need.setdefault("float64", f"{m.origin} ({kernel.source})")
-        for d, n in zip(m.block_dims, m.array_shape):
+        dims = list(zip(m.block_dims, m.array_shape))
+        # vmap's batch dims are squeezed leading dims: part of "vmap", not "squeezed"
+        skip = 0
+        while skip < min(kernel.num_batch_axes, len(dims)) and isinstance(dims[skip][0], Squeezed):
+            skip += 1
+        for d, n in dims[skip:]:
             if isinstance(d, Blocked) and d.block_size < n:
                 need.setdefault("blocked", where)
             elif isinstance(d, Element):

@@ -53,20 +53,29 @@ def _is_spec_leaf(x):
 def flatten_specs(specs: Any, values_tree, what: str, values_name: str) -> list[BlockSpec | None]:
     """Flattens a BlockSpec tree that must match ``values_tree``'s structure.
 
-    ``no_block_spec`` (whole arrays) matches anything.
+    ``no_block_spec`` (whole arrays) matches anything. A ``None`` spec is the
+    whole array, except where the value is ``None`` too (an optional operand,
+    e.g. ``f(q, k, v, None)`` with ``in_specs=[..., None]``): as in JAX, both
+    are empty subtrees and drop out together.
     """
     if specs is no_block_spec:
         return [None] * values_tree.num_leaves
     flat, tree = jax.tree.flatten(specs, is_leaf=_is_spec_leaf)
     if tree != values_tree:
+        # JAX's reading: None is an empty subtree, in specs as in values.
+        jax_flat, jax_tree = jax.tree.flatten(
+            specs, is_leaf=lambda x: x is no_block_spec or isinstance(x, BlockSpec))
+        if jax_tree == values_tree:
+            return [None if s is no_block_spec else s for s in jax_flat]
         # A single spec for a single value is allowed (out_specs=BlockSpec for one output).
         if values_tree.num_leaves == 1 and len(flat) == 1 and isinstance(specs, BlockSpec):
             return flat
         raise PallasUsageError(
-            f"The pytree of `{what}` does not match the pytree of `{values_name}`: `{what}` "
+            f"Pytree for `{what}` and `{values_name}` do not match. The pytree of `{what}` "
             f"has structure {tree} ({len(flat)} specs) but `{values_name}` has structure "
             f"{values_tree} ({values_tree.num_leaves} arrays). Give one BlockSpec (or None "
-            f"for the whole array) per array, in the same nesting.")
+            f"for the whole array) per array, in the same nesting; an operand passed as None "
+            f"takes a None spec.")
     return [None if s is no_block_spec else s for s in flat]
 
 

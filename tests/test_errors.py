@@ -74,7 +74,7 @@ def test_out_shape_not_shape_dtype_struct(x):
 
 
 def test_in_specs_tree_mismatch(x):
-    with pytest.raises(ValueError, match=r"pytree of `in_specs` does not match the pytree of `inputs`"):
+    with pytest.raises(ValueError, match=r"Pytree for `in_specs` and `inputs` do not match"):
         call(x, in_specs=[None, None])
 
 

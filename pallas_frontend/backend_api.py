@@ -19,7 +19,9 @@ import numpy as np
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.specs import BlockDim, BoundedSlice, Buffered, Squeezed
 
-API_VERSION: tuple[int, int] = (1, 2)   # 1.1: parallel_grid_axes; 1.2: forced_interpret_params
+API_VERSION: tuple[int, int] = (1, 3)
+# 1.1: parallel_grid_axes; 1.2: forced_interpret_params; 1.3: dynamic grids
+# (KernelIR.grid entries None, dynamic_grid_axes, num_index_operands), gathered_ref_accesses
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -78,13 +80,22 @@ class KernelIR:
     ``jaxpr`` invars are, in order: one int32 scalar per grid axis (the
     program ids, batch axes first), then Refs for the scalar-prefetch
     operands, the inputs, the outputs and the scratch buffers. It returns
-    nothing. ``grid`` is static; the first ``num_batch_axes`` axes come from
-    ``vmap`` and are hidden from the kernel's ``pl.program_id``.
+    nothing. The first ``num_batch_axes`` grid axes come from ``vmap`` and are
+    hidden from the kernel's ``pl.program_id``.
+
+    Dynamic grids (API 1.3): ``grid[a]`` is ``None`` for an axis whose size is
+    known only at run time (``grid=(n,)`` with ``n`` traced). Then the
+    ``pallas_call_p`` operands begin with one int32 scalar per dynamic axis
+    (its size, in axis order) before the scalar-prefetch operands, and the
+    kernel jaxpr takes the same scalars right after the program ids (what
+    ``pl.num_programs`` returns for that axis). Index maps are unchanged.
+    A backend that does not handle them refuses the capability
+    ``"dynamic_grid"`` (see ``required_capabilities``).
     """
     name: str
     source: str                          # "file:line" of the kernel function
     jaxpr: jc.Jaxpr
-    grid: tuple[int, ...]
+    grid: tuple[int | None, ...]
     grid_names: tuple[str, ...] | None
     in_mappings: tuple[BlockMapping, ...]
     out_mappings: tuple[BlockMapping, ...]
@@ -109,6 +120,16 @@ class KernelIR:
     @property
     def num_grid_axes(self) -> int:
         return len(self.grid)
+
+    @property
+    def dynamic_grid_axes(self) -> tuple[int, ...]:
+        """The grid axes whose size is a run-time operand (API 1.3)."""
+        return tuple(a for a, g in enumerate(self.grid) if g is None)
+
+    @property
+    def num_index_operands(self) -> int:
+        """Leading int32 scalar invars of ``jaxpr``: program ids, then dynamic sizes."""
+        return len(self.grid) + len(self.dynamic_grid_axes)
 
     def replace(self, **changes) -> KernelIR:
         return dataclasses.replace(self, **changes)
@@ -385,6 +406,8 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         need["aliasing"] = kernel.source
     if kernel.num_batch_axes:
         need["vmap"] = kernel.source
+    if kernel.dynamic_grid_axes:
+        need["dynamic_grid"] = f"grid {kernel.grid} ({kernel.source})"
     for m in kernel.mappings:
         if np.dtype(m.dtype) == np.float64:
             need.setdefault("float64", f"{m.origin} ({kernel.source})")

@@ -56,22 +56,27 @@ def pallas_call(
         raise TypeError("metadata must be a dict[str, str].")
     aliases = dict(input_output_aliases or {})
 
+    dynamic_axes = [a for a, g in enumerate(gs.grid) if not isinstance(g, int)]
+
     @functools.partial(jax.jit, inline=True, static_argnums=0)
-    def traced(mode, *args):
+    def traced(mode, dyn_sizes, *args):
         ir, out_tree = build_kernel_ir(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
             debug=debug)
-        if gs.num_scalar_prefetch == 0:
+        if gs.num_scalar_prefetch == 0 and not dynamic_axes:
             check_block_ranges(ir)
         flat_args = jax.tree.leaves(args)
-        outs = pallas_call_p.bind(*flat_args, kernel=ir, interpret=mode, backend=backend)
+        outs = pallas_call_p.bind(*dyn_sizes, *flat_args, kernel=ir, interpret=mode,
+                                  backend=backend)
         return jax.tree.unflatten(out_tree, outs)
 
     def call(*args):
+        # A dynamic grid's sizes are operands (KernelIR.dynamic_grid_axes).
+        dyn_sizes = [jax.numpy.asarray(gs.grid[a], jax.numpy.int32) for a in dynamic_axes]
         # A backend's own interpret mode (e.g. pallas_tpu.force_tpu_interpret_mode)
         # is read at each call and is part of the trace's cache key.
-        return traced(registry.effective_interpret(interpret, compiler_params), *args)
+        return traced(registry.effective_interpret(interpret, compiler_params), dyn_sizes, *args)
 
     functools.update_wrapper(call, kernel, assigned=("__name__", "__qualname__", "__doc__"),
                              updated=())

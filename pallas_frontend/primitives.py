@@ -74,7 +74,7 @@ def program_id(axis: int | str) -> jax.Array:
 
 
 def num_programs(axis: int | str) -> int:
-    """The grid size along ``axis`` (a static int)."""
+    """The grid size along ``axis``: a static int, or a traced int32 for a dynamic grid dim."""
     ctx = _current_grid("num_programs")
     return ctx.sizes[_axis_position(ctx, axis, "num_programs")]
 

@@ -164,7 +164,8 @@ no_block_spec: Any = _NoBlockSpec()
 class GridSpec:
     """The grid, the in/out BlockSpec trees and the scratch shapes, packed.
 
-    ``grid`` is an int, a tuple of ints, or a named grid ``(("i", 4), ("j", 2))``.
+    ``grid`` is an int, a tuple of ints, or a named grid ``(("i", 4), ("j", 2))``;
+    a size may be a traced integer scalar (a dynamic grid dim, known at run time).
     """
     grid: tuple[int, ...]
     grid_names: tuple[str, ...] | None
@@ -201,14 +202,31 @@ def normalize_grid(grid: Any) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
         grid = tuple(g[1] for g in grid)
     sizes = []
     for g in grid:
+        if _is_traced_size(g):
+            sizes.append(g)      # a dynamic grid dim: its size is known at run time only
+            continue
+        if hasattr(g, "dtype") and np.shape(g) == () and np.issubdtype(g.dtype, np.integer):
+            g = int(g)           # a concrete array scalar
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
             raise TypeError(
                 f"Grid must be a tuple of integers, got {tuple(grid)!r}: element {g!r} is a "
-                f"{type(g).__name__}. Compute the grid from static shapes (e.g. pl.cdiv(n, block)).")
+                f"{type(g).__name__}. Give Python ints (e.g. pl.cdiv(n, block)) or, for a size "
+                "known only at run time, a traced int32 scalar.")
         if g < 0:
             raise ValueError(f"Grid sizes must be non-negative, got {tuple(grid)!r}.")
         sizes.append(int(g))
     return tuple(sizes), names
+
+
+def _is_traced_size(g) -> bool:
+    """Whether ``g`` is a traced integer scalar (a dynamic grid size)."""
+    from pallas_frontend import _jax_compat as jc
+    if not isinstance(g, jc.core.Tracer):
+        return False
+    aval = g.aval
+    if aval.shape != () or not np.issubdtype(aval.dtype, np.integer):
+        raise TypeError(f"A dynamic grid size must be an integer scalar, got {aval.str_short()}.")
+    return True
 
 
 # --- backend parameters -----------------------------------------------------

@@ -214,13 +214,21 @@ def kernel_ref_aval(m: BlockMapping) -> jc.AbstractRef:
 
 def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, arg_builder
                       ) -> jc.Jaxpr:
-    """Traces ``kernel`` over Refs; ``arg_builder(refs) -> (args, kwargs)``."""
+    """Traces ``kernel`` over Refs; ``arg_builder(refs) -> (args, kwargs)``.
+
+    ``grid`` entries that are None are dynamic: their sizes become int32
+    invars after the program ids (what ``pl.num_programs`` returns)."""
     num_grid = len(grid)
+    dynamic = [a for a, g in enumerate(grid) if g is None]
+    num_index = num_grid + len(dynamic)
 
     def body(*flat):
-        idx, refs = flat[:num_grid], flat[num_grid:]
+        idx, refs = flat[:num_grid], flat[num_index:]
+        sizes = list(grid)
+        for a, v in zip(dynamic, flat[num_grid:num_index]):
+            sizes[a] = v
         args, kwargs = arg_builder(list(refs))
-        with grid_context(idx, grid, grid_names):
+        with grid_context(idx, sizes, grid_names):
             out = kernel(*args, **kwargs)
         if out is not None:
             raise ValueError(
@@ -229,7 +237,7 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
                 f"{jax.tree.map(lambda x: _type_str(x) if hasattr(x, 'dtype') else x, out)}.")
         return []
 
-    in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(ref_avals)
+    in_avals = [jc.ShapedArray((), jnp.int32)] * num_index + list(ref_avals)
     jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
     bad = [c for c in jaxpr.consts
            if np.size(c) > 1 and not isinstance(jax.typeof(c), jc.AbstractRef)]
@@ -262,7 +270,9 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
                     compiler_params, cost_estimate, metadata, debug):
     """Returns ``(KernelIR, out_tree)``."""
     kname = name or _fn_name(kernel)
-    grid, grid_names = tuple(gs.grid), gs.grid_names
+    # Dynamic sizes (traced) are None in the IR; their values are operands.
+    grid = tuple(g if isinstance(g, int) else None for g in gs.grid)
+    grid_names = gs.grid_names
     num_grid, npf = len(grid), gs.num_scalar_prefetch
 
     flat_args, args_tree = jax.tree.flatten(tuple(args))

@@ -93,3 +93,103 @@ def test_none_spec_for_an_array_is_still_the_whole_array(rng):
                          in_specs=[None, pl.BlockSpec((8, 128), lambda: (0, 0))])(x, y)
     np.testing.assert_allclose(np.asarray(out), np.asarray(x, np.float64) - np.asarray(y),
                                rtol=1e-6)
+
+
+# --- 4. grids computed from traced values ---------------------------------------
+
+def _dynamic_rows(P, **kw):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2 + P.program_id(0).astype(jnp.float32) + P.num_programs(0)
+
+    @jax.jit
+    def f(x, n):
+        spec = P.BlockSpec((8, 128), lambda i: (i, 0))
+        return P.pallas_call(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(n,),
+                             in_specs=[spec], out_specs=spec, **kw)(x)
+    return f
+
+
+@pytest.mark.parametrize("n", [1, 3, 4])
+def test_dynamic_grid_size_matches_jax(rng, n):
+    x = jnp.asarray(rng.standard_normal((32, 128)), jnp.float32)
+    theirs, ours = both(_dynamic_rows, x, jnp.int32(n))
+    assert_same(theirs, ours)   # rows past n are unwritten in both
+    want = 2 * np.asarray(x, np.float64)[:8 * n] + np.repeat(np.arange(n), 8)[:, None] + n
+    np.testing.assert_allclose(np.asarray(ours)[:8 * n], want, rtol=1e-6)
+
+
+def test_dynamic_grid_one_compile_many_sizes(rng):
+    x = jnp.asarray(rng.standard_normal((32, 128)), jnp.float32)
+    f = _dynamic_rows(pl)
+    for n in (2, 4):
+        out = np.asarray(f(x, jnp.int32(n)))
+        np.testing.assert_allclose(out[:8 * n, 0], 2 * np.asarray(x, np.float64)[:8 * n, 0]
+                                   + np.repeat(np.arange(n), 8) + n, rtol=1e-6)
+    assert f._cache_size() == 1
+
+
+def _grouped_matmul(P, **kw):
+    """Grouped-matmul style: the number of active row tiles comes from data;
+    a static k axis accumulates into the output block."""
+    def kernel(x_ref, w_ref, o_ref):
+        @P.when(P.program_id(1) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+
+    @jax.jit
+    def f(x, w, sizes):
+        tiles = jnp.sum(sizes > 0).astype(jnp.int32)   # from data
+        return P.pallas_call(
+            kernel, jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), jnp.float32),
+            grid=(tiles, 2),
+            in_specs=[P.BlockSpec((16, 64), lambda i, k: (i, k)),
+                      P.BlockSpec((64, 128), lambda i, k: (k, 0))],
+            out_specs=P.BlockSpec((16, 128), lambda i, k: (i, 0)), **kw)(x, w)
+    return f
+
+
+def test_dynamic_grid_grouped_matmul_matches_jax(rng):
+    x = jnp.asarray(rng.standard_normal((64, 128)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((128, 128)), jnp.float32)
+    sizes = jnp.asarray([5, 0, 7, 3], jnp.int32)    # 3 active tiles
+    theirs, ours = both(_grouped_matmul, x, w, sizes)
+    assert_same(theirs[:48], ours[:48], rtol=1e-5, atol=1e-4)
+    want = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    np.testing.assert_allclose(np.asarray(ours)[:48], want[:48], rtol=2e-4, atol=2e-4)
+    assert np.isnan(np.asarray(ours)[48:]).all()      # the inactive tile is never written
+
+
+def test_dynamic_grid_out_of_range_block_fails_the_run(rng):
+    x = jnp.asarray(rng.standard_normal((32, 128)), jnp.float32)
+    with pytest.raises(Exception, match=r"dynamic grid.*args\[0\].*grid point \(4,\)"):
+        jax.block_until_ready(_dynamic_rows(pl)(x, jnp.int32(5)))
+
+
+def test_dynamic_grid_zero_size_writes_nothing(rng):
+    x = jnp.asarray(rng.standard_normal((16, 128)), jnp.float32)
+    out = np.asarray(_dynamic_rows(pl)(x, jnp.int32(0)))
+    assert np.isnan(out).all()
+
+
+def test_dynamic_grid_in_kernel_ir(rng):
+    seen = {}
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    @jax.jit
+    def f(x, n):
+        spec = pl.BlockSpec((8, 128), lambda i, j: (i, 0))
+        return pl.pallas_call(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(n, 2),
+                              in_specs=[spec], out_specs=spec)(x)
+
+    jaxpr = jax.make_jaxpr(f)(jnp.ones((16, 128)), jnp.int32(2))
+    from pallas_frontend.backend_api import _iter_equations
+    (eqn,) = [e for e in _iter_equations(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+    ir = eqn.params["kernel"]
+    seen.update(grid=ir.grid, axes=ir.dynamic_grid_axes, n=ir.num_index_operands)
+    assert seen == {"grid": (None, 2), "axes": (0,), "n": 3}
+    assert len(eqn.invars) == 2       # the dynamic size, then x
+    from pallas_frontend.backend_api import required_capabilities
+    assert "dynamic_grid" in required_capabilities(ir)

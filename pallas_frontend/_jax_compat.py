@@ -95,3 +95,13 @@ def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
     dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=dbg), list(in_avals))
     return jaxpr, list(consts)
+
+
+def lowering_traces_python(prim) -> bool:
+    """Whether ``prim`` is lowered (on some platform) by tracing a Python
+    function at lowering time (``mlir.lower_fun``): such lowerings can fail on
+    operands their abstract evaluation accepted (e.g. batched mixed ranks)."""
+    entries = [mlir._lowerings.get(prim)]
+    entries += [table.get(prim) for table in mlir._platform_specific_lowerings.values()]
+    return any(e is not None and "lower_fun" in getattr(e.rule, "__qualname__", "")
+               for e in entries)

@@ -193,3 +193,35 @@ def test_dynamic_grid_in_kernel_ir(rng):
     assert len(eqn.invars) == 2       # the dynamic size, then x
     from pallas_frontend.backend_api import required_capabilities
     assert "dynamic_grid" in required_capabilities(ir)
+
+
+# --- 5. vectorising falls back to the sequential loop when it cannot -------------
+
+def _threefry_kernel(P, grid, **kw):
+    from jax._src.random import threefry2x32 as tf   # as JAX's own TPU PRNG kernel does
+
+    def kernel(key_ref, o_ref):
+        counts = (jax.lax.broadcasted_iota(jnp.uint32, (8, 128), 0) * 128
+                  + jax.lax.broadcasted_iota(jnp.uint32, (8, 128), 1)
+                  + P.program_id(0).astype(jnp.uint32) * 1024)
+        k1 = jnp.reshape(key_ref[0, 0], (1, 1))
+        k2 = jnp.reshape(key_ref[0, 1], (1, 1))
+        hi, lo = tf.threefry2x32_p.bind(k1, k2, jnp.zeros_like(counts), counts)
+        o_ref[...] = hi ^ lo
+
+    return P.pallas_call(kernel, jax.ShapeDtypeStruct((8 * grid, 128), jnp.uint32), grid=(grid,),
+                         in_specs=[P.BlockSpec((1, 2), lambda i: (0, 0))],
+                         out_specs=P.BlockSpec((8, 128), lambda i: (i, 0)), **kw)
+
+
+@pytest.mark.parametrize("grid", [1, 2, 3])
+def test_unvectorisable_primitive_runs_sequentially(rng, grid):
+    key = jnp.asarray(rng.integers(0, 2**32, (1, 2), dtype=np.uint64).astype(np.uint32))
+    theirs, ours = both(lambda P, **kw: _threefry_kernel(P, grid, **kw), key)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    from jax._src.random import threefry2x32 as tf
+    counts = jnp.arange(8 * 128 * grid, dtype=jnp.uint32).reshape(8 * grid, 128)
+    # the same hash outside any kernel (XLA's own threefry lowering)
+    hi, lo = tf.threefry2x32_p.bind(key[0, :1].reshape(1, 1), key[0, 1:].reshape(1, 1),
+                                    jnp.zeros_like(counts), counts)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(hi ^ lo))

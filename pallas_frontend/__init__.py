@@ -18,14 +18,16 @@ __version__ = "0.1.0"
 
 # public name -> the module (under pallas_frontend) that defines it
 _API = {
-    "_jax_compat": ("Slice", "ds"),
+    "_jax_compat": ("Slice", "ds", "run_state"),
+    "cost": ("estimate_cost",),
+    "export": ("enable_poison_buffers", "lower_as_mlir", "pallas_export_experimental"),
     "backend_api": ("API_VERSION",),
     "block_indices": ("BlockIndexError",),
     "call_primitive": ("pallas_call_p",),
     "helpers": ("align_to", "broadcast_to", "cdiv", "empty", "empty_like", "empty_ref_like",
                 "loop", "next_power_of_2", "strides_from_shape", "when", "with_scoped"),
     "launch": ("kernel", "pallas_call"),
-    "primitives": ("DeviceIdType", "KernelCheckError", "debug_check", "debug_print",
+    "primitives": ("DeviceIdType", "KernelCheckError", "debug_check", "debug_print", "delay",
                    "enable_debug_checks", "get_global", "multiple_of", "num_programs",
                    "program_id", "run_scoped", "semaphore_read", "semaphore_signal",
                    "semaphore_wait"),
@@ -83,7 +85,10 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
-    from pallas_frontend._jax_compat import Slice, ds
+    from pallas_frontend._jax_compat import Slice, ds, run_state
+    from pallas_frontend.cost import estimate_cost
+    from pallas_frontend.export import (
+        enable_poison_buffers, lower_as_mlir, pallas_export_experimental)
     from pallas_frontend.backend_api import API_VERSION
     from pallas_frontend.block_indices import BlockIndexError
     from pallas_frontend.call_primitive import pallas_call_p
@@ -93,7 +98,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         strides_from_shape, when, with_scoped)
     from pallas_frontend.launch import kernel, pallas_call
     from pallas_frontend.primitives import (
-        DeviceIdType, KernelCheckError, debug_check, debug_print, enable_debug_checks,
+        DeviceIdType, KernelCheckError, debug_check, debug_print, delay, enable_debug_checks,
         get_global, multiple_of, num_programs, program_id, run_scoped, semaphore_read,
         semaphore_signal, semaphore_wait)
     from pallas_frontend.registry import (

@@ -10,6 +10,7 @@ from __future__ import annotations
 from jax.sharding import PartitionSpec
 
 from jax._src import api_util
+from jax._src import config as _config
 from jax._src import core
 from jax._src import dispatch
 from jax._src.debugging import debug_effect  # an unordered IO effect
@@ -33,6 +34,8 @@ Slice = state_indexing.Slice
 NDIndexer = state_indexing.NDIndexer
 ds = state_indexing.ds
 discharge_state = state_discharge.discharge_state
+run_state = state_discharge.run_state
+poison_buffers_flag = _config.jax_pallas_poison_buffers
 register_discharge_rule = state_discharge.register_discharge_rule
 
 

@@ -98,6 +98,23 @@ def multiple_of(x, values: int | tuple[int, ...]):
     return multiple_of_p.bind(x, values=values)
 
 
+# --- delay ---------------------------------------------------------------------
+
+delay_p = kernel_primitive("delay", owner=FRONTEND_OWNER, multiple_results=True)
+# An effect keeps the wait in the kernel jaxpr (nothing depends on it); the
+# interpreter runs grid points in order, so waiting changes nothing there.
+delay_p.def_effectful_abstract_eval(lambda nanos: ([], {jc.debug_effect}))
+delay_p.def_impl(lambda nanos: [])
+jc.mlir.register_lowering(delay_p, lambda ctx, nanos: [])
+jc.batching.primitive_batchers[delay_p] = lambda args, dims: (delay_p.bind(args[0]), [])
+
+
+def delay(nanos) -> None:
+    """Waits about ``nanos`` nanoseconds (a hint to hardware backends; the
+    interpreter does not wait)."""
+    delay_p.bind(jnp.asarray(nanos, jnp.int32))
+
+
 # --- debug_print ---------------------------------------------------------------
 
 debug_print_p = kernel_primitive("debug_print", owner=FRONTEND_OWNER, multiple_results=True)

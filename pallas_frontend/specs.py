@@ -123,15 +123,22 @@ class RevisitMode(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Buffered:
-    """Multi-buffering depth of a pipelined operand (a backend hint)."""
-    buffer_count: int
+    """Multi-buffering depth of a pipelined operand (a backend hint).
+
+    ``buffer_count`` is an int, or (JAX 0.12) an ``(in_count, out_count)``
+    pair for an operand that is both read and written by a pipeline."""
+    buffer_count: int | tuple[int, int]
     use_lookahead: bool = False
     revisit: RevisitMode | None = None
     prefetched_count: int = 0
 
     def __post_init__(self):
-        if not isinstance(self.buffer_count, int) or self.buffer_count < 1:
-            raise ValueError(f"Buffered.buffer_count must be an int >= 1, got {self.buffer_count!r}")
+        count = self.buffer_count
+        counts = count if isinstance(count, tuple) else (count,)
+        if isinstance(count, list) or len(counts) not in (1, 2) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts):
+            raise ValueError(f"Buffered.buffer_count must be an int >= 1 or a pair of them "
+                             f"(in_count, out_count), got {count!r}")
 
 
 # --- specs ------------------------------------------------------------------
@@ -145,11 +152,22 @@ class BlockSpec:
     """
     block_shape: Sequence[int | None | BlockDim] | None = None
     index_map: Callable[..., Any] | None = None
-    _: dataclasses.KW_ONLY
-    memory_space: Any = None
-    pipeline_mode: Buffered | None = None
+    memory_space: Any = dataclasses.field(default=None, kw_only=True)
+    pipeline_mode: Buffered | None = None      # third positional, as in JAX
 
     replace = dataclasses.replace
+
+    def to_block_mapping(self, origin: str, array_aval, *, grid=(), index_map_avals=None,
+                         **_ignored):
+        """This spec applied to an array of type ``array_aval`` on ``grid``:
+        the ``BlockMapping`` a backend sees (index map traced over one int32
+        per grid axis, or over ``index_map_avals``). JAX's other keywords
+        (``index_map_tree``, ``vmapped_dims``, ``debug``) are accepted and unused."""
+        from pallas_frontend import tracing
+        grid = tuple(grid)
+        extra = list(index_map_avals or ())[len(grid):]    # scalar-prefetch Refs
+        n = len(grid) if grid or index_map_avals is None else len(index_map_avals)
+        return tracing.block_mapping(self, array_aval, origin, n, extra if grid else ())
 
 
 class _NoBlockSpec:

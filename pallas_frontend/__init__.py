@@ -36,7 +36,7 @@ _API = {
     "specs": ("ANY", "HOST", "BlockDim", "BlockSpec", "Blocked", "BoundedSlice", "Buffered",
               "CompilerParams", "CostEstimate", "Element", "GridSpec", "MemoryRef", "MemorySpace",
               "RevisitMode", "Squeezed", "no_block_spec", "squeezed"),
-    "tracing": ("PallasUsageError",),
+    "tracing": ("PallasTypeError", "PallasUsageError"),
     "diagnostics": ("print_backend_info",),
 }
 _HOME = {name: module for module, names in _API.items() for name in names}
@@ -107,5 +107,5 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         ANY, HOST, BlockDim, BlockSpec, Blocked, BoundedSlice, Buffered, CompilerParams,
         CostEstimate, Element, GridSpec, MemoryRef, MemorySpace, RevisitMode, Squeezed,
         no_block_spec, squeezed)
-    from pallas_frontend.tracing import PallasUsageError
+    from pallas_frontend.tracing import PallasTypeError, PallasUsageError
     dslice = ds

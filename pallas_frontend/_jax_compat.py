@@ -16,6 +16,7 @@ from jax._src import dispatch
 from jax._src.debugging import debug_effect  # an unordered IO effect
 from jax._src import linear_util as lu
 from jax._src import source_info_util
+from jax._src import tree_util as _tree_util
 from jax._src.interpreters import ad
 from jax._src.interpreters import batching
 from jax._src.interpreters import mlir
@@ -35,6 +36,8 @@ NDIndexer = state_indexing.NDIndexer
 ds = state_indexing.ds
 discharge_state = state_discharge.discharge_state
 run_state = state_discharge.run_state
+tree_equality_errors = _tree_util.equality_errors_pytreedef
+extend_axis_env = core.extend_axis_env_nd
 poison_buffers_flag = _config.jax_pallas_poison_buffers
 register_discharge_rule = state_discharge.register_discharge_rule
 

@@ -157,6 +157,13 @@ class BlockSpec:
 
     replace = dataclasses.replace
 
+    def __post_init__(self):
+        mode = self.pipeline_mode
+        if mode is not None and not hasattr(mode, "buffer_count"):
+            raise TypeError(
+                f"BlockSpec's third positional argument is pipeline_mode (e.g. pl.Buffered(2)), "
+                f"got {mode!r}; memory_space is keyword-only: BlockSpec(..., memory_space=...).")
+
     def to_block_mapping(self, origin: str, array_aval, *, grid=(), index_map_avals=None,
                          **_ignored):
         """This spec applied to an array of type ``array_aval`` on ``grid``:
@@ -196,8 +203,9 @@ class GridSpec:
                  out_specs: Any = no_block_spec, scratch_shapes: Any = ()):
         self.grid, self.grid_names = normalize_grid(grid)
         if in_specs is not no_block_spec and not isinstance(in_specs, (list, tuple)):
-            raise TypeError(f"`in_specs` must be a tuple or a list (one entry per "
-                            f"kernel input). Found: {in_specs!r}")
+            from pallas_frontend.tracing import PallasTypeError
+            raise PallasTypeError(f"`in_specs` must be a tuple or a list (one entry per "
+                                  f"kernel input). Found: {in_specs!r}")
         self.in_specs = tuple(in_specs) if isinstance(in_specs, list) else in_specs
         self.out_specs = tuple(out_specs) if isinstance(out_specs, list) else out_specs
         self.scratch_shapes = scratch_shapes

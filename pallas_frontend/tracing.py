@@ -26,6 +26,22 @@ class PallasUsageError(ValueError):
     """A pallas_call argument is malformed (raised before tracing the kernel)."""
 
 
+class PallasTypeError(PallasUsageError, TypeError):
+    """A pallas_call argument has the wrong type. Both a ValueError (what JAX
+    raises) and a TypeError (what the frontend raised before)."""
+
+
+def tree_mismatch_message(what1: str, tree1, what2: str, tree2) -> str:
+    """JAX's wording for two pytrees that differ, with every difference."""
+    errs = list(jc.tree_equality_errors(tree1, tree2))
+    lines = [f"Pytree for {what1} and {what2} do not match. "
+             f"There are {len(errs)} mismatches, including:"]
+    for path, thing1, thing2, why in errs:
+        where = f"at {jax.tree_util.keystr(path)}, " if path else ""
+        lines.append(f"    * {where}{what1} is a {thing1} but {what2} is a {thing2}, so {why}")
+    return "\n".join(lines)
+
+
 def source_of(fn: Callable) -> str:
     """``file:line`` where ``fn`` is defined, or its repr."""
     fn = inspect.unwrap(getattr(fn, "func", fn))
@@ -71,11 +87,11 @@ def flatten_specs(specs: Any, values_tree, what: str, values_name: str) -> list[
         if values_tree.num_leaves == 1 and len(flat) == 1 and isinstance(specs, BlockSpec):
             return flat
         raise PallasUsageError(
-            f"Pytree for `{what}` and `{values_name}` do not match. The pytree of `{what}` "
-            f"has structure {tree} ({len(flat)} specs) but `{values_name}` has structure "
-            f"{values_tree} ({values_tree.num_leaves} arrays). Give one BlockSpec (or None "
-            f"for the whole array) per array, in the same nesting; an operand passed as None "
-            f"takes a None spec.")
+            tree_mismatch_message(f"`{what}`", tree, f"`{values_name}`", values_tree)
+            + f"\n`{what}` has structure {tree} ({len(flat)} specs) but `{values_name}` has "
+            f"structure {values_tree} ({values_tree.num_leaves} arrays). Give one BlockSpec "
+            f"(or None for the whole array) per array, in the same nesting; an operand passed "
+            f"as None takes a None spec.")
     return [None if s is no_block_spec else s for s in flat]
 
 
@@ -89,8 +105,6 @@ def normalize_out_shape(out_shape: Any):
     if isinstance(out_shape, list):
         out_shape = tuple(out_shape)
     leaves, tree = jax.tree.flatten(out_shape, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
-    if not leaves:
-        raise PallasUsageError("out_shape is empty: a pallas_call must have at least one output.")
     avals, spaces = [], []
     for path, leaf in zip(_paths(out_shape, "out_shape"), leaves):
         if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
@@ -130,9 +144,12 @@ def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
         if not isinstance(res, (tuple, list)):
             res = (res,)
         if len(res) != len(dims):
+            block_shape = tuple(spec.block_shape) if spec is not None and \
+                spec.block_shape is not None else tuple(d.block_size for d in dims)
             raise ValueError(
                 f"Index map function {src} for {origin} must return {len(dims)} values to match "
-                f"its block_shape (one per array dim), but returned {len(res)}: {res}.")
+                f"block_shape={block_shape} (one per array dim). Currently returning "
+                f"{len(res)} values: {res}.")
         flat = []
         for i, (v, d) in enumerate(zip(res, dims)):
             if isinstance(d, BoundedSlice):
@@ -151,25 +168,26 @@ def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(prefetch_avals)
     jaxpr, _ = jc.trace_kernel_jaxpr(flat_fn, in_avals, traced_for="pallas index_map")
-    bad = [c for c in jaxpr.consts if np.size(c) > 1]
+    bad = [c for c in jaxpr.consts if np.ndim(c) > 0]
     if bad:
         raise ValueError(
-            f"Index map function {src} for {origin} must not capture array constants "
-            f"(captured {[_type_str(c) for c in bad]}). Compute indices from the grid "
+            f"Index map function {src} for {origin} must not capture constants: captured "
+            f"arrays {[_type_str(c) for c in bad]}. Compute indices from the grid "
             "indices, or pass data through scalar prefetch.")
     assert len(jaxpr.outvars) == n_out
     return jaxpr, src
 
 
 def _as_index(v, src, origin, i):
-    if isinstance(v, bool) or isinstance(v, float):
-        raise TypeError(f"Index map function {src} for {origin} must return integer scalars; "
-                        f"output {i} is {v!r}.")
+    if isinstance(v, (bool, float)):
+        raise PallasTypeError(
+            f"Index map function {src} for {origin} must return integer scalars. Output[{i}] "
+            f"has type {type(v).__name__} ({v!r}). Return one int32 block index per dim.")
     aval = jax.typeof(v) if not isinstance(v, (int, np.integer)) else None
     if aval is not None and (aval.shape != () or not jnp.issubdtype(aval.dtype, jnp.integer)):
-        raise TypeError(
-            f"Index map function {src} for {origin} must return integer scalars; output {i} "
-            f"has type {_type_str(aval)}. Return one int32 block index per dim.")
+        raise PallasTypeError(
+            f"Index map function {src} for {origin} must return integer scalars. Output[{i}] "
+            f"has type {aval.str_short()}. Return one int32 block index per dim.")
     return jnp.asarray(v, jnp.int32)
 
 
@@ -228,17 +246,30 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
         for a, v in zip(dynamic, flat[num_grid:num_index]):
             sizes[a] = v
         args, kwargs = arg_builder(list(refs))
-        with grid_context(idx, sizes, grid_names):
+        # Named axes are bound as in JAX: lax.axis_size(name) is the grid size
+        # and lax.axis_index(name) the program id (substituted below).
+        named = [(n, g) for n, g in zip(grid_names or (), grid) if g is not None]
+        with grid_context(idx, sizes, grid_names), jc.extend_axis_env(named):
             out = kernel(*args, **kwargs)
         if out is not None:
             raise ValueError(
-                f"The kernel function {name} should return None: kernels write their results "
+                f"The kernel function in the pallas_call {_fn_name(kernel)} at "
+                f"{source_of(kernel)} should return None: kernels write their results "
                 f"into the output Refs (o_ref[...] = value). It returned {type(out).__name__}: "
                 f"{jax.tree.map(lambda x: _type_str(x) if hasattr(x, 'dtype') else x, out)}.")
         return []
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_index + list(ref_avals)
     jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
+    if grid_names and any(e.primitive.name == "axis_index" for e in _iter_eqns(jaxpr.jaxpr)):
+        def with_program_ids(*flat):
+            def index_of(axis):
+                if axis not in grid_names:
+                    raise ValueError(f"lax.axis_index({axis!r}) in kernel {name}: the grid has "
+                                     f"no axis named {axis!r}; its names are {grid_names}.")
+                return flat[grid_names.index(axis)]
+            return _eval_binding_axis_index(jaxpr.jaxpr, jaxpr.consts, flat, index_of, name)
+        jaxpr, _ = jc.trace_kernel_jaxpr(with_program_ids, in_avals, traced_for="pallas kernel")
     bad = [c for c in jaxpr.consts
            if np.size(c) > 1 and not isinstance(jax.typeof(c), jc.AbstractRef)]
     if bad:
@@ -247,6 +278,43 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
             f"{[_type_str(c) for c in bad]}. You should pass them as inputs "
             "(add them to the pallas_call arguments with a BlockSpec).")
     return jaxpr
+
+
+def _iter_eqns(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jc.sub_jaxprs(eqn):
+            yield from _iter_eqns(sub)
+
+
+def _eval_binding_axis_index(jaxpr, consts, args, index_of, kernel_name):
+    """Evaluates ``jaxpr`` (under tracing), replacing ``axis_index`` of a grid
+    axis by that axis's program id."""
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, jc.Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        vals = [read(x) for x in eqn.invars]
+        if eqn.primitive.name == "axis_index":
+            outs = [index_of(eqn.params["axis_name"])]
+        elif any(e.primitive.name == "axis_index" for sub in jc.sub_jaxprs(eqn)
+                 for e in _iter_eqns(sub)):
+            inner = eqn.params.get("jaxpr")
+            if eqn.primitive.name not in ("jit", "pjit", "closed_call") or inner is None:
+                raise NotImplementedError(
+                    f"Kernel {kernel_name}: lax.axis_index inside {eqn.primitive.name} is not "
+                    "supported; use pl.program_id(axis_name), which works anywhere.")
+            outs = _eval_binding_axis_index(inner.jaxpr, inner.consts, vals, index_of,
+                                            kernel_name)
+        else:
+            outs = eqn.primitive.bind(*vals, **eqn.primitive.get_bind_params(eqn.params))
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
 
 
 # --- pallas_call arguments -> KernelIR ---------------------------------------------
@@ -364,8 +432,8 @@ def validate_aliases(aliases, in_avals, in_paths, out_avals, out_paths):
         if a.shape != b.shape or a.dtype != b.dtype:
             raise ValueError(
                 f"input_output_aliases contains the mapping '{i}:{o}' referring to "
-                f"{in_paths[i]} with abstract value {_type_str(a)} and to {out_paths[o]} with a "
-                f"different abstract value {_type_str(b)}. Aliased buffers must match in shape "
-                "and dtype.")
+                f"input[{i}] with abstract value {a.str_short()} ({in_paths[i]}) and to "
+                f"output[{o}] with a different abstract value {b.str_short()} "
+                f"({out_paths[o]}). Aliased buffers must match in shape and dtype.")
         pairs.append((int(i), int(o)))
     return tuple(pairs)

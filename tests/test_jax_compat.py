@@ -337,3 +337,91 @@ def test_lower_as_mlir_for_cpu(rng):
     with pl.pallas_export_experimental(dynamic_shapes=True):
         from pallas_frontend.export import dynamic_shapes_export_enabled
         assert dynamic_shapes_export_enabled()
+
+
+# --- 6. JAX's pallas_test: control flow, named grids, no outputs -------------------
+
+@pytest.mark.parametrize("start,stop,step", [(0, 7, 3), (2, 8, 3), (1, 6, 1), (7, 1, -2), (5, 2, 3)])
+def test_loop_with_traced_bounds_and_step(rng, start, stop, step):
+    x = jnp.asarray(rng.integers(-50, 50, (128,)), jnp.int32)
+
+    def build(P, **kw):
+        def kernel(x_ref, y_ref):
+            y_ref[...] = x_ref[...]
+
+            @P.loop(jnp.int32(start), jnp.int32(stop), step=jnp.int32(step))
+            def _(i):
+                y_ref[...] = y_ref[...] * 2 + i
+        return P.pallas_call(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), **kw)
+
+    theirs, ours = both(build, x)
+    if step > 0:   # JAX's trip count, cdiv(stop - start, step), runs 7, 5, 3, 1 for range(7, 1, -2)
+        assert_same(theirs, ours)
+    want = np.asarray(x, np.int64)
+    for i in range(start, stop, step):
+        want = want * 2 + i
+    np.testing.assert_array_equal(np.asarray(ours), want)
+
+
+def test_ref_in_a_fori_loop_carry(rng):
+    program = jnp.asarray(rng.integers(0, 3, (5,)), jnp.int32)
+    params = jnp.asarray(rng.standard_normal((5, 3)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((8,)), jnp.float32)
+
+    def build(P, **kw):
+        def kernel(program_ref, params_ref, x_ref, out_ref):
+            xv = x_ref[...]
+
+            def body(i, carry):
+                state, prog, par = carry        # Refs travel in the carry
+                state = jax.lax.switch(prog[i], [
+                    lambda s, p, i: s + p[i, 0] * xv,
+                    lambda s, p, i: s * p[i, 1],
+                    lambda s, p, i: s - p[i, 2] * xv * xv], state, par, i)
+                return state, prog, par
+            out_ref[...] = jax.lax.fori_loop(0, 5, body, (jnp.ones_like(xv), program_ref,
+                                                          params_ref))[0]
+        spec = P.BlockSpec((4,), lambda i: (i,))
+        return P.pallas_call(
+            kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+            in_specs=[P.BlockSpec((5,), lambda i: (0,)), P.BlockSpec((5, 3), lambda i: (0, 0)),
+                      spec], out_specs=spec, **kw)
+
+    theirs, ours = both(build, program, params, x)
+    assert_same(theirs, ours, rtol=1e-5, atol=1e-5)
+    s, xv, p = np.ones(8), np.asarray(x, np.float64), np.asarray(params, np.float64)
+    for i, op in enumerate(np.asarray(program)):
+        s = [s + p[i, 0] * xv, s * p[i, 1], s - p[i, 2] * xv * xv][op]
+    np.testing.assert_allclose(np.asarray(ours), s, rtol=1e-5, atol=1e-5)
+
+
+def test_named_grid_axis_size_and_index(rng):
+    from jax import lax
+    x = jnp.asarray(rng.standard_normal((4, 16, 128)), jnp.float32)
+
+    def build(P, use_index, **kw):
+        def kernel(x_ref, y_ref):
+            assert lax.axis_size("i") == 2 and lax.axis_size("j") == 4
+            v = x_ref[...] * 3
+            if use_index:    # JAX's interpret mode does not bind axis_index; ours does
+                v = v + lax.axis_index("i") * 10 + lax.axis_index("j") * 100
+            y_ref[...] = v
+        spec = P.BlockSpec((None, 8, 128), lambda j, i: (j, i, 0))
+        return P.pallas_call(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype),
+                             in_specs=[spec], out_specs=spec, grid=(("j", 4), ("i", 2)), **kw)
+
+    theirs = build(jpl, False, interpret=True)(x)
+    assert_same(theirs, build(pl, False)(x))
+    ours = np.asarray(build(pl, True)(x))
+    want = 3 * np.asarray(x, np.float64) + 100 * np.arange(4)[:, None, None] \
+        + 10 * np.repeat(np.arange(2), 8)[None, :, None]
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-4)
+
+
+def test_no_outputs_returns_empty_tuple(rng):
+    x = jnp.asarray(rng.standard_normal((8, 128)), jnp.float32)
+
+    def build(P, **kw):
+        return P.pallas_call(lambda x_ref: None, (), grid=(2,), **kw)
+    theirs, ours = both(build, x)
+    assert theirs == () and ours == ()

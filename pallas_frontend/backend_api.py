@@ -428,6 +428,23 @@ def check_capabilities(backend: Backend, kernel: KernelIR) -> None:
                 "interpret=True) or rewrite the kernel without it.")
 
 
+_REF_ACCESS_OPERANDS = {"get": 1, "swap": 2, "addupdate": 2}   # leading non-index operands
+
+
+def gathered_ref_accesses(kernel: KernelIR) -> list[tuple[str, str]]:
+    """Ref reads and writes indexed by integer arrays (gathers and scatters,
+    ``x_ref[idx]``, ``x_ref.at[jnp.arange(n)]``), as ``(primitive, file:line)``.
+    A backend that cannot lower them refuses the kernel naming the line. (API 1.3)"""
+    found = []
+    for eqn in kernel.iter_equations():
+        skip = _REF_ACCESS_OPERANDS.get(eqn.primitive.name)
+        if skip is None:
+            continue
+        if any(getattr(v.aval, "shape", ()) != () for v in eqn.invars[skip:]):
+            found.append((eqn.primitive.name, jc.jaxpr_source_line(eqn) or kernel.source))
+    return found
+
+
 def ref_effects(*, reads: Sequence[int] = (), writes: Sequence[int] = ()) -> set:
     """The effects of a backend primitive that reads/writes its Ref operands
     (by operand position), for ``Primitive.def_effectful_abstract_eval``."""

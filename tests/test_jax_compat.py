@@ -425,3 +425,94 @@ def test_no_outputs_returns_empty_tuple(rng):
         return P.pallas_call(lambda x_ref: None, (), grid=(2,), **kw)
     theirs, ours = both(build, x)
     assert theirs == () and ours == ()
+
+
+# --- 2. Refs indexed with integer arrays ---------------------------------------------
+
+def _gather_scatter(P, sequential, **kw):
+    def kernel(x_ref, perm_ref, o_ref):
+        perm = perm_ref[...]
+        rows = x_ref[perm]                                   # gather rows
+        cols = x_ref.at[:, jnp.arange(64) * 2][...]          # gather columns through .at
+        r = jnp.arange(8)[:, None]
+        c = (jnp.arange(128)[None, :] * 5 + r) % 128
+        diag = x_ref[r, c]                                   # 2-D integer-array index
+        if sequential:
+            @P.when(P.program_id(1) == 0)
+            def _():
+                o_ref[...] = jnp.zeros_like(o_ref)
+        else:
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[jnp.arange(8)[::-1]] += rows                   # scatter-add rows, reversed
+        o_ref[:, jnp.arange(64)] += cols                     # scatter into columns
+        o_ref[...] += diag
+
+    grid = (2, 3) if sequential else (2,)
+    imap = (lambda i, k: (i, 0)) if sequential else (lambda i: (i, 0))
+    pmap = (lambda i, k: (i, 0)) if sequential else (lambda i: (i, 0))
+    return P.pallas_call(
+        kernel, jax.ShapeDtypeStruct((16, 128), jnp.float32), grid=grid,
+        in_specs=[P.BlockSpec((8, 128), imap), P.BlockSpec((None, 8), pmap)],
+        out_specs=P.BlockSpec((8, 128), imap), **kw)
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_integer_array_ref_indexing_matches_jax(rng, sequential):
+    x = jnp.asarray(rng.standard_normal((16, 128)), jnp.float32)
+    perm = jnp.asarray(np.stack([rng.permutation(8), rng.permutation(8)]), jnp.int32)
+    theirs, ours = both(lambda P, **kw: _gather_scatter(P, sequential, **kw), x, perm)
+    assert_same(theirs, ours, rtol=1e-5, atol=1e-5)
+    xs, want = np.asarray(x, np.float64), np.zeros((16, 128))
+    reps = 3 if sequential else 1
+    for b in range(2):
+        blk, out = xs[8 * b:8 * b + 8], np.zeros((8, 128))
+        for _ in range(reps):
+            out[::-1] += blk[np.asarray(perm)[b]]
+            out[:, :64] += blk[:, ::2]
+            r = np.arange(8)[:, None]
+            out += blk[r, (np.arange(128)[None, :] * 5 + r) % 128]
+        want[8 * b:8 * b + 8] = out
+    np.testing.assert_allclose(np.asarray(ours), want, rtol=1e-5, atol=1e-5)
+
+
+def test_masked_gather_of_a_ragged_row(rng):
+    """The GPU norm kernels' pattern: a column index vector past the row's end,
+    a mask, and jnp.where in place of ``other``."""
+    n = 100
+    x = jnp.asarray(rng.standard_normal((4, n)), jnp.float32)
+
+    def build(P, **kw):
+        def kernel(x_ref, o_ref):
+            cols = jnp.arange(128)
+            mask = cols < n
+            row = jnp.where(mask, x_ref.at[jnp.minimum(cols, n - 1)][...], 0.0)
+            o_ref[...] = jnp.sum(row * row, keepdims=True).reshape(1) / n
+        return P.pallas_call(kernel, jax.ShapeDtypeStruct((4,), jnp.float32), grid=(4,),
+                             in_specs=[P.BlockSpec((None, n), lambda i: (i, 0))],
+                             out_specs=P.BlockSpec((1,), lambda i: (i,)), **kw)
+
+    theirs, ours = both(build, x)
+    assert_same(theirs, ours, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ours), (np.asarray(x, np.float64) ** 2).mean(1),
+                               rtol=1e-5)
+
+
+def test_gathers_are_visible_to_backends(rng):
+    from pallas_frontend.backend_api import gathered_ref_accesses
+    captured = []
+    x = jnp.asarray(rng.standard_normal((16, 128)), jnp.float32)
+    perm = jnp.asarray(np.stack([rng.permutation(8), rng.permutation(8)]), jnp.int32)
+    jaxpr = jax.make_jaxpr(_gather_scatter(pl, False))(x, perm)
+    from pallas_frontend.backend_api import _iter_equations
+    (eqn,) = [e for e in _iter_equations(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+    found = gathered_ref_accesses(eqn.params["kernel"])
+    captured.extend(found)
+    prims = [p for p, _ in captured]
+    assert prims.count("get") >= 3 and "swap" in prims
+    assert all("test_jax_compat.py:" in where for _, where in captured)
+
+    def plain(x_ref, o_ref):
+        o_ref[...] = x_ref[pl.ds(0, 8)] + x_ref[3]
+    jaxpr = jax.make_jaxpr(pl.pallas_call(plain, jax.ShapeDtypeStruct((8, 128), jnp.float32)))(x)
+    (eqn,) = [e for e in _iter_equations(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+    assert gathered_ref_accesses(eqn.params["kernel"]) == []

@@ -21,7 +21,8 @@ from pallas_frontend.specs import BlockDim, BoundedSlice, Buffered, Squeezed
 
 API_VERSION: tuple[int, int] = (1, 3)
 # 1.1: parallel_grid_axes; 1.2: forced_interpret_params; 1.3: dynamic grids
-# (KernelIR.grid entries None, dynamic_grid_axes, num_index_operands), gathered_ref_accesses
+# (KernelIR.grid entries None, dynamic_grid_axes, num_index_operands), gathered_ref_accesses,
+# KernelIR.function_name / name_and_src_info
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -108,6 +109,15 @@ class KernelIR:
     metadata: tuple[tuple[str, str], ...] = ()
     debug: bool = False
     api_version: tuple[int, int] = API_VERSION
+    function_name: str = ""              # the kernel function's __name__ (API 1.3)
+
+    @property
+    def name_and_src_info(self) -> str:
+        """JAX's form: ``{name} for kernel function {function} at {file}:{line}``,
+        or ``{function} at {file}:{line}`` when no name was given."""
+        if self.function_name and self.function_name != self.name:
+            return f"{self.name} for kernel function {self.function_name} at {self.source}"
+        return f"{self.name} at {self.source}"
 
     @property
     def mappings(self) -> tuple[BlockMapping, ...]:
@@ -140,7 +150,9 @@ class KernelIR:
 
     def pretty(self) -> str:
         """A readable dump (what ``debug=True`` prints)."""
-        lines = [f"KernelIR v{self.api_version[0]}.{self.api_version[1]} '{self.name}' ({self.source})",
+        lines = [f"KernelIR v{self.api_version[0]}.{self.api_version[1]} '{self.name}' ({self.source})"
+                 + (f" kernel function {self.function_name}"
+                    if self.function_name and self.function_name != self.name else ""),
                  f"  grid={self.grid}" + (f" names={self.grid_names}" if self.grid_names else "")
                  + (f" batch_axes={self.num_batch_axes}" if self.num_batch_axes else "")]
         for m in self.mappings:

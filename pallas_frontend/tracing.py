@@ -406,7 +406,8 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
         in_mappings=in_maps, out_mappings=out_maps, scratch_avals=scratch_avals,
         num_scalar_prefetch=n_pf, input_output_aliases=alias_pairs,
         compiler_params=compiler_params, cost_estimate=cost_estimate,
-        metadata=tuple(sorted((metadata or {}).items())), debug=bool(debug))
+        metadata=tuple(sorted((metadata or {}).items())), debug=bool(debug),
+        function_name=_fn_name(kernel))
     return ir, out_tree
 
 

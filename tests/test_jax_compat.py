@@ -516,3 +516,95 @@ def test_gathers_are_visible_to_backends(rng):
     jaxpr = jax.make_jaxpr(pl.pallas_call(plain, jax.ShapeDtypeStruct((8, 128), jnp.float32)))(x)
     (eqn,) = [e for e in _iter_equations(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
     assert gathered_ref_accesses(eqn.params["kernel"]) == []
+
+
+# --- pl.kernel over meshes ------------------------------------------------------------
+
+class _Mesh:
+    def __init__(self, **axes):
+        self.shape = dict(axes)
+
+
+def test_kernel_with_ref_arguments_and_axis_index(rng):
+    from jax import lax
+    x = jnp.asarray(rng.standard_normal((4, 128)), jnp.float32)
+    acc = jnp.asarray(rng.standard_normal((4, 128)), jnp.float32)
+
+    @jax.jit
+    def f(x, acc):
+        acc_ref = jax.new_ref(acc)
+
+        @pl.kernel(out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=_Mesh(core=4))
+        def body(x_ref, a_ref, o_ref):
+            c = lax.axis_index("core")
+            row = x_ref[pl.ds(c, 1), :]
+            a_ref[pl.ds(c, 1), :] += row          # the Ref argument, updated in place
+            o_ref[pl.ds(c, 1), :] = row * (c + 1).astype(jnp.float32)
+
+        out = body(x, acc_ref)
+        return out, acc_ref[...]
+
+    out, new_acc = f(x, acc)
+    xs = np.asarray(x, np.float64)
+    np.testing.assert_allclose(np.asarray(out), xs * np.arange(1, 5)[:, None], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(new_acc), np.asarray(acc, np.float64) + xs, rtol=1e-6)
+
+
+def test_kernel_mpmd_bodies_share_outputs(rng):
+    x = jnp.asarray(rng.standard_normal((8, 128)), jnp.float32)
+
+    def vector_body(x_ref, o_ref):
+        i = pl.program_id("v")
+        o_ref[pl.ds(i * 4, 4), :] = x_ref[pl.ds(i * 4, 4), :] * 2
+
+    def scalar_body(x_ref, o_ref):
+        o_ref[0, 0] = jnp.sum(x_ref[...])          # runs after the vector body here
+
+    k = pl.kernel([vector_body, scalar_body], jax.ShapeDtypeStruct(x.shape, x.dtype),
+                  mesh=[_Mesh(v=2), _Mesh(s=1)])
+    out = np.asarray(k(x))
+    want = 2 * np.asarray(x, np.float64)
+    want[0, 0] = np.asarray(x, np.float64).sum()
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="same length"):
+        pl.kernel([vector_body], x, mesh=[_Mesh(v=2), _Mesh(s=1)])
+    with pytest.raises(ValueError, match="mesh must be a sequence"):
+        pl.kernel([vector_body], x, mesh=_Mesh(v=2))
+
+
+def test_core_map_body_reads_its_core_index(rng):
+    from jax import lax
+    x = jnp.asarray(rng.standard_normal((3, 128)), jnp.float32)
+
+    @jax.jit
+    def f(x):
+        ref = jax.new_ref(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            core_map = pl.core_map
+
+        @core_map(_Mesh(c=3))
+        def _():
+            c = lax.axis_index("c")
+            ref[pl.ds(c, 1), :] = ref[pl.ds(c, 1), :] + c.astype(jnp.float32) * 10
+        return ref[...]
+
+    np.testing.assert_allclose(np.asarray(f(x)),
+                               np.asarray(x, np.float64) + 10 * np.arange(3)[:, None], rtol=1e-6)
+
+
+def test_kernel_name_and_source_info(rng):
+    def my_kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    def ir_of(name):
+        f = pl.pallas_call(my_kernel, jax.ShapeDtypeStruct((8, 128), jnp.float32), name=name)
+        jaxpr = jax.make_jaxpr(f)(jnp.ones((8, 128), jnp.float32))
+        from pallas_frontend.backend_api import _iter_equations
+        (eqn,) = [e for e in _iter_equations(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+        return eqn.params["kernel"]
+
+    import re
+    assert re.fullmatch(r"fancy for kernel function my_kernel at .*test_jax_compat.py:\d+",
+                        ir_of("fancy").name_and_src_info)
+    assert re.fullmatch(r"my_kernel at .*test_jax_compat.py:\d+", ir_of(None).name_and_src_info)

@@ -34,7 +34,8 @@ _API = {
     "registry": ("backends", "get_backend", "register_backend", "set_default_backend",
                  "which_backend"),
     "specs": ("ANY", "HOST", "BlockDim", "BlockSpec", "Blocked", "BoundedSlice", "Buffered",
-              "CompilerParams", "CostEstimate", "Element", "GridSpec", "MemoryRef", "MemorySpace",
+              "CompilerParams", "CostEstimate", "Element", "GridSpec", "Indirect", "MemoryRef",
+              "MemorySpace",
               "RevisitMode", "Squeezed", "no_block_spec", "squeezed"),
     "tracing": ("PallasTypeError", "PallasUsageError"),
     "diagnostics": ("print_backend_info",),
@@ -105,7 +106,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         backends, get_backend, register_backend, set_default_backend, which_backend)
     from pallas_frontend.specs import (
         ANY, HOST, BlockDim, BlockSpec, Blocked, BoundedSlice, Buffered, CompilerParams,
-        CostEstimate, Element, GridSpec, MemoryRef, MemorySpace, RevisitMode, Squeezed,
+        CostEstimate, Element, GridSpec, Indirect, MemoryRef, MemorySpace, RevisitMode, Squeezed,
         no_block_spec, squeezed)
     from pallas_frontend.tracing import PallasTypeError, PallasUsageError
     dslice = ds

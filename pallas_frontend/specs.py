@@ -61,7 +61,18 @@ class BoundedSlice:
     block_size: int
 
 
-BlockDim = Blocked | Element | Squeezed | BoundedSlice
+@dataclasses.dataclass(frozen=True)
+class Indirect:
+    """A dim indexed by an array of ``block_size`` indices (a gather for
+    inputs, a scatter for outputs). As in JAX, only software pipelines take
+    it (e.g. ``pallas_tpu.emit_pipeline``); ``pallas_call`` block shapes refuse it."""
+    block_size: int
+
+    def __repr__(self):
+        return f"Indirect({self.block_size})"
+
+
+BlockDim = Blocked | Element | Squeezed | BoundedSlice | Indirect
 
 
 def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
@@ -70,6 +81,11 @@ def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
         return squeezed
     if isinstance(dim, (Blocked, Element, Squeezed, BoundedSlice)):
         return dim
+    if isinstance(dim, Indirect):
+        raise ValueError(
+            f"Block shape for {origin} has {dim!r}: indirect (index-array) block dims are taken "
+            "by software pipelines (pallas_tpu.emit_pipeline), not by pallas_call. Pass the "
+            "indices as an input and gather inside the kernel (x_ref[idx]).")
     if isinstance(dim, (int, np.integer)) and not isinstance(dim, bool):
         if dim <= 0:
             raise ValueError(f"Block shape for {origin} has a non-positive dim {dim}; "

@@ -608,3 +608,21 @@ def test_kernel_name_and_source_info(rng):
     assert re.fullmatch(r"fancy for kernel function my_kernel at .*test_jax_compat.py:\d+",
                         ir_of("fancy").name_and_src_info)
     assert re.fullmatch(r"my_kernel at .*test_jax_compat.py:\d+", ir_of(None).name_and_src_info)
+
+
+def test_every_jax_pallas_name_is_importable_or_documented():
+    import pathlib
+    theirs = {n for n in dir(jpl) if not n.startswith("_")}
+    missing = sorted(n for n in theirs if not hasattr(pl, n))
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    for n in missing:
+        assert f"| `{n}` |" in doc, f"pl.{n} is neither provided nor explained in docs/api.md"
+    assert set(missing) <= {"select_ref", "semaphore"}
+
+
+def test_indirect_block_dim_is_refused_by_pallas_call(rng):
+    x = jnp.asarray(rng.standard_normal((16, 128)), jnp.float32)
+    assert repr(pl.Indirect(8)) == repr(jpl.Indirect(8)) == "Indirect(8)"
+    with pytest.raises(ValueError, match=r"args\[0\] has Indirect\(8\).*emit_pipeline"):
+        pl.pallas_call(lambda x_ref, o_ref: None, jax.ShapeDtypeStruct(x.shape, x.dtype),
+                       in_specs=[pl.BlockSpec((pl.Indirect(8), 128), lambda: (0, 0))])(x)

@@ -477,6 +477,8 @@ def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tu
     gives each parallel program its own scratch: that backend must then prove
     itself that a program never observes scratch it did not write.
     """
+    if kernel.dynamic_grid_axes:     # index maps cannot be evaluated ahead: run in order
+        return (False,) * len(kernel.grid)
     from pallas_frontend.interpreter import execute, grid_analysis
     plan = execute.make_plan(kernel)
     tables = tuple(layout.table for layout in plan.layouts)

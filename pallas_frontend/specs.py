@@ -123,7 +123,7 @@ class MemorySpace(enum.Enum):
         return MemoryRef(tuple(shape), np.dtype(dtype), self)
 
     def __str__(self):
-        return self.name
+        return self.value      # "any", "default", "host": as JAX prints Ref<default>{...}
 
 
 ANY = MemorySpace.ANY

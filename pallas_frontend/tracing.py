@@ -18,7 +18,7 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.primitives import grid_context, ref_aval_of
 from pallas_frontend.specs import (
-    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, canonicalize_block_dim,
+    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, MemorySpace, canonicalize_block_dim,
     no_block_spec)
 
 
@@ -225,7 +225,10 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
 
 
 def kernel_ref_aval(m: BlockMapping) -> jc.AbstractRef:
-    return jc.AbstractRef(jc.ShapedArray(m.block_shape, m.dtype), memory_space=m.memory_space)
+    # Without a memory space the Ref is in the backend's default one (printed
+    # Ref<default>{...}, as JAX prints it).
+    space = m.memory_space if m.memory_space is not None else MemorySpace.DEFAULT
+    return jc.AbstractRef(jc.ShapedArray(m.block_shape, m.dtype), memory_space=space)
 
 
 # --- the kernel body ----------------------------------------------------------------

@@ -626,3 +626,17 @@ def test_indirect_block_dim_is_refused_by_pallas_call(rng):
     with pytest.raises(ValueError, match=r"args\[0\] has Indirect\(8\).*emit_pipeline"):
         pl.pallas_call(lambda x_ref, o_ref: None, jax.ShapeDtypeStruct(x.shape, x.dtype),
                        in_specs=[pl.BlockSpec((pl.Indirect(8), 128), lambda: (0, 0))])(x)
+
+
+def test_ref_passed_to_a_primitive_reads_as_in_jax(rng):
+    x = jnp.asarray(rng.standard_normal((8, 32)), jnp.float32)
+    y = jnp.asarray(rng.standard_normal((32, 16)), jnp.float32)
+    messages = []
+    for P, kw in ((jpl, {"interpret": True}), (pl, {})):
+        def kernel(x_ref, y_ref, o_ref):
+            o_ref[...] = jax.lax.dot_general(x_ref, y_ref, (((1,), (0,)), ((), ())))
+        with pytest.raises(ValueError) as info:
+            P.pallas_call(kernel, jax.ShapeDtypeStruct((8, 16), jnp.float32), **kw)(x, y)
+        messages.append(str(info.value).splitlines()[0])
+    assert messages[0] == messages[1]
+    assert "Ref<default>{float32[8,32]}" in messages[1]

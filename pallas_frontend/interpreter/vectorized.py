@@ -26,7 +26,7 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
 from pallas_frontend.interpreter import execute
 from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access
-from pallas_frontend.interpreter.grid_analysis import GridAnalysis, analyze_grid, coverage_report
+from pallas_frontend.grid_analysis import GridAnalysis, analyze_grid, coverage_report
 
 # Batches are never smaller than this, whatever the operands weigh.
 _MIN_BATCH_BUDGET = 1 << 20
@@ -58,6 +58,7 @@ class VectorizedPlan:
 
 def make_plan(kernel: KernelIR) -> VectorizedPlan:
     base = execute.make_plan(kernel)
+    kernel = base.kernel          # with pl.get_global Refs lifted to scratch
     tables = tuple(lay.table for lay in base.layouts)
     analysis = analyze_grid(kernel, tables, base.body)
     if kernel.debug:

@@ -34,12 +34,13 @@ _API = {
                    "semaphore_wait"),
     "registry": ("backends", "get_backend", "register_backend", "set_default_backend",
                  "which_backend"),
-    "specs": ("ANY", "HOST", "BlockDim", "BlockSpec", "Blocked", "BoundedSlice", "Buffered",
+    "specs": ("ANY", "HOST", "BlockDim", "Blocked", "BoundedSlice", "Buffered",
               "CompilerParams", "CostEstimate", "Element", "GridSpec", "Indirect", "MemoryRef",
               "MemorySpace",
               "RevisitMode", "Squeezed", "no_block_spec", "squeezed"),
     "ref_checks": ("RefIndexError",),
-    "tracing": ("PallasTypeError", "PallasUsageError"),
+    # BlockSpec through tracing, which gives it to_block_mapping
+    "tracing": ("BlockSpec", "PallasTypeError", "PallasUsageError"),
     "diagnostics": ("print_backend_info",),
 }
 _HOME = {name: module for module, names in _API.items() for name in names}

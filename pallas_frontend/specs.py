@@ -14,6 +14,15 @@ from typing import Any
 import numpy as np
 
 
+class PallasUsageError(ValueError):
+    """A pallas_call argument is malformed (raised before tracing the kernel)."""
+
+
+class PallasTypeError(PallasUsageError, TypeError):
+    """A pallas_call argument has the wrong type. Both a ValueError (what JAX
+    raises) and a TypeError (what the frontend raised before)."""
+
+
 # --- block dimensions -------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -204,17 +213,7 @@ class BlockSpec:
                 f"BlockSpec's third positional argument is pipeline_mode (e.g. pl.Buffered(2)), "
                 f"got {mode!r}; memory_space is keyword-only: BlockSpec(..., memory_space=...).")
 
-    def to_block_mapping(self, origin: str, array_aval, *, grid=(), index_map_avals=None,
-                         **_ignored):
-        """This spec applied to an array of type ``array_aval`` on ``grid``:
-        the ``BlockMapping`` a backend sees (index map traced over one int32
-        per grid axis, or over ``index_map_avals``). JAX's other keywords
-        (``index_map_tree``, ``vmapped_dims``, ``debug``) are accepted and unused."""
-        from pallas_frontend import tracing
-        grid = tuple(grid)
-        extra = list(index_map_avals or ())[len(grid):]    # scalar-prefetch Refs
-        n = len(grid) if grid or index_map_avals is None else len(index_map_avals)
-        return tracing.block_mapping(self, array_aval, origin, n, extra if grid else ())
+    # ``to_block_mapping`` is attached by ``tracing`` (it traces the index map).
 
 
 class _NoBlockSpec:
@@ -243,7 +242,6 @@ class GridSpec:
                  out_specs: Any = no_block_spec, scratch_shapes: Any = ()):
         self.grid, self.grid_names = normalize_grid(grid)
         if in_specs is not no_block_spec and not isinstance(in_specs, (list, tuple)):
-            from pallas_frontend.tracing import PallasTypeError
             raise PallasTypeError(f"`in_specs` must be a tuple or a list (one entry per "
                                   f"kernel input). Found: {in_specs!r}")
         self.in_specs = tuple(in_specs) if isinstance(in_specs, list) else in_specs
@@ -286,8 +284,8 @@ def normalize_grid(grid: Any) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
 
 def _is_traced_size(g) -> bool:
     """Whether ``g`` is a traced integer scalar (a dynamic grid size)."""
-    from pallas_frontend import _jax_compat as jc
-    if not isinstance(g, jc.core.Tracer):
+    import jax   # only reached for grids that are not plain ints
+    if not isinstance(g, jax.core.Tracer):
         return False
     aval = g.aval
     if aval.shape != () or not np.issubdtype(aval.dtype, np.integer):

@@ -19,18 +19,12 @@ from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.primitives import enable_debug_checks, grid_context, ref_aval_of
 from pallas_frontend.ref_checks import check_ref_accesses, static_slice_errors
 from pallas_frontend.specs import (
-    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, MemorySpace, canonicalize_block_dim,
-    check_dims,
-    no_block_spec)
+    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, MemorySpace, PallasTypeError,
+    PallasUsageError, canonicalize_block_dim, check_dims, no_block_spec)
 
 
-class PallasUsageError(ValueError):
-    """A pallas_call argument is malformed (raised before tracing the kernel)."""
-
-
-class PallasTypeError(PallasUsageError, TypeError):
-    """A pallas_call argument has the wrong type. Both a ValueError (what JAX
-    raises) and a TypeError (what the frontend raised before)."""
+# PallasUsageError and PallasTypeError live with the specs (a leaf module) and
+# are imported above, so ``pallas_frontend.tracing.PallasUsageError`` still works.
 
 
 def tree_mismatch_message(what1: str, tree1, what2: str, tree2) -> str:
@@ -224,6 +218,21 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
         index_map=index_map, index_map_source=src,
         memory_space=None if spec is None else spec.memory_space,
         pipeline_mode=None if spec is None else spec.pipeline_mode)
+
+
+def _to_block_mapping(self: BlockSpec, origin: str, array_aval, *, grid=(), index_map_avals=None,
+                      **_ignored) -> BlockMapping:
+    """This spec applied to an array of type ``array_aval`` on ``grid``: the
+    ``BlockMapping`` a backend sees (index map traced over one int32 per grid
+    axis, or over ``index_map_avals``). JAX's other keywords
+    (``index_map_tree``, ``vmapped_dims``, ``debug``) are accepted and unused."""
+    grid = tuple(grid)
+    extra = list(index_map_avals or ())[len(grid):]    # scalar-prefetch Refs
+    n = len(grid) if grid or index_map_avals is None else len(index_map_avals)
+    return block_mapping(self, array_aval, origin, n, extra if grid else ())
+
+
+BlockSpec.to_block_mapping = _to_block_mapping
 
 
 def kernel_ref_aval(m: BlockMapping) -> jc.AbstractRef:

@@ -20,6 +20,7 @@ import numpy as np
 from jax import lax
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend import primitives
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.block_indices import BlockIndexError
 from pallas_frontend.interpreter.execute import padding_value, varying_like
@@ -93,10 +94,11 @@ def _raise_out_of_range(bad, point, kernel_name, origins):
     bad = np.asarray(bad)
     if bad.any():
         k = int(np.argmax(bad))
-        raise BlockIndexError(
+        # recorded, so that pallas_call re-raises it with its own type
+        primitives._fail(BlockIndexError(
             f"Kernel '{kernel_name}' (dynamic grid): the index_map of {origins[k]} selected a "
             f"block outside the array at grid point {tuple(int(c) for c in np.asarray(point))}"
-            ". Keep block indices within the array for every point of the grid.")
+            ". Keep block indices within the array for every point of the grid."))
 
 
 def run(kernel: KernelIR, dyn_sizes, *operands):

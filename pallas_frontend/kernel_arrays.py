@@ -42,9 +42,10 @@ def kernel_body_fn(kernel: KernelIR) -> Callable[..., list]:
 
     def fn(*args):
         if len(args) != n_grid + n_refs:
-            raise TypeError(f"kernel '{kernel.name}' body takes {n_grid} program ids (and "
-                            f"dynamic grid sizes) and {n_refs} Ref values, got {len(args)} "
-                            "arguments")
+            sizes = (f" (with {len(kernel.dynamic_grid_axes)} dynamic grid sizes)"
+                     if kernel.dynamic_grid_axes else "")
+            raise TypeError(f"kernel '{kernel.name}' body takes {n_grid} program ids{sizes} and "
+                            f"{n_refs} Ref values, got {len(args)} arguments")
         return list(jc.eval_jaxpr(body, *args))
     return fn
 

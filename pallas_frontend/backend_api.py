@@ -21,10 +21,11 @@ from pallas_frontend.kernel_arrays import block_window, kernel_body_fn, scratch_
 from pallas_frontend.specs import BlockDim, Blocked, BoundedSlice, Buffered, Element, Squeezed
 
 # 1.1: parallel_grid_axes; 1.2: forced_interpret_params; 1.3: conformance_compiler_params,
-# kernel_body_fn, block_window, scratch_structs, CAPABILITY_TAGS; 1.4: dynamic grids
+# kernel_body_fn, block_window, scratch_structs, CAPABILITY_TAGS; 1.4: ScopedAllocation
+# (run_scoped collective_axes), capability collective_run_scoped; 1.5: dynamic grids
 # (KernelIR.grid entries None, dynamic_grid_axes, num_index_operands, tag "dynamic_grid"),
 # gathered_ref_accesses, KernelIR.function_name / name_and_src_info
-API_VERSION: tuple[int, int] = (1, 4)
+API_VERSION: tuple[int, int] = (1, 5)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -86,7 +87,7 @@ class KernelIR:
     nothing. The first ``num_batch_axes`` grid axes come from ``vmap`` and are
     hidden from the kernel's ``pl.program_id``.
 
-    Dynamic grids (API 1.4): ``grid[a]`` is ``None`` for an axis whose size is
+    Dynamic grids (API 1.5): ``grid[a]`` is ``None`` for an axis whose size is
     known only at run time (``grid=(n,)`` with ``n`` traced). Then the
     ``pallas_call_p`` operands begin with one int32 scalar per dynamic axis
     (its size, in axis order) before the scalar-prefetch operands, and the
@@ -111,7 +112,7 @@ class KernelIR:
     metadata: tuple[tuple[str, str], ...] = ()
     debug: bool = False
     api_version: tuple[int, int] = API_VERSION
-    function_name: str = ""              # the kernel function's __name__ (API 1.4)
+    function_name: str = ""              # the kernel function's __name__ (API 1.5)
 
     @property
     def name_and_src_info(self) -> str:
@@ -135,7 +136,7 @@ class KernelIR:
 
     @property
     def dynamic_grid_axes(self) -> tuple[int, ...]:
-        """The grid axes whose size is a run-time operand (API 1.4)."""
+        """The grid axes whose size is a run-time operand (API 1.5)."""
         return tuple(a for a, g in enumerate(self.grid) if g is None)
 
     @property
@@ -177,6 +178,24 @@ def _iter_equations(jaxpr):
         yield eqn
         for sub in jc.sub_jaxprs(eqn):
             yield from _iter_equations(sub)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopedAllocation:
+    """The ``memory_space`` of an ``empty_ref`` equation that
+    ``run_scoped(..., collective_axes=...)`` traced: one buffer shared by the
+    programs along ``collective_axes`` (e.g. the warpgroups of a Mosaic GPU
+    CTA) instead of one per program. ``memory_space`` is the type's own.
+    Backends without the capability tag ``collective_run_scoped`` refuse it
+    in ``check``. (API 1.3)"""
+    memory_space: Any
+    collective_axes: tuple[str, ...]
+
+
+def scoped_allocation_of(eqn) -> ScopedAllocation | None:
+    """The ``ScopedAllocation`` an equation carries, if it is a collective scoped allocation."""
+    space = eqn.params.get("memory_space") if eqn.primitive.name == "empty_ref" else None
+    return space if isinstance(space, ScopedAllocation) else None
 
 
 # --- primitives owned by a backend -------------------------------------------
@@ -488,7 +507,12 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         where = f"{m.origin} ({m.index_map_source or kernel.source})"
         if np.dtype(m.dtype) == np.float64:
             need.setdefault("float64", f"{m.origin} ({kernel.source})")
-        for d, n in zip(m.block_dims, m.array_shape):
+        dims = list(zip(m.block_dims, m.array_shape))
+        # vmap's batch dims are squeezed leading dims: part of "vmap", not "squeezed"
+        skip = 0
+        while skip < min(kernel.num_batch_axes, len(dims)) and isinstance(dims[skip][0], Squeezed):
+            skip += 1
+        for d, n in dims[skip:]:
             if isinstance(d, Blocked) and d.block_size < n:
                 need.setdefault("blocked", where)
             elif isinstance(d, Element):
@@ -502,6 +526,12 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         tag = "semaphores" if name.startswith("semaphore_") else _PRIMITIVE_TAGS.get(name)
         if tag is not None:
             need.setdefault(tag, jc.jaxpr_source_line(eqn) or kernel.source)
+        if scoped_allocation_of(eqn) is not None:
+            line = jc.jaxpr_source_line(eqn)
+            # the allocation is traced inside pl.run_scoped: point at the kernel instead
+            if not line or "pallas_frontend" in line:
+                line = kernel.source
+            need.setdefault("collective_run_scoped", line)
     return need
 
 
@@ -519,7 +549,7 @@ def check_capabilities(backend: Backend, kernel: KernelIR) -> None:
 def gathered_ref_accesses(kernel: KernelIR) -> list[tuple[str, str]]:
     """Ref reads and writes indexed by integer arrays (gathers and scatters,
     ``x_ref[idx]``, ``x_ref.at[jnp.arange(n)]``), as ``(primitive, file:line)``.
-    A backend that cannot lower them refuses the kernel naming the line. (API 1.4)"""
+    A backend that cannot lower them refuses the kernel naming the line. (API 1.5)"""
     found = []
     for eqn in kernel.iter_equations():
         first = jc.ref_indexers(eqn)

@@ -127,7 +127,9 @@ def our_revision() -> str:
 def run_copy(directory: Path, name: str, timeout: float, target: str) -> dict[str, tuple[str, str]]:
     """Runs one test file; returns {test id: (outcome, first failure line)}."""
     report = directory / (name + ".xml")
-    env = dict(os.environ, PALLAS_JAX_SUITE_TARGET=target, PYTHONPATH=str(directory))
+    # The copy's own directory first (its shims), then whatever the caller set (a worktree).
+    pythonpath = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PALLAS_JAX_SUITE_TARGET=target, PYTHONPATH=pythonpath)
     env.setdefault("JAX_PLATFORMS", "cpu")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            f"--junitxml={report}", "-o", "junit_family=xunit1", name]

@@ -246,6 +246,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reuse-jax", action="store_true",
                     help="read JAX's side from the reports an earlier run left in --work "
                          "(its results do not depend on our code)")
+    ap.add_argument("--reuse-ours", nargs="*", default=[], metavar="FILE",
+                    help="files whose side of ours is read from an earlier run's report in --work")
     args = ap.parse_args(argv)
 
     import jax
@@ -261,9 +263,9 @@ def main(argv=None) -> int:
             for name in args.files:
                 jax_res[name] = parse_junit(directory / (name + ".xml"), name)
             continue
-        if directory.exists():
+        if directory.exists() and not args.reuse_ours:
             shutil.rmtree(directory)
-        directory.mkdir(parents=True)
+        directory.mkdir(parents=True, exist_ok=True)
         for shim in SHIMS.glob("*.py"):
             shutil.copy(shim, directory / shim.name)
         for name in args.files:
@@ -272,6 +274,9 @@ def main(argv=None) -> int:
         if args.only and args.only != side:
             continue
         for name in args.files:
+            if side == "ours" and name in args.reuse_ours:
+                our_res[name] = parse_junit(directory / (name + ".xml"), name)
+                continue
             print(f"[{side}] {name} ...", flush=True)
             res = run_copy(directory, name, args.timeout, side)
             (jax_res if side == "jax" else our_res)[name] = res

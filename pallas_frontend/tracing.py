@@ -275,7 +275,10 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
         return []
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_index + list(ref_avals)
-    with static_slice_errors():
+    # the names stay bound for the whole trace: JAX checks axis_index's type
+    # when it closes the jaxpr, after the body has returned
+    named = [(n, g) for n, g in zip(grid_names or (), grid) if g is not None]
+    with static_slice_errors(), jc.extend_axis_env(named):
         jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
     if grid_names and any(e.primitive.name == "axis_index" for e in _iter_eqns(jaxpr.jaxpr)):
         def with_program_ids(*flat):

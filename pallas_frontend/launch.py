@@ -11,6 +11,7 @@ import jax
 from pallas_frontend import registry
 from pallas_frontend.block_indices import check_block_ranges
 from pallas_frontend.call_primitive import pallas_call_p
+from pallas_frontend.foreign_params import check_not_jax_params
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
 from pallas_frontend.tracing import build_kernel_ir, resolve_grid_spec
 
@@ -45,6 +46,8 @@ def pallas_call(
     names one explicitly. On CPU the interpreter is the default.
     """
     gs = resolve_grid_spec(grid_spec, grid, in_specs, out_specs, scratch_shapes)
+    check_not_jax_params("compiler_params", compiler_params)
+    check_not_jax_params("interpret", interpret)
     if cost_estimate is not None and not isinstance(cost_estimate, CostEstimate):
         raise TypeError(f"cost_estimate must be a pl.CostEstimate, got {type(cost_estimate).__name__}")
     if compiler_params is not None and not _is_params_dataclass(compiler_params):

@@ -14,7 +14,8 @@ just before the opening fence:
 Languages: ``python`` runs (a fresh namespace per block unless ``continue``);
 ``bash``/``sh``/``shell`` runs under ``bash -euo pipefail`` from the repository
 root; ``toml`` must parse; ``text``/``console`` and blocks without a language
-are output or diagrams and are not run. Any other language, an unknown marker
+are output or diagrams, and MyST directives (```{toctree}, ...) are site
+markup; neither is run. Any other language, an unknown marker
 or a ``skip`` without a reason fails the check.
 """
 
@@ -89,7 +90,9 @@ def parse(path: Path) -> list[Snippet]:
             i += 1
             continue
         fence, indent = opening["fence"], len(opening["indent"])
-        language = opening["info"].strip().split(" ")[0].strip("{}").lower()
+        info = opening["info"].strip()
+        # MyST directives ({toctree}, {include}, {eval-rst}) are site markup, not code
+        language = "text" if info.startswith("{") else info.split(" ")[0].lower()
         where = f"{rel}:{i + 1}"
         body, j = [], i + 1
         while j < len(lines) and not (lines[j].strip().startswith(fence)

@@ -83,7 +83,7 @@ def _manifest_lines(backend) -> list[str]:
 def generate() -> str:
     backends = _installed_backends()
     names = [f"`{b.name}`" for b in backends]
-    out = [BEGIN, "", "### Backends", ""]
+    out = [BEGIN, "", "## Backends", ""]
     out += _table(["", *names], [
         ["distribution", *[f"`{b.distribution or 'pallas-frontend'}`" for b in backends]],
         ["version", *[str(b.version) for b in backends]],
@@ -95,26 +95,26 @@ def generate() -> str:
                             or NO for b in backends]],
     ])
     tags = sorted(set().union(*(b.capabilities for b in backends)))
-    out += ["", "### Capability tags", "",
+    out += ["", "## Capability tags", "",
             "`check()` refuses a kernel that needs a tag its backend lacks. A backend",
             "declaring no tags at all is not capability-checked (marked \"not declared\").", ""]
     out += _table(["tag", *names], [
         [f"`{tag}`", *[(YES if tag in b.capabilities else NO) if b.capabilities else "not declared"
                        for b in backends]] for tag in tags])
-    out += ["", "### Dtypes", "",
+    out += ["", "## Dtypes", "",
             "\"not declared\": `dtypes = None`, so the frontend checks no dtype for it; the",
             "backend's own `check()` may still refuse some (see its README).", ""]
     out += _table(["dtype", *names], [
         [f"`{dtype}`", *[("not declared" if b.dtypes is None else YES if dtype in b.dtypes else NO)
                          for b in backends]] for dtype in DTYPES])
     owners = _primitives_by_owner()
-    out += ["", "### Own kernel primitives", "",
+    out += ["", "## Own kernel primitives", "",
             "Registered with `backend_api.kernel_primitive(owner=...)`; every other backend",
             "refuses them in `check()`. The frontend's own (owner `pallas_frontend`) go to every backend.", ""]
     out += _table(["owner", "primitives"], [
         [f"`{owner}`", ", ".join(f"`{n}`" for n in owners[owner])]
         for owner in ["pallas_frontend", *[b.name for b in backends]] if owner in owners])
-    out += ["", "### Conformance manifests", "",
+    out += ["", "## Conformance manifests", "",
             "Tests of `pytest --pyargs pallas_frontend.testing --pallas-backend NAME` that a",
             "backend skips (`conformance_unsupported`) or expects to fail (`conformance_xfail`,",
             "strict: an unexpected pass fails the run).", ""]

@@ -107,13 +107,13 @@ PROBE = textwrap.dedent("""
     for name in sys.argv[1:]:
         backend = registry.get_backend(name)
         available, why = backend.is_available()
-        options = backend.call_options(jax.default_backend())
-        chosen = registry.select_backend(platform=jax.default_backend(),
-                                         interpret=options.get("interpret", False),
-                                         compiler_params=options.get("compiler_params"),
-                                         backend=options.get("backend")).name
-        entry = {"available": available, "reason": why, "selected": chosen}
+        entry = {"available": available, "reason": why}
         if available:
+            options = backend.call_options(jax.default_backend())
+            entry["selected"] = registry.select_backend(
+                platform=jax.default_backend(), interpret=options.get("interpret", False),
+                compiler_params=options.get("compiler_params"),
+                backend=options.get("backend")).name
             out = pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                                  grid=(4,), in_specs=[spec, spec], out_specs=spec, **options)(x, y)
             entry["max_error"] = float(np.max(np.abs(np.asarray(out, np.float64)
@@ -143,13 +143,12 @@ def test_extra_installs_only_its_backends_and_runs_a_kernel(extra, wheelhouse, t
     unavailable = []
     for name in chosen:
         run = report["runs"][name]
-        assert run["selected"] == name, run
         if run["available"]:
-            assert run["max_error"] < 1e-6, (name, run)
+            assert run["selected"] == name and run["max_error"] < 1e-6, (name, run)
         else:
             unavailable.append(f"{name}: {run['reason']}")
     if unavailable:
-        pytest.xfail("listed and selectable, but reports itself unavailable on this machine, "
+        pytest.xfail("installed and listed, but reports itself unavailable on this machine, "
                      "so no kernel ran: " + "; ".join(unavailable))
 
 

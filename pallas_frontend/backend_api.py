@@ -17,9 +17,12 @@ from typing import Any
 
 import numpy as np
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend.specs import BlockDim, BoundedSlice, Buffered, Squeezed
+from pallas_frontend.kernel_arrays import block_window, kernel_body_fn, scratch_structs
+from pallas_frontend.specs import BlockDim, Blocked, BoundedSlice, Buffered, Element, Squeezed
 
-API_VERSION: tuple[int, int] = (1, 2)   # 1.1: parallel_grid_axes; 1.2: forced_interpret_params
+# 1.1: parallel_grid_axes; 1.2: forced_interpret_params; 1.3: conformance_compiler_params,
+# kernel_body_fn, block_window, scratch_structs, CAPABILITY_TAGS
+API_VERSION: tuple[int, int] = (1, 3)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -245,7 +248,9 @@ class Backend:
     name: str = ""
     distribution: str | None = None          # the pip distribution that ships it
     version: str = "0"
-    api_version: tuple[int, int] = API_VERSION
+    # Required: the backend API this backend was written against (e.g. (1, 2)).
+    # A backend that leaves it unset is refused at load with the fix.
+    api_version: tuple[int, int] | None = None
     platforms: tuple[str, ...] = ()          # JAX platforms it lowers for: "cpu", "cuda", "rocm", "tpu"
     priority: int = 0                        # highest wins among defaults for a platform
     compiler_params_type: type | None = None
@@ -253,7 +258,7 @@ class Backend:
     memory_spaces: tuple[Any, ...] = ()
     capabilities: frozenset[str] = frozenset()
     dtypes: frozenset[str] | None = None     # None: any dtype
-    pip_extra: str | None = None             # e.g. "triton" -> pip install "pallas-frontend[triton]"
+    pip_extra: str | None = None             # the pallas-frontend extra that installs it, if any
     # Conformance manifests (``pallas_frontend.testing``): test-name pattern
     # (fnmatch, e.g. "test_jvp*") -> reason. ``conformance_unsupported``: a
     # permanent gap, the test is skipped. ``conformance_xfail``: a known bug,
@@ -295,8 +300,35 @@ class Backend:
         ``interpret=<these params>``. (API 1.2)"""
         return None
 
+    def conformance_compiler_params(self) -> Sequence[Any]:
+        """Non-default compiler params the conformance suite runs its kernels
+        with, besides the defaults of ``call_options``. Default: the
+        default-constructed ``compiler_params_type`` with each bool field
+        flipped in turn. Override to name the options that matter. (API 1.3)"""
+        params_type = self.compiler_params_type
+        if params_type is None:
+            return []
+        try:
+            base = params_type()
+        except TypeError:       # required fields: the backend must say
+            return []
+        return [dataclasses.replace(base, **{f.name: not getattr(base, f.name)})
+                for f in dataclasses.fields(params_type)
+                if f.init and isinstance(getattr(base, f.name), bool)]
+
     def lower(self, kernel: KernelIR, ctx: LoweringContext, *args) -> Sequence[Any]:
-        """Returns the MLIR values of the outputs (JAX's lowering-rule result)."""
+        """Returns the MLIR values of the outputs, one per ``kernel.out_mappings``.
+
+        ``ctx.mlir_ctx`` is JAX's lowering-rule context (``ctx.mlir_ctx.avals_in``
+        are the operand types), ``ctx.platform`` the platform being lowered for,
+        ``ctx.interpret_params`` the interpret params of the call, if any.
+        ``args`` are the MLIR values of the operands: the scalar-prefetch
+        operands, then the inputs, in ``kernel.in_mappings`` order (full
+        arrays, not blocks). Return a sequence of MLIR values of the output
+        arrays' shapes and dtypes. The simplest honest lowering is a JAX
+        function: ``ctx.lower_fun(fn, *args)`` with ``fn(*arrays) -> list``
+        (``kernel_body_fn``, ``block_window`` and ``scratch_structs`` turn the
+        kernel into array code; see docs/backend-authors.md)."""
         raise NotImplementedError(f"backend {self.name!r} does not implement lower()")
 
     def call_options(self, platform: str) -> dict[str, Any]:
@@ -338,7 +370,8 @@ class Backend:
         ok, why = self.is_available()
         return {
             "name": self.name, "distribution": self.distribution, "version": self.version,
-            "api_version": "%d.%d" % tuple(self.api_version), "platforms": list(self.platforms),
+            "api_version": ("%d.%d" % tuple(self.api_version)) if self.api_version else None,
+            "platforms": list(self.platforms),
             "priority": self.priority, "capabilities": sorted(self.capabilities),
             "available": ok, "unavailable_reason": why,
         }
@@ -375,22 +408,65 @@ def check_dtypes(backend: Backend, kernel: KernelIR) -> None:
 
 # Capability tags a kernel needs, derived from its IR. A backend declares the
 # tags it supports in ``Backend.capabilities``; a backend that declares none is
-# not checked (it takes responsibility in its own ``check``).
+# not checked (it takes responsibility in its own ``check``). Backends may
+# declare more tags of their own (e.g. "atomics", "dma"): the frontend derives
+# only these, and the conformance suite's ``@requires`` reads all of them.
+CAPABILITY_TAGS: dict[str, str] = {
+    "grid": "a grid of at least one axis (the kernel runs more than once, or per program id)",
+    "blocked": "a Blocked dim whose block is smaller than its array dim (real windowing)",
+    "element": "a pl.Element dim (element offsets, with padding)",
+    "squeezed": "a pl.Squeezed dim (None in a block shape)",
+    "bounded_slice": "a pl.BoundedSlice dim (a dynamic valid size per block)",
+    "scratch": "scratch buffers (scratch_shapes)",
+    "aliasing": "input_output_aliases",
+    "run_scoped": "pl.run_scoped allocations inside the body",
+    "debug_print": "pl.debug_print",
+    "debug_check": "pl.debug_check",
+    "semaphores": "semaphore primitives",
+    "float64": "a float64 operand",
+    "loops": "loops in the body (lax.fori_loop / while_loop / scan)",
+    "vmap": "batch axes added by jax.vmap",
+    "jvp": "a kernel built by jax.jvp from another kernel",
+}
+# metadata entry that the frontend's transformation rules add to a kernel they build
+TRANSFORM_METADATA_KEY = "pallas_frontend.transform"
+
+_PRIMITIVE_TAGS = {"run_scoped": "run_scoped", "empty_ref": "run_scoped",
+                   "debug_print": "debug_print",
+                   "debug_check": "debug_check", "scan": "loops", "while": "loops"}
+
+
 def required_capabilities(kernel: KernelIR) -> dict[str, str]:
     """Tag -> where in the kernel it is needed (``file:line`` or operand)."""
     need: dict[str, str] = {}
+    if len(kernel.grid) > kernel.num_batch_axes:
+        need["grid"] = kernel.source
     if kernel.scratch_avals:
         need["scratch"] = kernel.source
     if kernel.input_output_aliases:
         need["aliasing"] = kernel.source
     if kernel.num_batch_axes:
         need["vmap"] = kernel.source
+    if dict(kernel.metadata).get(TRANSFORM_METADATA_KEY) == "jvp":
+        need["jvp"] = kernel.source
     for m in kernel.mappings:
+        where = f"{m.origin} ({m.index_map_source or kernel.source})"
         if np.dtype(m.dtype) == np.float64:
             need.setdefault("float64", f"{m.origin} ({kernel.source})")
+        for d, n in zip(m.block_dims, m.array_shape):
+            if isinstance(d, Blocked) and d.block_size < n:
+                need.setdefault("blocked", where)
+            elif isinstance(d, Element):
+                need.setdefault("element", where)
+            elif isinstance(d, Squeezed):
+                need.setdefault("squeezed", where)
+            elif isinstance(d, BoundedSlice):
+                need.setdefault("bounded_slice", where)
     for eqn in kernel.iter_equations():
-        if eqn.primitive.name.startswith("semaphore_"):
-            need.setdefault("semaphores", jc.jaxpr_source_line(eqn) or kernel.source)
+        name = eqn.primitive.name
+        tag = "semaphores" if name.startswith("semaphore_") else _PRIMITIVE_TAGS.get(name)
+        if tag is not None:
+            need.setdefault(tag, jc.jaxpr_source_line(eqn) or kernel.source)
     return need
 
 
@@ -415,7 +491,8 @@ def ref_effects(*, reads: Sequence[int] = (), writes: Sequence[int] = ()) -> set
 def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tuple[bool, ...]:
     """Per grid axis: whether grid points may run independently along it.
 
-    The frontend interpreter's own verdict (``interpreter/grid_analysis.py``):
+    The frontend's grid analysis (``pallas_frontend/grid_analysis.py``, the
+    verdict the interpreter also uses):
     points differing along the parallel axes write disjoint regions of every
     output, the body has no ordered effects, ``dimension_semantics`` does not
     declare the axis sequential, and scratch carries no observed state from
@@ -425,9 +502,16 @@ def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tu
     gives each parallel program its own scratch: that backend must then prove
     itself that a program never observes scratch it did not write.
     """
-    from pallas_frontend.interpreter import execute, grid_analysis
-    plan = execute.make_plan(kernel)
-    tables = tuple(layout.table for layout in plan.layouts)
-    found = grid_analysis.analyze_grid(kernel, tables, plan.body,
-                                       scratch_is_shared=not private_scratch)
-    return tuple(a in found.parallel_axes for a in range(len(kernel.grid)))
+    from pallas_frontend import grid_analysis   # imports no interpreter, nor this module
+    return grid_analysis.parallel_grid_axes(kernel, private_scratch=private_scratch)
+
+
+__all__ = [
+    "API_VERSION", "BackendCapabilityError", "BackendUnavailableError", "Backend", "BlockMapping",
+    "CAPABILITY_TAGS", "ENTRY_POINT_GROUP", "FRONTEND_OWNER", "KernelIR", "LoweringContext",
+    "PROJECT_NAME", "TRANSFORM_METADATA_KEY", "block_window", "check_capabilities",
+    "check_dtypes", "check_primitive_owners", "def_pure_primitive", "hookimpl", "hookspec",
+    "interpretable", "kernel_body_fn", "kernel_primitive", "parallel_grid_axes",
+    "primitive_owner", "ref_effects", "register_interpret_rule", "required_capabilities",
+    "scratch_structs", "trace_body",
+]

@@ -10,13 +10,16 @@ primitive without a NumPy rule falls back to JAX on the host.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.specs import Blocked, BoundedSlice, Element, Squeezed
+
+if TYPE_CHECKING:   # the contract imports this module (through grid_analysis); not back
+    from pallas_frontend.backend_api import BlockMapping, KernelIR
 
 
 class BlockIndexError(IndexError, ValueError):

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend import registry
+from pallas_frontend import backend_api, registry
 from pallas_frontend.backend_api import BlockMapping, KernelIR, LoweringContext
 from pallas_frontend.specs import Squeezed
 
@@ -156,6 +156,7 @@ def _jvp_rule(primals, tangents, *, kernel: KernelIR, interpret, backend):
     t_maps = [_tangent_mapping(m) for m, nz in zip(kernel.in_mappings, nz_in) if nz]
     new_kernel = kernel.replace(
         name=f"{kernel.name}_jvp", jaxpr=body,
+        metadata=kernel.metadata + ((backend_api.TRANSFORM_METADATA_KEY, "jvp"),),
         in_mappings=kernel.in_mappings + tuple(t_maps),
         out_mappings=kernel.out_mappings + tuple(_tangent_mapping(m) for m in kernel.out_mappings),
         scratch_avals=kernel.scratch_avals + kernel.scratch_avals)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import warnings
 
@@ -21,8 +22,37 @@ class SmokeResult:
     detail: str
 
 
-def backend_rows() -> list[dict[str, str]]:
-    """One row per discovered backend and per load failure."""
+def availability(b, platform: str) -> str:
+    """How ``b`` can be used on this machine: natively, interpret-only,
+    compile-only, or "no: <why>" (a raising ``is_available`` included)."""
+    try:
+        ok, why = b.is_available()
+    except Exception as e:  # a plugin's probe: report it in its row, keep listing
+        return f"no: is_available() raised {type(e).__name__}: {e}"
+    if not ok:
+        return f"no: {why}"
+    if platform in b.platforms:
+        return f"yes, natively ({platform})"
+    modes = []
+    if b.interpret_params_type is not None:
+        modes.append("yes, interpret-only")
+    try:
+        target = b.compile_platform()
+    except Exception:   # same: a plugin's own code
+        target = platform
+    if target != platform and target in b.platforms:
+        modes.append(f"compile-only ({target})")
+    if not modes:
+        return f"no: it serves {', '.join(b.platforms)}, this machine is {platform}"
+    return "; ".join(modes)
+
+
+def backend_rows(platform: str | None = None) -> list[dict[str, str]]:
+    """One row per discovered backend, per load failure and per filtered plugin
+    (imports every plugin the configuration allows)."""
+    if platform is None:
+        import jax
+        platform = jax.default_backend()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", discovery.BackendLoadWarning)
         found = registry.backends()
@@ -31,7 +61,6 @@ def backend_rows() -> list[dict[str, str]]:
     for name in sorted(found):
         b = found[name]
         o = registry.origin(name)
-        ok, why = b.is_available()
         rows.append({
             "name": name,
             "distribution": o.distribution if o else (b.distribution or "(registered in-process)"),
@@ -39,25 +68,56 @@ def backend_rows() -> list[dict[str, str]]:
             "api": "%d.%d" % tuple(b.api_version),
             "platforms": ",".join(b.platforms),
             "capabilities": ",".join(sorted(b.capabilities)) or "-",
-            "available": "yes" if ok else f"no: {why}",
+            "available": availability(b, platform),
             "load error": "-",
         })
     for key in sorted(failures):
         f = failures[key]
         rows.append({"name": f.name, "distribution": f.origin.distribution,
                      "version": f.origin.version, "api": "?", "platforms": "?",
-                     "capabilities": "?", "available": "no", "load error": f.reason})
+                     "capabilities": "?", "available": "no: failed to load",
+                     "load error": f.reason})
+    skipped = registry.filtered()
+    for key in sorted(skipped):
+        f = skipped[key]
+        rows.append({"name": f.name, "distribution": f.origin.distribution,
+                     "version": f.origin.version, "api": "?", "platforms": "?",
+                     "capabilities": "?", "available": f"filtered out: {f.reason}",
+                     "load error": "-"})
     return rows
 
 
-def format_table(rows: list[dict[str, str]], columns=COLUMNS, max_width: int = 48) -> str:
-    def cut(s):
-        return s if len(s) <= max_width else s[:max_width - 3] + "..."
-    cells = [[cut(r[c]) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width``, broken after commas and spaces."""
+    text = " ".join(text.split("\n"))
+    if len(text) <= width:
+        return [text]
+    lines, line = [], ""
+    for piece in re.findall(r"[^,\s]+,?\s*|\s+", text):
+        if line and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        while len(piece) > width:      # one word longer than the column
+            lines.append(piece[:width])
+            piece = piece[width:]
+        line += piece.lstrip() if not line else piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines
+
+
+def format_table(rows: list[dict[str, str]], columns=COLUMNS, max_width: int = 40) -> str:
+    """A text table whose long cells wrap onto more lines (nothing is cut)."""
+    cells = [[_wrap(r[c], max_width if c != "load error" else 2 * max_width) for c in columns]
+             for r in rows]
+    widths = [max([len(c)] + [len(ln) for row in cells for ln in row[i]])
+              for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip(),
              "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    for row in cells:
+        for k in range(max(len(cell) for cell in row)):
+            lines.append("  ".join((cell[k] if k < len(cell) else "").ljust(w)
+                                   for cell, w in zip(row, widths)).rstrip())
     return "\n".join(lines)
 
 
@@ -69,7 +129,7 @@ def print_backend_info(file=None) -> None:
     out = file or sys.stdout
     print(f"pallas-frontend {__version__} (backend API {API_VERSION[0]}.{API_VERSION[1]}), "
           f"jax {jax.__version__}, platform {jax.default_backend()}", file=out)
-    print(format_table(backend_rows()), file=out)
+    print(format_table(backend_rows(jax.default_backend())), file=out)
 
 
 def smoke_test_all(platform: str | None = None) -> list[SmokeResult]:
@@ -83,7 +143,10 @@ def smoke_test_all(platform: str | None = None) -> list[SmokeResult]:
         found = registry.backends()
     for name in sorted(found):
         b = found[name]
-        ok, why = b.is_available()
+        try:
+            ok, why = b.is_available()
+        except Exception as e:  # a plugin's probe: report, keep checking the others
+            ok, why = False, f"is_available() raised {type(e).__name__}: {e}"
         if not ok:
             results.append(SmokeResult(name, "-", None, f"unavailable: {why}"))
             continue

@@ -7,14 +7,12 @@ first use.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pluggy
 
-if TYPE_CHECKING:
-    from pallas_frontend.backend_api import Backend
-
+# No import of ``backend_api`` here, not even for typing: the contract imports
+# this module, and the contract imports nothing back.
 PROJECT_NAME = "pallas_frontend"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -25,6 +23,7 @@ class BackendHookSpecs:
     """Hooks a backend plugin implements (mark implementations with ``hookimpl``)."""
 
     @hookspec
-    def pallas_frontend_backend(self) -> Backend | Sequence[Backend] | None:
-        """Return the plugin's ``Backend`` (or several). Must be cheap: do not
-        import compilers here; do that in ``Backend.lower``."""
+    def pallas_frontend_backend(self) -> Any:
+        """Return the plugin's ``backend_api.Backend`` (or a sequence of them,
+        or None). Must be cheap: do not import compilers here; do that in
+        ``Backend.lower``."""

@@ -57,6 +57,7 @@ def pallas_call(
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str)
                                         for k, v in metadata.items()):
         raise TypeError("metadata must be a dict[str, str].")
+    registry.check_interpret_arguments(interpret, compiler_params, backend)
     aliases = dict(input_output_aliases or {})
 
     @functools.partial(jax.jit, inline=True, static_argnums=0)

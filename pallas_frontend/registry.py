@@ -1,8 +1,10 @@
 """Which backends exist, and which one runs a given kernel.
 
-Backends come from ``discovery`` (entry points, read on first need) and from
-``register_backend`` (in-process). Selection, first match wins:
-1. ``interpret=True`` -> the built-in interpreter; a backend's interpret-params
+Backends come from ``discovery`` (entry points, read on first need; a plugin
+is imported only when selection may choose it) and from ``register_backend``
+(in-process). Selection, first match wins:
+1. ``interpret=True`` -> the built-in interpreter (with another backend's
+   compiler params or ``backend=`` an error); a backend's interpret-params
    object -> that backend;
 2. ``compiler_params`` of a backend's type -> that backend;
 3. an explicit ``backend=`` name;
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 
@@ -35,7 +37,7 @@ def _discovered() -> discovery.Discovered:
     global _found
     with _lock:
         if _found is None:
-            from pallas_frontend import discovery   # lazily: it imports pluggy and metadata
+            from pallas_frontend import discovery   # lazily: it reads installed metadata
             _found = discovery.discover()
         return _found
 
@@ -52,6 +54,10 @@ def register_backend(backend: Backend) -> Backend:
     if not isinstance(backend, Backend):
         raise TypeError(f"register_backend takes a pallas_frontend.backend_api.Backend, "
                         f"got {type(backend).__name__}")
+    from pallas_frontend import discovery
+    why = discovery.validate_api_version(backend)
+    if why is not None:
+        raise ValueError(f"register_backend({type(backend).__name__}): {why}")
     with _lock:
         _registered[backend.name] = backend
     return backend
@@ -63,32 +69,84 @@ def unregister_backend(name: str) -> None:
 
 
 def backends() -> dict[str, Backend]:
-    """Every usable backend by name."""
+    """Every usable backend by name (imports every plugin the configuration allows)."""
+    with _lock:
+        found = _discovered()
+        found.load_all()
+        return {**found.backends, **_registered}
+
+
+def _loaded() -> dict[str, Backend]:
+    """The backends imported so far (no import)."""
     return {**_discovered().backends, **_registered}
 
 
 def load_failures() -> dict[str, discovery.LoadFailure]:
-    return dict(_discovered().failures)
+    """Every plugin that failed to load (imports every allowed plugin first)."""
+    with _lock:
+        found = _discovered()
+        found.load_all()
+        return dict(found.failures)
+
+
+def filtered() -> dict[str, discovery.Filtered]:
+    """Installed plugins that the configuration kept from loading (not imported)."""
+    return dict(_discovered().filtered)
 
 
 def origin(name: str) -> discovery.Origin | None:
     return _discovered().origins.get(name)
 
 
+# The distributions this project ships, and where they live in a checkout.
+SHIPPED = {"triton": "pallas-triton", "tpu": "pallas-tpu", "mgpu": "pallas-mgpu"}
+
+
+def install_hint(name: str, params: Any = None) -> str:
+    """How to get backend ``name``: the distribution to pip-install when known."""
+    if name in SHIPPED:
+        dist = SHIPPED[name]
+        return (f"pip install {dist} (from a checkout: pip install -e "
+                f"plugins/{dist.replace('-', '_')})")
+    if params is not None:
+        top = type(params).__module__.split(".")[0]
+        try:
+            import importlib.metadata as md
+            dists = md.packages_distributions().get(top, [])
+        except Exception:   # metadata of other packages is not ours to trust
+            dists = []
+        if dists:
+            return (f"{type(params).__module__}.{type(params).__qualname__} comes from "
+                    f"distribution {dists[0]}, which registers no backend {name!r} in entry "
+                    "point group pallas_frontend.backends; reinstall or upgrade it")
+    return (f"install the distribution that provides backend {name!r} (it registers entry "
+            "point group pallas_frontend.backends)")
+
+
 def pip_hint(name: str) -> str:
-    return f'pip install "pallas-frontend[{name}]"'
+    """Kept for callers of earlier versions; see ``install_hint``."""
+    return install_hint(name)
 
 
 def get_backend(name: str) -> Backend:
-    found = backends()
-    if name in found:
-        return found[name]
-    failure = _discovered().failures.get(name)
-    if failure is not None:
-        raise failure.error()
+    """The backend ``name``, importing only that plugin."""
+    with _lock:
+        if name in _registered:
+            return _registered[name]
+        found = _discovered()
+        b = found.load(name)
+        if b is not None:
+            return b
+        failure = found.failure_for(name)
+        if failure is not None:
+            raise failure.error()
+        skipped = next((f for f in found.filtered.values() if f.name == name), None)
+        if skipped is not None:
+            raise skipped.error()
+        known = sorted({*found.backends, *found.pending, *_registered})
     raise BackendUnavailableError(
         f"No pallas_frontend backend named {name!r} is installed (installed: "
-        f"{', '.join(sorted(found))}). Install it with: {pip_hint(name)}")
+        f"{', '.join(known)}). To get it: {install_hint(name)}")
 
 
 def set_default_backend(platform: str, name: str | None) -> None:
@@ -117,21 +175,44 @@ def configured_default(platform: str) -> str | None:
     return None
 
 
+def check_interpret_arguments(interpret, compiler_params, backend: str | None) -> None:
+    """``interpret=True`` runs the built-in interpreter: refuse what it would drop."""
+    if interpret is not True:
+        return
+    if backend is not None and backend != INTERPRETER:
+        raise ValueError(
+            f"interpret=True runs the built-in interpreter, but backend={backend!r} names "
+            f"another backend. Pass one of the two (to interpret with {backend!r}, pass its "
+            "interpret params as interpret=..., if it has any).")
+    owner = _declared_owner(compiler_params)
+    if owner is not None and owner != INTERPRETER:
+        raise ValueError(
+            f"interpret=True runs the built-in interpreter, which would ignore compiler_params "
+            f"of type {type(compiler_params).__qualname__} (backend {owner!r}). To interpret "
+            f"with backend {owner!r}, pass its interpret params (interpret=<its "
+            "InterpretParams>()); to compile with it, drop interpret=True; or drop its "
+            "compiler_params.")
+
+
 def select_backend(*, platform: str, interpret, compiler_params, backend: str | None) -> Backend:
-    found = backends()
+    """The backend that lowers a kernel on ``platform``; imports only what it may choose."""
+    check_interpret_arguments(interpret, compiler_params, backend)
     if interpret is True:
         return get_backend(INTERPRETER)
     if interpret not in (False, None):
-        b = _backend_of(found, interpret, "interpret_params_type")
+        b = _backend_of_params(interpret, "interpret_params_type")
         if b is not None:
             return b
         owner = _owner_of(interpret)
+        _raise_if_skipped(owner, interpret)
+        _raise_if_other_type(owner, interpret, "interpret_params_type")
         raise BackendUnavailableError(
             f"interpret={interpret!r} is an interpret-params object of backend {owner!r}, which "
-            f"is not installed (platform {platform!r}). Install it with: {pip_hint(owner)}, or "
-            "pass interpret=True for the built-in interpreter.")
+            f"is not installed (platform {platform!r}). To get it: "
+            f"{install_hint(owner, interpret)}; or pass interpret=True for the built-in "
+            "interpreter.")
     if compiler_params is not None:
-        b = _backend_of(found, compiler_params, "compiler_params_type")
+        b = _backend_of_params(compiler_params, "compiler_params_type")
         if b is not None:
             if backend is not None and backend != b.name:
                 raise BackendUnavailableError(
@@ -140,27 +221,67 @@ def select_backend(*, platform: str, interpret, compiler_params, backend: str | 
                     "Pass one or the other.")
             return _serving(b, platform)
         owner = _owner_of(compiler_params)
-        failure = _discovered().failures.get(owner)
-        if failure is not None:
-            raise failure.error()
+        _raise_if_skipped(owner, compiler_params)
+        _raise_if_other_type(owner, compiler_params, "compiler_params_type")
         raise BackendUnavailableError(
             f"compiler_params of type {type(compiler_params).__qualname__} belong to backend "
-            f"{owner!r}, which is not installed (platform {platform!r}). Install it with: "
-            f"{pip_hint(owner)}")
+            f"{owner!r}, which is not installed (platform {platform!r}). To get it: "
+            f"{install_hint(owner, compiler_params)}")
     if backend is not None:
         return _serving(get_backend(backend), platform)
     configured = configured_default(platform)
     if configured is not None:
         return _serving(get_backend(configured), platform)
-    if platform == "cpu" and INTERPRETER in found:
-        return found[INTERPRETER]
-    candidates = [b for b in found.values() if platform in b.platforms and b.is_available()[0]]
-    if not candidates:
-        raise BackendUnavailableError(
-            f"No installed pallas_frontend backend serves platform {platform!r}. Installed: "
-            f"{', '.join(sorted(found))}. Pass interpret=True, or install a backend for it, "
-            f"e.g. {pip_hint('triton')}")
-    return max(candidates, key=lambda b: (b.priority, b.name != INTERPRETER))
+    if platform == "cpu":
+        return get_backend(INTERPRETER)
+    return _platform_default(platform)
+
+
+def _platform_default(platform: str) -> Backend:
+    """The available backend of highest priority serving ``platform``. Candidates
+    are imported one at a time, highest declared priority first; a plugin that
+    declares nothing in its metadata must be imported to be ranked."""
+    with _lock:
+        found = _discovered()
+        for name, cand in list(found.pending.items()):
+            if cand.declared is None:
+                found.load(name)
+        ruled_out: set[str] = set()
+        while True:
+            pool = []
+            for name, b in _loaded().items():
+                if name not in ruled_out and platform in b.platforms:
+                    pool.append((b.priority, name != INTERPRETER, name))
+            for name, cand in found.pending.items():
+                if name not in ruled_out and platform in cand.declared.platforms:
+                    pool.append((cand.declared.priority, name != INTERPRETER, name))
+            if not pool:
+                break
+            _, _, name = max(pool)
+            b = _registered.get(name) or found.load(name)
+            if b is None or platform not in b.platforms:
+                ruled_out.add(name)
+                continue
+            try:
+                ok = bool(b.is_available()[0])
+            except Exception:   # a plugin's probe: treat a crash as "not here"
+                ok = False
+            if ok:
+                return b
+            ruled_out.add(name)
+        known = sorted({*found.backends, *found.pending, *_registered})
+    raise BackendUnavailableError(
+        f"No installed pallas_frontend backend serves platform {platform!r}. Installed: "
+        f"{', '.join(known)}. Pass interpret=True, or install a backend for it, "
+        f"e.g. {install_hint('triton')}")
+
+
+def _declared_owner(params) -> str | None:
+    """The backend a params object names in its ``BACKEND`` class attribute, if any."""
+    if params is None:
+        return None
+    owner = getattr(type(params), "BACKEND", None)
+    return owner if isinstance(owner, str) and owner else None
 
 
 def _owner_of(params) -> str:
@@ -170,12 +291,43 @@ def _owner_of(params) -> str:
     return type(params).__module__.split(".")[0].removeprefix("pallas_")
 
 
+def _raise_if_skipped(owner: str, params) -> None:
+    """A plugin that owns ``params`` but failed to load or was filtered: say so."""
+    found = _discovered()
+    top = type(params).__module__.split(".")[0]
+    failure = found.failure_for(owner)
+    if failure is None:
+        failure = next((f for f in found.failures.values()
+                        if f.origin.value.split(".")[0].split(":")[0] == top), None)
+    if failure is not None:
+        raise failure.error()
+    skipped = next((f for f in found.filtered.values()
+                    if f.name == owner or f.origin.value.split(".")[0].split(":")[0] == top), None)
+    if skipped is not None:
+        raise skipped.error()
+
+
+def _raise_if_other_type(owner: str, params, type_attr: str) -> None:
+    """The owner named by ``params`` is installed but takes another params type."""
+    b = _loaded().get(owner)
+    if b is None:
+        return
+    want = getattr(b, type_attr)
+    takes = f"{want.__module__}.{want.__qualname__}" if want is not None else "none"
+    raise BackendUnavailableError(
+        f"{type(params).__module__}.{type(params).__qualname__} names backend {owner!r} "
+        f"(its BACKEND), but backend {owner!r} ({b.distribution} {b.version}) takes "
+        f"{type_attr.removesuffix('_type').replace('_', ' ')} of type {takes}. Pass those.")
+
+
 def backend_for_params(*, interpret, compiler_params) -> Backend | None:
     """The backend whose interpret params or compiler params these are, if any
     (platform-independent; used to ask a backend for its launch effects)."""
     if interpret not in (None, True, False):
-        return _backend_of(backends(), interpret, "interpret_params_type")
-    return _backend_of(backends(), compiler_params, "compiler_params_type")
+        return _backend_of_params(interpret, "interpret_params_type")
+    if compiler_params is None:
+        return None
+    return _backend_of_params(compiler_params, "compiler_params_type")
 
 
 def effective_interpret(interpret, compiler_params):
@@ -184,9 +336,24 @@ def effective_interpret(interpret, compiler_params):
     ``forced_interpret_params``), that backend's interpret params."""
     if interpret not in (None, False) or compiler_params is None:
         return interpret
-    b = _backend_of(backends(), compiler_params, "compiler_params_type")
+    b = _backend_of_params(compiler_params, "compiler_params_type")
     forced = b.forced_interpret_params() if b is not None else None
     return interpret if forced is None else forced
+
+
+def _backend_of_params(params, type_attr: str) -> Backend | None:
+    """The backend whose ``type_attr`` ``params`` is an instance of. Imports only
+    plugins that may own it: named by its ``BACKEND``, or from its package."""
+    with _lock:
+        b = _backend_of(_loaded(), params, type_attr)
+        if b is not None:
+            return b
+        found = _discovered()
+        owner, top = _owner_of(params), type(params).__module__.split(".")[0]
+        for name, cand in list(found.pending.items()):
+            if name == owner or cand.top_module == top:
+                found.load(name)
+        return _backend_of(_loaded(), params, type_attr)
 
 
 def _backend_of(found: dict[str, Backend], params, type_attr: str) -> Backend | None:
@@ -203,8 +370,7 @@ def _serving(b: Backend, platform: str) -> Backend:
         raise BackendUnavailableError(
             f"Backend {b.name!r} does not serve platform {platform!r} (it serves "
             f"{', '.join(b.platforms)}). Run on one of those, pass its interpret params "
-            f"if it has any, or pass interpret=True for the reference interpreter. "
-            f"(Backend {b.name!r} is installed by {pip_hint(b.pip_extra or b.name)}.)")
+            f"if it has any, or pass interpret=True for the reference interpreter.")
     ok, why = b.is_available()
     if not ok:
         raise BackendUnavailableError(

@@ -11,16 +11,21 @@ from pathlib import Path
 
 
 def make_dist(root: Path, dist: str, version: str, module: str, source: str,
-              entry_name: str) -> None:
+              entry_name: str, declares: tuple[str, ...] = ()) -> None:
+    """``declares``: entry point names of group pallas_frontend.backend_info
+    (e.g. "vx.platforms.cuda", "vx.priority.5"), read without importing."""
     (root / f"{module}.py").write_text(textwrap.dedent(source))
     info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(
-        f"[pallas_frontend.backends]\n{entry_name} = {module}\n")
+    text = f"[pallas_frontend.backends]\n{entry_name} = {module}\n"
+    if declares:
+        text += "[pallas_frontend.backend_info]\n" + "".join(f"{d} = {module}\n" for d in declares)
+    (info / "entry_points.txt").write_text(text)
 
 
-def backend_source(name: str, api=(1, 0), extra: str = "") -> str:
+def backend_source(name: str, api=(1, 0), extra: str = "", platforms=("cpu",),
+                   priority: int = 0, body: str = "") -> str:
     return f"""
         import dataclasses
         import pallas_frontend as pl
@@ -32,9 +37,11 @@ def backend_source(name: str, api=(1, 0), extra: str = "") -> str:
 
         class B(backend_api.Backend):
             name = {name!r}
-            api_version = {tuple(api)!r}
-            platforms = ("cpu",)
+            api_version = {api!r}
+            platforms = {tuple(platforms)!r}
+            priority = {priority!r}
             compiler_params_type = Params
+            {body}
             def lower(self, kernel, ctx, *args):
                 return pl.get_backend("interpret").lower(kernel, ctx, *args)
         {extra}
@@ -69,11 +76,21 @@ print(json.dumps({"names": names, "failures": failures, "error": error, "uses": 
 """
 
 
-def probe(path: Path, *use, env=None) -> dict:
+def site_env(path: Path, env=None) -> dict:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PALLAS_FRONTEND_")}
     full_env["PYTHONPATH"] = os.pathsep.join([str(path), full_env.get("PYTHONPATH", "")])
     full_env.update(env or {})
-    out = subprocess.run([sys.executable, "-c", PROBE, *use], env=full_env, capture_output=True,
-                         text=True, timeout=120)
+    return full_env
+
+
+def run_code(path: Path, code: str, *args, env=None, timeout=120):
+    """Runs ``code`` in a fresh interpreter that sees the fake distributions."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
+                          env=site_env(path, env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def probe(path: Path, *use, env=None) -> dict:
+    out = run_code(path, PROBE, *use, env=env)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])

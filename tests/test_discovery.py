@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fake_dists import backend_source, make_dist, probe
+from fake_dists import backend_source, make_dist, probe, run_code
 
 
 @pytest.fixture
@@ -81,13 +81,34 @@ def test_older_minor_api_version_is_accepted(tmp_path, monkeypatch):
     assert "upgrade pallas-frontend" in discovery._validate(namespace["B"](), origin)
 
 
-def test_duplicate_name_from_two_distributions(site):
-    make_dist(site, "pallas-good-fork", "1.0", "pf_good_fork", backend_source("good"), "good2")
+def test_duplicate_name_is_refused_naming_both_distributions(site):
+    make_dist(site, "pallas-good-fork", "1.0", "pf_good_fork", backend_source("good"), "good")
     r = probe(site, "good")
-    assert r["uses"]["good"] == "ok"       # the first (by entry point name) wins
-    dist, version, reason = r["failures"]["good"]
-    assert (dist, version) == ("pallas-good-fork", "1.0")
-    assert "already provided by pallas-good 1.2.0" in reason
+    assert "good" not in r["names"]
+    reasons = [f[2] for f in r["failures"].values()]
+    assert len(reasons) == 2 and all("claimed by both pallas-good 1.2.0 and pallas-good-fork 1.0"
+                                     in why for why in reasons)
+    assert "BackendUnavailableError" in r["uses"]["good"] and "pallas-good-fork" in r["uses"]["good"]
+
+
+def test_allow_list_picks_one_of_two_distributions(site):
+    make_dist(site, "pallas-good-fork", "1.0", "pf_good_fork", backend_source("good"), "good")
+    r = probe(site, "good", env={"PALLAS_FRONTEND_BACKENDS": "good@pallas-good-fork"})
+    assert r["names"] == ["good", "interpret"] and r["failures"] == {}
+    out = run_code(site, """
+        import sys
+        from pallas_frontend import registry
+        b = registry.get_backend("good")
+        print(type(b).__module__, "pf_good" in sys.modules)
+    """, env={"PALLAS_FRONTEND_BACKENDS": "good@pallas-good-fork"})
+    assert out.stdout.split() == ["pf_good_fork", "False"], out.stderr
+
+
+def test_backend_name_must_equal_its_entry_point_name(site):
+    make_dist(site, "pallas-renamed", "1.0", "pf_renamed", backend_source("good"), "renamed")
+    r = probe(site, "renamed", "good")
+    assert "named 'good' but its entry point is 'renamed'" in r["failures"]["renamed"][2]
+    assert r["uses"]["good"] == "ok"
 
 
 def test_allow_list_loads_only_named_backends(site):
@@ -96,13 +117,62 @@ def test_allow_list_loads_only_named_backends(site):
     assert r["names"] == ["good", "interpret"] and r["failures"] == {}
     r = probe(site, "good", env={"PALLAS_FRONTEND_BACKENDS": "interpret"})
     assert r["names"] == ["interpret"]
-    assert "No pallas_frontend backend named 'good'" in r["uses"]["good"]
+    # filtered, not "not installed", and no install hint
+    msg = r["uses"]["good"]
+    assert "is installed but it is not in PALLAS_FRONTEND_BACKENDS=interpret" in msg
+    assert "not installed" not in msg.replace("is installed", "") and "pip install" not in msg
+
+
+def test_allow_list_skips_plugins_without_importing_them(site):
+    make_dist(site, "pallas-exits", "0.1", "pf_exits", "import sys; sys.exit(3)\n", "exits")
+    out = run_code(site, """
+        import sys
+        from pallas_frontend import diagnostics, registry
+        rows = {r["name"]: r for r in diagnostics.backend_rows("cpu")}
+        print(",".join(sorted(registry.backends())), "pf_exits" in sys.modules,
+              rows["exits"]["available"])
+    """, env={"PALLAS_FRONTEND_BACKENDS": "good"})
+    assert out.returncode == 0, out.stderr
+    names, imported, available = out.stdout.strip().split(" ", 2)
+    assert names == "good,interpret" and imported == "False"
+    assert available.startswith("filtered out: it is not in PALLAS_FRONTEND_BACKENDS=good")
+
+
+def test_unknown_allow_list_name_warns(site):
+    out = run_code(site, """
+        import warnings
+        warnings.simplefilter("always")
+        from pallas_frontend import registry
+        with warnings.catch_warnings(record=True) as caught:
+            registry.backends()
+        print([str(w.message) for w in caught if type(w.message).__name__ == "BackendConfigWarning"])
+    """, env={"PALLAS_FRONTEND_BACKENDS": "good,goood"})
+    assert out.returncode == 0, out.stderr
+    assert "'goood', which no installed distribution provides" in out.stdout
+    assert "'good'," not in out.stdout.split("provides")[0]
 
 
 def test_disable_autoload_keeps_only_the_interpreter(site):
     r = probe(site, "good", env={"PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert r["names"] == ["interpret"]
-    assert 'pip install "pallas-frontend[good]"' in r["uses"]["good"]
+    assert "PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD=1 is set" in r["uses"]["good"]
+    assert "pallas-frontend[" not in r["uses"]["good"]
+
+
+def test_omitted_api_version_is_refused(site):
+    make_dist(site, "pallas-unversioned", "0.1", "pf_unversioned",
+              backend_source("unversioned", api=None), "unversioned")
+    r = probe(site, "unversioned")
+    assert "declares no api_version; set api_version = (1, " in r["failures"]["unversioned"][2]
+
+
+def test_register_backend_requires_api_version():
+    from pallas_frontend import backend_api, registry
+
+    class Unversioned(backend_api.Backend):
+        name, platforms = "unversioned", ("cpu",)
+    with pytest.raises(ValueError, match="declares no api_version"):
+        registry.register_backend(Unversioned())
 
 
 def test_strict_mode_turns_load_failures_into_errors(site):

@@ -11,7 +11,8 @@ import numpy as np
 
 import pallas_frontend as pl
 from fast_interp_helpers import kernel_ir, run_both
-from pallas_frontend.interpreter import grid_analysis, vectorized
+from pallas_frontend import grid_analysis
+from pallas_frontend.interpreter import vectorized
 
 
 def _rand(seed, shape):

@@ -29,6 +29,7 @@ class MissingParams(pl.CompilerParams):
 
 class Recording(backend_api.Backend):
     """Delegates to the interpreter and records that it lowered."""
+    api_version = backend_api.API_VERSION
     def __init__(self, name, platforms, priority=0, params=None, interpret_params=None,
                  capabilities=frozenset()):
         self.name, self.platforms, self.priority = name, platforms, priority
@@ -89,17 +90,33 @@ def test_configured_default_overrides(accel, monkeypatch):
     assert select("cpu") is accel and select("cuda").name == "interpret"
 
 
-def test_missing_backend_of_compiler_params_names_the_pip_extra():
+@dataclasses.dataclass(frozen=True)
+class VendorParams(pl.CompilerParams):
+    BACKEND = "vendorq"
+
+
+def test_missing_backend_of_compiler_params_names_the_distribution():
     with pytest.raises(BackendUnavailableError) as info:
         select("cuda", compiler_params=MissingParams())
     msg = str(info.value)
-    assert "'triton'" in msg and "'cuda'" in msg and 'pip install "pallas-frontend[triton]"' in msg
+    assert "'triton'" in msg and "pallas-frontend[" not in msg
+    # installed here or not: either the distribution to install, or the type it takes
+    assert "pip install pallas-triton" in msg or "pallas_triton" in msg
+    assert registry.install_hint("triton").startswith("pip install pallas-triton")
+
+
+def test_third_party_params_get_no_pallas_frontend_extra_hint():
+    with pytest.raises(BackendUnavailableError) as info:
+        select("cuda", compiler_params=VendorParams())
+    msg = str(info.value)
+    assert "'vendorq'" in msg and "'cuda'" in msg and "pallas-frontend[" not in msg
+    assert "install the distribution that provides backend 'vendorq'" in msg
 
 
 def test_backend_not_serving_the_platform_is_named(accel):
     with pytest.raises(BackendUnavailableError, match="does not serve platform 'tpu'") as info:
         select("tpu", compiler_params=AccelParams())
-    assert "'accel'" in str(info.value) and "pallas-frontend[accel]" in str(info.value)
+    assert "'accel'" in str(info.value) and "pallas-frontend[" not in str(info.value)
 
 
 def test_backend_argument_contradicting_params_is_an_error(accel):
@@ -173,3 +190,22 @@ def test_backend_interpret_mode_applies_to_its_compiler_params():
             f(x)
     finally:
         registry.unregister_backend("modal")
+
+
+def test_interpret_true_with_another_backend_name_is_an_error(accel):
+    with pytest.raises(ValueError, match="interpret=True runs the built-in interpreter, but "
+                                         "backend='accel' names another backend"):
+        _add(interpret=True, backend="accel")
+    _add(interpret=True, backend="interpret")      # naming the interpreter itself is fine
+
+
+def test_interpret_true_with_a_vendors_compiler_params_is_an_error(accel):
+    with pytest.raises(ValueError, match=r"would ignore compiler_params of type AccelParams "
+                                         r"\(backend 'accel'\)"):
+        _add(interpret=True, compiler_params=AccelParams())
+    # frontend-generic params carry no backend: the interpreter honours them
+    rng = np.random.default_rng()
+    x, y = (rng.standard_normal(256).astype(np.float32) for _ in range(2))
+    got = _add(interpret=True, compiler_params=pl.CompilerParams())(x, y)
+    np.testing.assert_allclose(got, x.astype(np.float64) + y, rtol=1e-6, atol=1e-6)
+    assert accel.lowered == 0

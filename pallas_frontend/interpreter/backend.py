@@ -9,6 +9,7 @@ from pallas_frontend.interpreter import vectorized
 class InterpreterBackend(backend_api.Backend):
     name = "interpret"
     distribution = "pallas-frontend"
+    api_version = backend_api.API_VERSION
     platforms = ("cpu", "cuda", "rocm", "tpu")
     priority = 0          # the CPU default, and the fallback of last resort elsewhere
     capabilities = frozenset({

@@ -26,7 +26,7 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
 from pallas_frontend.interpreter import execute
 from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access
-from pallas_frontend.interpreter.grid_analysis import GridAnalysis, analyze_grid, coverage_report
+from pallas_frontend.grid_analysis import GridAnalysis, analyze_grid, coverage_report
 
 # Batches are never smaller than this, whatever the operands weigh.
 _MIN_BATCH_BUDGET = 1 << 20

@@ -131,3 +131,23 @@ def smoke_check(call_options: dict, seed: int = 0) -> float:
     if not np.isfinite(err) or err > 1e-5:
         raise AssertionError(f"blocked add differs from NumPy: max abs error {err:.3g} > 1e-5")
     return err
+
+
+def aliased_half_update(n: int, block: int, **call):
+    """Doubles the first half of its input in place (input 0 aliases output 0).
+    No grid point writes the second half: it must keep the input's values."""
+    def body(x, o):
+        o[...] = x[...] * 2
+    return pl.pallas_call(
+        body, jax.ShapeDtypeStruct((n,), jnp.float32), grid=(n // block // 2,),
+        in_specs=[_spec((block,), lambda i: (i,))], out_specs=_spec((block,), lambda i: (i,)),
+        input_output_aliases={0: 0}, name="aliased_half_update", **call)
+
+
+def fma_f64(n: int, block: int, **call):
+    """``x * y + z`` in float64 (needs jax_enable_x64 when built and run)."""
+    def body(x, y, z, o):
+        o[...] = x[...] * y[...] + z[...]
+    spec = _spec((block,), lambda i: (i,))
+    return pl.pallas_call(body, jax.ShapeDtypeStruct((n,), jnp.float64), grid=(n // block,),
+                          in_specs=[spec] * 3, out_specs=spec, name="fma_f64", **call)

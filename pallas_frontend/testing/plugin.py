@@ -8,6 +8,9 @@ It is a no-op unless a backend is named: ``--pallas-backend NAME`` or env
 - marks tests matched by its ``conformance_xfail`` manifest as strict xfail
   (an unexpected pass fails the run), and warns about manifest entries that
   match no test;
+- fails the tests that must run or compile a kernel when the backend cannot
+  here (``is_available()`` false, no platform or interpret mode, compile
+  target unreachable), unless ``--pallas-allow-unavailable`` makes them skips;
 - provides the fixtures ``pallas_backend``, ``call_options``, ``call_kernel``,
   ``compile_kernel`` (compile-only, for the backend's ``compile_platform()``),
   ``platform`` and ``rng``.
@@ -41,6 +44,10 @@ def pytest_addoption(parser):
     group.addoption("--pallas-backend", dest="pallas_backend", default=None, metavar="NAME",
                     help=f"run the conformance suite ({SUITE_PACKAGE}) against backend NAME "
                          f"(default: env {ENV_BACKEND})")
+    group.addoption("--pallas-allow-unavailable", dest="pallas_allow_unavailable",
+                    action="store_true", default=False,
+                    help="skip (instead of fail) the tests that need to run or compile a "
+                         "kernel when the backend cannot do so on this machine")
 
 
 def backend_name(config) -> str | None:
@@ -137,15 +144,24 @@ def platform():
     return jax.default_backend()
 
 
+def unavailable(config, message: str):
+    """A backend that cannot run here fails the run, unless the user said
+    ``--pallas-allow-unavailable`` (then the test is skipped)."""
+    if config.getoption("pallas_allow_unavailable", False):
+        pytest.skip(message)
+    pytest.fail(f"{message}. The conformance run cannot check it on this machine; pass "
+                "--pallas-allow-unavailable to skip these tests instead", pytrace=False)
+
+
 @pytest.fixture(scope="session")
-def call_options(pallas_backend, platform):
+def call_options(request, pallas_backend, platform):
     """The pallas_call keywords that route a kernel to the backend under test."""
     ok, why = pallas_backend.is_available()
     if not ok:
-        pytest.skip(f"backend {pallas_backend.name!r} is unavailable here: {why}")
+        unavailable(request.config, f"backend {pallas_backend.name!r} is unavailable here: {why}")
     if platform not in pallas_backend.platforms and pallas_backend.interpret_params_type is None:
-        pytest.skip(f"backend {pallas_backend.name!r} does not serve platform {platform!r} "
-                    "and has no interpret mode")
+        unavailable(request.config, f"backend {pallas_backend.name!r} does not serve platform "
+                                    f"{platform!r} and has no interpret mode")
     return pallas_backend.call_options(platform)
 
 
@@ -166,7 +182,7 @@ def compile_options(pallas_backend):
 
 
 @pytest.fixture
-def compile_kernel(pallas_backend, compile_options):
+def compile_kernel(request, pallas_backend, compile_options):
     """``compile_kernel(builder, *args, operands=[ShapeDtypeStruct, ...])`` ->
     the kernel built for ``compile_platform()`` and compiled by the backend's
     ``compile_only`` (never run)."""
@@ -178,8 +194,8 @@ def compile_kernel(pallas_backend, compile_options):
         try:
             return pallas_backend.compile_only(fn, *operands)
         except BackendUnavailableError as e:
-            pytest.skip(f"backend {pallas_backend.name!r} cannot compile for {platform!r} "
-                        f"here: {e}")
+            unavailable(request.config, f"backend {pallas_backend.name!r} cannot compile for "
+                                        f"{platform!r} here: {e}")
     return build
 
 

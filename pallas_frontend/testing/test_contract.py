@@ -55,3 +55,33 @@ def test_call_options_select_this_backend(pallas_backend, call_options, platform
         platform=platform, interpret=call_options.get("interpret", False),
         compiler_params=call_options.get("compiler_params"), backend=call_options.get("backend"))
     assert chosen is pallas_backend
+
+
+def test_declared_metadata_covers_the_backend(pallas_backend):
+    """What the distribution declares unimported (pallas_frontend.backend_info)
+    must include the backend's platforms and bound its priority from above,
+    or selection would skip it without importing it."""
+    import importlib.metadata as md
+    import warnings
+
+    from pallas_frontend import discovery, registry
+    from pallas_frontend.backend_metadata import INFO_GROUP, parse_declarations
+    name, origin = pallas_backend.name, registry.origin(pallas_backend.name)
+    if name == discovery.BUILTIN_ENTRY_POINT:
+        declared = discovery.BUILTIN_DECLARED
+    else:
+        if origin is None:
+            pytest.skip(f"backend {name!r} is registered in-process: it has no metadata")
+        dist = md.distribution(origin.distribution)
+        declared = parse_declarations(
+            ep.name for ep in dist.entry_points if ep.group == INFO_GROUP).get(name)
+        if declared is None:
+            warnings.warn(pytest.PytestWarning(
+                f"{origin.distribution} declares no platforms/priority for {name!r} in entry "
+                f"point group {INFO_GROUP}: it is imported whenever a non-CPU default is "
+                "chosen (see docs/backend-authors.md)"))
+            return
+    missing = set(pallas_backend.platforms) - set(declared.platforms)
+    assert not missing, f"declared platforms {declared.platforms} lack {sorted(missing)}"
+    assert declared.priority >= pallas_backend.priority, (
+        f"declared priority {declared.priority} < the backend's {pallas_backend.priority}")

@@ -9,13 +9,14 @@ class MosaicGpuBackend(backend_api.Backend):
     name = "mgpu"
     distribution = "pallas-mgpu"
     version = pallas_mgpu.__version__
+    api_version = (1, 0)
     platforms = ("cuda",)
     priority = -10           # never the default until it can lower
     compiler_params_type = pallas_mgpu.CompilerParams
     pip_extra = "mgpu"
 
     def is_available(self):
-        return False, "pallas_mgpu cannot lower kernels yet (no issue has built it)"
+        return False, "pallas_mgpu cannot lower kernels yet (its Mosaic GPU lowering is not written)"
 
     def check(self, kernel):
         raise backend_api.BackendCapabilityError(

@@ -1,5 +1,8 @@
 """Which grid axes are independent, decided at trace time from the block tables.
 
+Shared by the contract (``backend_api.parallel_grid_axes``) and the interpreter;
+it imports neither, so the contract stays free of implementations.
+
 The interpreter's meaning is sequential: grid points in row-major order, with
 output blocks and scratch carrying values from one point to the next. A set
 ``P`` of axes may instead run as one batched evaluation per point of the other
@@ -22,13 +25,16 @@ Compiler params that declare dimension semantics may only take axes away.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend.backend_api import KernelIR
-from pallas_frontend.block_indices import BlockTable
+from pallas_frontend.block_indices import BlockTable, check_block_ranges
 from pallas_frontend.specs import Blocked, BoundedSlice, Squeezed
+
+if TYPE_CHECKING:   # the contract imports this module; never import it back at run time
+    from pallas_frontend.backend_api import KernelIR
 
 # Above this many distinct blocks an unaligned output is not painted element by
 # element; its axes are then simply kept sequential (always sound).
@@ -236,3 +242,19 @@ def coverage_report(kernel: KernelIR, tables: tuple[BlockTable, ...]) -> str:
                      f"grid point (within [{span}]); they read as padding (NaN / int min) "
                      "unless aliased")
     return "grid coverage:\n" + "\n".join(lines)
+
+
+def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tuple[bool, ...]:
+    """Per grid axis: whether grid points may run independently along it
+    (the implementation of ``backend_api.parallel_grid_axes``)."""
+    if kernel.num_scalar_prefetch:
+        raise NotImplementedError(
+            "The grid analysis does not take scalar-prefetch kernels (their index maps read "
+            "runtime values); treat every axis as sequential.")
+    tables = check_block_ranges(kernel)
+    n_grid = len(kernel.grid)
+    n_refs = len(kernel.jaxpr.invars) - n_grid
+    body = jc.discharge_state(kernel.jaxpr, should_discharge=[False] * n_grid + [True] * n_refs,
+                              strip_memory_space=True)
+    found = analyze_grid(kernel, tables, body, scratch_is_shared=not private_scratch)
+    return tuple(a in found.parallel_axes for a in range(n_grid))

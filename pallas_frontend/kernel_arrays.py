@@ -1,0 +1,76 @@
+"""A ``KernelIR`` as plain JAX array code, for backends that lower through JAX.
+
+Re-exported by the contract (``backend_api``), so that a backend can write its
+own schedule (which grid points run where, how blocks move) without touching
+Refs, the frontend's memory spaces or any ``jax._src`` module:
+
+- ``kernel_body_fn(kernel)``: the body as a pure function of block arrays;
+- ``block_window(mapping, *grid_ids)``: where a block sits at a grid point;
+- ``scratch_structs(kernel)``: the scratch buffers as plain shapes and dtypes.
+
+It imports no backend_api at run time (the contract imports this module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pallas_frontend import _jax_compat as jc
+from pallas_frontend.specs import Blocked, BoundedSlice
+
+if TYPE_CHECKING:
+    from pallas_frontend.backend_api import BlockMapping, KernelIR
+
+
+def kernel_body_fn(kernel: KernelIR) -> Callable[..., list]:
+    """The kernel body as a pure JAX function over arrays.
+
+    ``fn(*program_ids, *ref_values) -> list`` takes one int32 scalar per grid
+    axis (batch axes first), then the current value of every Ref operand in
+    the kernel's order (scalar-prefetch operands, input blocks, output blocks,
+    scratch buffers; blocks have ``BlockMapping.block_shape``, squeezed dims
+    removed) and returns the new value of every Ref operand, in the same
+    order. Refs and their memory spaces are gone, so ``fn`` traces under
+    ``jax.jit``, ``lax.fori_loop``, ``vmap`` and any lowering.
+    """
+    n_grid = len(kernel.grid)
+    n_refs = len(kernel.jaxpr.invars) - n_grid
+    body = jc.discharge_state(kernel.jaxpr, should_discharge=[False] * n_grid + [True] * n_refs,
+                              strip_memory_space=True)
+
+    def fn(*args):
+        if len(args) != n_grid + n_refs:
+            raise TypeError(f"kernel '{kernel.name}' body takes {n_grid} program ids and "
+                            f"{n_refs} Ref values, got {len(args)} arguments")
+        return list(jc.eval_jaxpr(body, *args))
+    return fn
+
+
+def block_window(mapping: BlockMapping, *grid_ids, prefetch=()) -> tuple[list, list]:
+    """``(starts, sizes)`` of ``mapping``'s block at grid point ``grid_ids``
+    (int32 scalars, tracers allowed): per array dim, the element offset of the
+    block and its valid extent (the block size, or a ``BoundedSlice``'s size).
+    ``Element`` offsets are in the coordinates of the array padded by the
+    dim's padding; ``prefetch`` are the scalar-prefetch values, if any."""
+    outs = iter(jc.eval_jaxpr(mapping.index_map, *grid_ids, *prefetch))
+    starts, sizes = [], []
+    for dim in mapping.block_dims:
+        value = next(outs)
+        if isinstance(dim, Blocked):
+            starts.append(value * dim.block_size)
+            sizes.append(dim.block_size)
+        elif isinstance(dim, BoundedSlice):
+            starts.append(value)
+            sizes.append(next(outs))
+        else:   # Element and Squeezed: the index map returns the element offset
+            starts.append(value)
+            sizes.append(dim.block_size)
+    return starts, sizes
+
+
+def scratch_structs(kernel: KernelIR) -> list:
+    """The kernel's scratch buffers as ``jax.ShapeDtypeStruct`` (no memory space)."""
+    import jax
+    return [jax.ShapeDtypeStruct(a.inner_aval.shape, a.inner_aval.dtype)
+            for a in kernel.scratch_avals]

@@ -13,7 +13,7 @@ just before the opening fence:
 
 Languages: ``python`` runs (a fresh namespace per block unless ``continue``);
 ``bash``/``sh``/``shell`` runs under ``bash -euo pipefail`` from the repository
-root; ``toml`` must parse; ``text``/``console`` and blocks without a language
+root; ``toml`` and ``ini`` must parse; ``text``/``console`` and blocks without a language
 are output or diagrams, and MyST directives (```{toctree}, ...) are site
 markup; neither is run. Any other language, an unknown marker
 or a ``skip`` without a reason fails the check.
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"^\s*<!--\s*snippet:\s*(?P<body>.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 RUN_LANGUAGES = {"python": "python", "py": "python", "bash": "bash", "sh": "bash",
-                 "shell": "bash", "toml": "toml"}
+                 "shell": "bash", "toml": "toml", "ini": "ini"}
 TEXT_LANGUAGES = {"", "text", "console", "output", "none"}
 MARKER_KINDS = ("skip", "gpu", "continue", "raises")
 

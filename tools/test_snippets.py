@@ -8,6 +8,7 @@ it), one per bash or toml block; ids are ``file:line`` of the first block.
 from __future__ import annotations
 
 import ast
+import configparser
 import os
 import subprocess
 import sys
@@ -78,6 +79,8 @@ def test_snippet_runs(chain, monkeypatch):
     monkeypatch.chdir(snippets.REPO)
     if first.language == "toml":
         tomllib.loads(first.code)
+    elif first.language == "ini":
+        configparser.ConfigParser(interpolation=None).read_string(first.code, first.id)
     elif first.language == "bash":
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         out = subprocess.run(["bash", "-euo", "pipefail", "-c", first.code], cwd=snippets.REPO,

@@ -1,7 +1,9 @@
 """GPU check script for pallas_triton.
 
 On a CUDA/ROCm machine it
-1. runs the conformance suite with ``--pallas-backend triton`` (in a subprocess),
+1. runs the conformance suite with ``--pallas-backend triton`` and the plugin's GPU-only
+   tests (``tests/test_gpu_launch.py``: launch and numerics vs the interpreter and XLA),
+   each in a subprocess,
 2. times add, matmul (bf16 and f32, 4096^2 and 8192^2), softmax, layer norm and
    flash-attention forward: pallas_triton (autotuned over a few Configs) against
    XLA (``jnp``) and against JAX's deprecated Pallas Triton backend running the
@@ -30,7 +32,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import pallas_triton as pt  # noqa: E402
-from pallas_triton import gpu_launch  # noqa: E402
 from pallas_triton.autotune import Config  # noqa: E402
 
 KERNELS_PATH = os.path.join(os.path.dirname(__file__), "..", "plugins", "pallas_triton",
@@ -163,15 +164,21 @@ def _ratio(a, b):
     return f"{a / b:>9.2f}" if isinstance(a, float) and isinstance(b, float) else f"{'n/a':>9}"
 
 
+GPU_TESTS = os.path.join(os.path.dirname(KERNELS_PATH), "test_gpu_launch.py")
+
+
 def run_conformance_suite() -> int:
-    mode = ("compiled and launched" if gpu_launch.AVAILABLE else
-            "under Triton's interpreter: pallas_triton has no GPU launch path yet")
-    print(f"conformance suite, --pallas-backend triton ({mode}):", flush=True)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--pyargs", "pallas_frontend.testing", "--pallas-backend", "triton"],
-                          capture_output=True, text=True)
-    print("  " + (proc.stdout.strip().splitlines() or ["(no output)"])[-1])
-    return proc.returncode
+    rc = 0
+    for what, args in (
+            ("conformance suite, --pallas-backend triton (launched through XLA's Triton call)",
+             ["--pyargs", "pallas_frontend.testing", "--pallas-backend", "triton"]),
+            ("GPU-only tests (launch, numerics vs interpreter and XLA)", [GPU_TESTS])):
+        print(f"{what}:", flush=True)
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               *args], capture_output=True, text=True)
+        print("  " + (proc.stdout.strip().splitlines() or ["(no output)"])[-1])
+        rc = rc or proc.returncode
+    return rc
 
 
 def time_rows() -> None:
@@ -180,8 +187,7 @@ def time_rows() -> None:
           f"{'vs XLA':>9}{'vs JAX P':>9}")
     for row in ROWS:
         args = row.args(rng)
-        ours = (rate(row, args, pallas_triton_fn(row)) if gpu_launch.AVAILABLE
-                else "no launch")
+        ours = rate(row, args, pallas_triton_fn(row))
         xla = rate(row, args, jax.jit(row.xla))
         theirs = rate(row, args, jax_pallas_fn(row))
         print(f"{row.name:<30}{row.metric:>8}{_cell(ours):>14}{_cell(xla)}{_cell(theirs)}"
@@ -223,8 +229,6 @@ def main() -> int:
     print(f"device: {jax.devices()[0].device_kind}")
     suite_rc = run_conformance_suite()
     time_rows()
-    if not gpu_launch.AVAILABLE:
-        print("pallas_triton column not measured: no GPU launch path yet (pallas_triton/gpu_launch.py).")
     return suite_rc
 
 

@@ -25,7 +25,8 @@ _API = {
     "helpers": ("align_to", "broadcast_to", "cdiv", "empty", "empty_like", "empty_ref_like",
                 "loop", "next_power_of_2", "strides_from_shape", "when", "with_scoped"),
     "launch": ("kernel", "pallas_call"),
-    "primitives": ("DeviceIdType", "KernelCheckError", "debug_check", "debug_print",
+    "primitives": ("DeviceIdType", "KernelCheckError", "SemaphoreDeadlockError", "debug_check",
+                   "debug_print",
                    "enable_debug_checks", "get_global", "multiple_of", "num_programs",
                    "program_id", "run_scoped", "semaphore_read", "semaphore_signal",
                    "semaphore_wait"),
@@ -34,6 +35,7 @@ _API = {
     "specs": ("ANY", "HOST", "BlockDim", "BlockSpec", "Blocked", "BoundedSlice", "Buffered",
               "CompilerParams", "CostEstimate", "Element", "GridSpec", "MemoryRef", "MemorySpace",
               "RevisitMode", "Squeezed", "no_block_spec", "squeezed"),
+    "ref_checks": ("RefIndexError",),
     "tracing": ("PallasUsageError",),
     "diagnostics": ("print_backend_info",),
 }
@@ -93,7 +95,8 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         strides_from_shape, when, with_scoped)
     from pallas_frontend.launch import kernel, pallas_call
     from pallas_frontend.primitives import (
-        DeviceIdType, KernelCheckError, debug_check, debug_print, enable_debug_checks,
+        DeviceIdType, KernelCheckError, SemaphoreDeadlockError, debug_check, debug_print,
+        enable_debug_checks,
         get_global, multiple_of, num_programs, program_id, run_scoped, semaphore_read,
         semaphore_signal, semaphore_wait)
     from pallas_frontend.registry import (
@@ -102,5 +105,6 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         ANY, HOST, BlockDim, BlockSpec, Blocked, BoundedSlice, Buffered, CompilerParams,
         CostEstimate, Element, GridSpec, MemoryRef, MemorySpace, RevisitMode, Squeezed,
         no_block_spec, squeezed)
+    from pallas_frontend.ref_checks import RefIndexError
     from pallas_frontend.tracing import PallasUsageError
     dslice = ds

@@ -34,6 +34,7 @@ NDIndexer = state_indexing.NDIndexer
 ds = state_indexing.ds
 discharge_state = state_discharge.discharge_state
 register_discharge_rule = state_discharge.register_discharge_rule
+internal_ref_effect = core.internal_mutable_array_effect   # a Ref allocated inside a jaxpr
 
 
 def trace_kernel_jaxpr(fun, in_avals, *, traced_for: str):
@@ -88,6 +89,27 @@ def vary_like(out_aval, in_avals):
         core.ManualAxisType(varying=axes))
 
 
+def invariant(aval):
+    """``aval`` with no varying manual axes (a shard's local view)."""
+    if not varying_axes(aval):
+        return aval
+    return aval.update_manual_axis_type(core.ManualAxisType(varying=frozenset()))
+
+
+def lower_fun_per_shard(fun, ctx, *args):
+    """Lowers ``fun(*args) -> list`` in place of a primitive. Inside
+    ``shard_map`` it is traced on each shard's local types, without varying
+    manual axes: a kernel computes on its own shard, so a sharded block meeting
+    a constant, a replicated operand or a grid index is no type error (the
+    primitive's abstract eval states how its outputs vary)."""
+    local = ctx.replace(avals_in=[invariant(a) for a in ctx.avals_in],
+                        avals_out=[invariant(a) for a in ctx.avals_out])
+    outs = mlir.lower_fun(fun, multiple_results=True)(local, *args)
+    if local.tokens_out is not None:     # effects: hand the tokens back to the real context
+        ctx.set_tokens_out(local.tokens_out)
+    return outs
+
+
 def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
     """Traces ``fun(*in_avals) -> list`` to ``(jaxpr, consts)`` where the jaxpr
     takes ``*consts, *args``: values ``fun`` closes over (possibly tracers of an
@@ -95,3 +117,38 @@ def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
     dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=dbg), list(in_avals))
     return jaxpr, list(consts)
+
+
+def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):
+    """``eval_jaxpr`` that calls ``before_eqn(eqn, invals)`` ahead of every
+    equation (to bind extra checks; a list it returns replaces the equation's
+    results) and rebinds each equation with ``rewrite_param(value)`` applied
+    to its params (to rewrite nested jaxprs). Source lines are kept, so errors
+    still name the user's code."""
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    for v, val in zip(jaxpr.all_invars, [*jaxpr.consts, *args]):
+        env[v] = val
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        params = {k: rewrite_param(p) for k, p in eqn.primitive.get_bind_params(eqn.params).items()}
+        name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
+        with source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack), \
+                eqn.ctx.manager:
+            replaced = before_eqn(eqn, invals)
+            ans = eqn.primitive.bind(*invals, **params) if replaced is None else None
+        outs = replaced if replaced is not None else (
+            ans if eqn.primitive.multiple_results else [ans])
+        for v, val in zip(eqn.outvars, outs):
+            env[v] = val
+    return [read(v) for v in jaxpr.outvars]
+
+
+def ref_indexers(eqn):
+    """For a Ref read/write equation (``get``, ``swap``, ``addupdate``): the
+    position where its indexer operands start, else None."""
+    first = {"get": 1, "swap": 2, "addupdate": 2}.get(eqn.primitive.name)
+    return first if first is not None and "tree" in eqn.params else None

@@ -236,7 +236,7 @@ class LoweringContext:
 
     def lower_fun(self, fun: Callable, *args):
         """Lowers a JAX-traceable ``fun(*args) -> list`` in place of the call."""
-        return jc.mlir.lower_fun(fun, multiple_results=True)(self.mlir_ctx, *args)
+        return jc.lower_fun_per_shard(fun, self.mlir_ctx, *args)
 
 
 class Backend:

@@ -131,79 +131,153 @@ def _range_message(m: BlockMapping, d, dim, start, extent, point) -> str:
 
 
 # --- a NumPy evaluator for integer index-map programs ------------------------
+# Index maps run in the dtypes of their jaxpr (int32 grid indices, so int32
+# arithmetic that wraps on overflow), and every backend computes block indices
+# that way. The evaluator therefore computes each operation exactly in a wider
+# type and wraps the result to the operation's own dtype, with XLA's rules for
+# the corner cases (division by zero, shifts by the bit width or more), so the
+# range check sees the indices that will run: `((i + 2) << 30) >> 20` is -2048
+# here as on the device, not 2048.
 
-def _convert(x, *, new_dtype, **_):
-    return np.asarray(x).astype(np.int64 if np.issubdtype(new_dtype, np.integer) else new_dtype)
+def _wide(x):
+    x = np.asarray(x)
+    if x.dtype == np.bool_ or x.dtype.itemsize == 8:
+        return x
+    return x.astype(np.int64) if np.issubdtype(x.dtype, np.integer) else x
 
 
-def _div(x, y):  # lax.div rounds toward zero
-    q = np.abs(x) // np.abs(y)
-    return np.where((x < 0) != (y < 0), -q, q)
+def _bits(dtype) -> int:
+    return np.dtype(dtype).itemsize * 8
 
 
-def _rem(x, y):  # lax.rem takes the sign of the dividend
-    return x - _div(x, y) * y
+def _div(x, y, dt):  # lax.div: rounds toward zero; x / 0 is -1, MIN / -1 wraps to MIN
+    safe = np.where(y == 0, 1, y)
+    q = np.abs(x) // np.abs(safe)
+    q = np.where((x < 0) != (safe < 0), -q, q)
+    return np.where(y == 0, -1, q)
+
+
+def _rem(x, y, dt):  # lax.rem: the sign of the dividend; x % 0 is x
+    safe = np.where(y == 0, 1, y)
+    return np.where(y == 0, x, x - _div(x, safe, dt) * safe)
+
+
+def _shift_left(x, s, dt):
+    n = _bits(dt)
+    ok = (s >= 0) & (s < n)
+    mask = (1 << n) - 1 if n < 64 else -1
+    return np.where(ok, np.left_shift(x & mask, np.where(ok, s, 0)), 0)
+
+
+def _shift_right_arithmetic(x, s, dt):
+    n = _bits(dt)
+    ok = (s >= 0) & (s < n)
+    return np.where(ok, np.right_shift(x, np.where(ok, s, 0)), np.where(x < 0, -1, 0))
+
+
+def _shift_right_logical(x, s, dt):
+    n = _bits(dt)
+    ok = (s >= 0) & (s < n)
+    unsigned = x & ((1 << n) - 1) if n < 64 else x.astype(np.uint64)
+    return np.where(ok, np.right_shift(unsigned, np.where(ok, s, 0)), 0)
+
+
+def _binary(fn):
+    return lambda x, y, dt: fn(x, y)
+
+
+def _unary(fn):
+    return lambda x, dt: fn(x)
 
 
 _NP_RULES = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _div, "rem": _rem,
-    "max": np.maximum, "min": np.minimum, "neg": np.negative, "abs": np.abs,
-    "sign": np.sign, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-    "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal, "and": np.logical_and,
-    "or": np.logical_or, "not": np.logical_not,
-    "convert_element_type": _convert,
-    "select_n": lambda p, *cases: np.choose(np.asarray(p).astype(np.int64), np.broadcast_arrays(*cases)),
-    "clamp": lambda lo, x, hi: np.clip(x, lo, hi),
-    "multiple_of": lambda x, **_: x,
-    "squeeze": lambda x, **_: x,
-    "shift_right_arithmetic": np.right_shift,
-    "shift_left": np.left_shift,
+    "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
+    "div": _div, "rem": _rem,
+    "max": _binary(np.maximum), "min": _binary(np.minimum), "neg": _unary(np.negative),
+    "abs": _unary(np.abs), "sign": _unary(np.sign), "lt": _binary(np.less),
+    "le": _binary(np.less_equal), "gt": _binary(np.greater), "ge": _binary(np.greater_equal),
+    "eq": _binary(np.equal), "ne": _binary(np.not_equal),
+    "and": _binary(np.bitwise_and), "or": _binary(np.bitwise_or), "xor": _binary(np.bitwise_xor),
+    "not": lambda x, dt: np.logical_not(x) if x.dtype == np.bool_ else np.invert(x),
+    "convert_element_type": _unary(lambda x: x),
+    "select_n": lambda p, *cases_dt: np.choose(np.asarray(p).astype(np.int64),
+                                               np.broadcast_arrays(*cases_dt[:-1])),
+    "clamp": lambda lo, x, hi, dt: np.clip(x, lo, hi),
+    "multiple_of": _unary(lambda x: x),
+    "squeeze": _unary(lambda x: x),
+    "shift_left": _shift_left,
+    "shift_right_arithmetic": _shift_right_arithmetic,
+    "shift_right_logical": _shift_right_logical,
 }
 
 
+def _wrap(x, dtype):
+    """``x`` (exact, in a wide type) as a value of ``dtype``: integers wrap."""
+    dtype = np.dtype(dtype)
+    x = np.asarray(x)
+    if dtype == np.bool_:
+        return x.astype(np.bool_)
+    with np.errstate(over="ignore"):
+        return x.astype(dtype)
+
+
 def evaluate_index_map(jaxpr: jc.Jaxpr, coords: list[np.ndarray], grid) -> list[np.ndarray]:
-    """Values of the index map's outputs at every grid point (grid-shaped int64)."""
+    """Values of the index map's outputs at every grid point (grid-shaped int64),
+    computed with the wrapping integer semantics the index map runs with."""
     shape = tuple(grid)
     try:
-        outs = _np_eval(jaxpr, [c.astype(np.int64) for c in coords])
+        outs = _np_eval(jaxpr, [np.asarray(c, np.int32) for c in coords])
     except _NoNumpyRule:
         outs = _jax_eval(jaxpr, coords)
-    return [np.broadcast_to(np.asarray(o, np.int64), shape) for o in outs]
+    return [np.broadcast_to(np.asarray(o).astype(np.int64), shape) for o in outs]
 
 
 class _NoNumpyRule(Exception):
     pass
 
 
+def _is_exact_dtype(dtype) -> bool:
+    dtype = np.dtype(dtype)
+    return dtype == np.bool_ or np.issubdtype(dtype, np.integer)
+
+
 def _np_eval(jaxpr: jc.Jaxpr, args):
     env = {}
 
     def read(a):
-        return np.int64(a.val) if isinstance(a, jc.Literal) and np.ndim(a.val) == 0 and \
-            np.issubdtype(np.asarray(a.val).dtype, np.integer) else (
-            np.asarray(a.val) if isinstance(a, jc.Literal) else env[a])
+        if isinstance(a, jc.Literal):
+            return _wrap(a.val, a.aval.dtype)
+        return env[a]
 
     for v, c in zip(jaxpr.constvars, jaxpr.consts):
-        env[v] = np.asarray(c)
+        if not _is_exact_dtype(v.aval.dtype):
+            raise _NoNumpyRule("float constant")
+        env[v] = _wrap(c, v.aval.dtype)
     for v, a in zip(jaxpr.invars, args):
-        env[v] = a
+        env[v] = _wrap(a, v.aval.dtype)
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
-        if name == "pjit" or name == "closed_call" or name == "jit":
-            inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
-            outs = _np_eval(inner, [read(x) for x in eqn.invars])
+        if not all(_is_exact_dtype(v.aval.dtype) for v in (*eqn.invars, *eqn.outvars)):
+            raise _NoNumpyRule(name)   # floats: JAX's own rounding, on the host
+        if name in ("pjit", "closed_call", "jit"):
+            outs = _np_eval_closed(eqn, [read(x) for x in eqn.invars])
         elif name in _NP_RULES:
-            fn = _NP_RULES[name]
-            vals = [read(x) for x in eqn.invars]
-            if name in ("convert_element_type", "multiple_of", "squeeze"):
-                outs = [fn(*vals, **eqn.params)]
-            else:
-                outs = [fn(*vals)]
+            vals = [_wide(read(x)) for x in eqn.invars]
+            dt = eqn.invars[-1].aval.dtype if name == "select_n" else eqn.invars[0].aval.dtype
+            with np.errstate(over="ignore"):
+                outs = [_NP_RULES[name](*vals, dt)]
         else:
             raise _NoNumpyRule(name)
         for v, o in zip(eqn.outvars, outs):
-            env[v] = o
+            env[v] = _wrap(o, v.aval.dtype)
     return [read(v) for v in jaxpr.outvars]
+
+
+def _np_eval_closed(eqn, args):
+    inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
+    if hasattr(inner, "consts") and hasattr(inner, "jaxpr") and not hasattr(inner, "eqns"):
+        inner = inner.jaxpr.with_consts(inner.consts) if inner.consts else inner.jaxpr
+    return _np_eval(inner, args)
 
 
 def _jax_eval(jaxpr: jc.Jaxpr, coords):

@@ -131,39 +131,71 @@ def _tangent_mapping(m: BlockMapping) -> BlockMapping:
     return BlockMapping(**{**m.__dict__, "origin": f"tangent of {m.origin}"})
 
 
+def _differentiable(aval) -> bool:
+    return jnp.issubdtype(aval.dtype, jnp.inexact)
+
+
 def _jvp_rule(primals, tangents, *, kernel: KernelIR, interpret, backend):
+    """Two launches: the kernel itself for the primal outputs, and its JVP
+    kernel (which recomputes the primals it needs) for the tangents. Keeping
+    the primal launch free of tangent operands is what lets ``linearize``
+    (and so ``jacfwd`` and ``vmap`` of ``jvp`` with unbatched primals) see the
+    primal outputs as known and unbatched."""
     if kernel.input_output_aliases:
         raise NotImplementedError("jvp of a pallas_call with input_output_aliases is not supported.")
     if kernel.num_scalar_prefetch:
         raise NotImplementedError("jvp of a scalar-prefetch pallas_call is not supported.")
+    n_out = len(kernel.out_mappings)
+    primal_outs = pallas_call_p.bind(*primals, kernel=kernel, interpret=interpret, backend=backend)
+    nz_in = [type(t) is not jc.ad.Zero and _differentiable(m)
+             for t, m in zip(tangents, kernel.in_mappings)]
+    nz_out = [_differentiable(m) for m in kernel.out_mappings]
+    zeros = [jc.ad.Zero(jax.typeof(o).to_tangent_aval()) for o in primal_outs]
+    if not any(nz_in) or not any(nz_out):
+        return primal_outs, zeros
+    jvp_kernel = _jvp_kernel(kernel, nz_in, nz_out)
+    in_tangents = [t for t, nz in zip(tangents, nz_in) if nz]
+    outs = pallas_call_p.bind(*primals, *in_tangents, kernel=jvp_kernel, interpret=interpret,
+                              backend=backend)
+    it = iter(outs[n_out:])
+    return primal_outs, [next(it) if nz else z for nz, z in zip(nz_out, zeros)]
+
+
+def _jvp_kernel(kernel: KernelIR, nz_in, nz_out) -> KernelIR:
+    """The kernel over (inputs, nonzero input tangents) writing (outputs,
+    tangents of the float outputs); float scratch gets a tangent scratch."""
     n_grid, n_in = len(kernel.grid), len(kernel.in_mappings)
     n_out, n_scr = len(kernel.out_mappings), len(kernel.scratch_avals)
-    nz_in = [type(t) is not jc.ad.Zero for t in tangents]
-    nonzeros = [False] * n_grid + nz_in + [True] * (n_out + n_scr)
+    nz_scr = [_differentiable(a.inner_aval) for a in kernel.scratch_avals]
+    nonzeros = [False] * n_grid + list(nz_in) + list(nz_out) + nz_scr
     jvp, _ = jc.jvp_jaxpr(kernel.jaxpr, nonzeros, instantiate=[])
     avals = [v.aval for v in jvp.invars]
-    n_primal = n_grid + n_in + n_out + n_scr
-    n_tin = sum(nz_in)
-    # jvp's binders: idx, in, out, scr, d_in(nonzero), d_out, d_scr.
+    n_tin, n_tout, n_tscr = sum(nz_in), sum(nz_out), sum(nz_scr)
+    # jvp's binders: idx, in, out, scr, d_in, d_out, d_scr (nonzero ones only).
     # KernelIR order: idx, in, d_in, out, d_out, scr, d_scr.
-    groups_jvp = _split(list(range(len(avals))), [n_grid, n_in, n_out, n_scr, n_tin, n_out, n_scr])
-    idx, p_in, p_out, p_scr, t_in, t_out, t_scr = groups_jvp
+    idx, p_in, p_out, p_scr, t_in, t_out, t_scr = _split(
+        list(range(len(avals))), [n_grid, n_in, n_out, n_scr, n_tin, n_tout, n_tscr])
     new_order = idx + p_in + t_in + p_out + t_out + p_scr + t_scr
     position = {old: new for new, old in enumerate(new_order)}
     body = rebuild_jaxpr(jvp, [avals[i] for i in new_order],
                          lambda a: [a[position[i]] for i in range(len(avals))])
-    assert len(avals) == n_primal + n_tin + n_out + n_scr
-    t_maps = [_tangent_mapping(m) for m, nz in zip(kernel.in_mappings, nz_in) if nz]
-    new_kernel = kernel.replace(
+    t_in_maps = [_tangent_mapping(m) for m, nz in zip(kernel.in_mappings, nz_in) if nz]
+    t_out_maps = [_tangent_mapping(m) for m, nz in zip(kernel.out_mappings, nz_out) if nz]
+    t_scr = [a for a, nz in zip(kernel.scratch_avals, nz_scr) if nz]
+    return kernel.replace(
         name=f"{kernel.name}_jvp", jaxpr=body,
         metadata=kernel.metadata + ((backend_api.TRANSFORM_METADATA_KEY, "jvp"),),
-        in_mappings=kernel.in_mappings + tuple(t_maps),
-        out_mappings=kernel.out_mappings + tuple(_tangent_mapping(m) for m in kernel.out_mappings),
-        scratch_avals=kernel.scratch_avals + kernel.scratch_avals)
-    in_tangents = [t for t in tangents if type(t) is not jc.ad.Zero]
-    outs = pallas_call_p.bind(*primals, *in_tangents, kernel=new_kernel, interpret=interpret,
-                              backend=backend)
-    return outs[:n_out], outs[n_out:]
+        in_mappings=kernel.in_mappings + tuple(t_in_maps),
+        out_mappings=kernel.out_mappings + tuple(t_out_maps),
+        scratch_avals=kernel.scratch_avals + tuple(t_scr))
+
+
+def _transpose_rule(cts, *args, kernel: KernelIR, interpret, backend):
+    raise NotImplementedError(
+        f"Reverse-mode differentiation (jax.grad, jax.vjp, jax.linear_transpose) of the "
+        f"pallas_call kernel '{kernel.name.removesuffix('_jvp')}' ({kernel.source}) needs a backward kernel: wrap "
+        "the call in jax.custom_vjp and write the backward pass (usually another pallas_call). "
+        "Forward mode (jax.jvp, jax.jacfwd, jax.linearize) works without one.")
 
 
 def _split(xs, sizes):
@@ -175,3 +207,4 @@ def _split(xs, sizes):
 
 
 jc.ad.primitive_jvps[pallas_call_p] = _jvp_rule
+jc.ad.primitive_transposes[pallas_call_p] = _transpose_rule

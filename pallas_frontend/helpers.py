@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from pallas_frontend.primitives import run_scoped
@@ -16,15 +18,20 @@ from pallas_frontend.specs import MemoryRef, MemorySpace
 
 # --- arithmetic on sizes --------------------------------------------------------
 
+def _static_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
 def cdiv(a, b):
-    """Ceiling division; works on Python ints and on arrays."""
-    if isinstance(a, int) and isinstance(b, int):
-        return -(-a // b)
+    """Ceiling division: a Python int for Python or NumPy ints (usable in a
+    grid), an array for arrays and traced values."""
+    if _static_int(a) and _static_int(b):
+        return -(-int(a) // int(b))
     return lax.div(a + b - 1, b)
 
 
 def align_to(a: int, alignment: int) -> int:
-    """Rounds ``a`` up to a multiple of ``alignment``."""
+    """Rounds ``a`` up to a multiple of ``alignment`` (a Python int for ints)."""
     return cdiv(a, alignment) * alignment
 
 
@@ -69,10 +76,15 @@ def broadcast_to(a, shape):
 
 
 def with_scoped(*types, collective_axes=(), **kw_types):
-    """Decorator form of ``run_scoped``: calls the function at once with
-    freshly allocated Refs and returns its result."""
+    """Decorator form of ``run_scoped``, as in JAX: ``@pl.with_scoped(T)``
+    turns ``f(*args, ref)`` into ``g(*args)``, which allocates the Refs each
+    time it is called and passes them after the caller's arguments."""
     def decorator(f):
-        return run_scoped(f, *types, collective_axes=collective_axes, **kw_types)
+        @functools.wraps(f)
+        def with_refs(*args, **kwargs):
+            return run_scoped(lambda *refs, **kw_refs: f(*args, *refs, **kwargs, **kw_refs),
+                              *types, collective_axes=collective_axes, **kw_types)
+        return with_refs
     return decorator
 
 

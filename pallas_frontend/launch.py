@@ -11,9 +11,9 @@ import jax
 from pallas_frontend import registry
 from pallas_frontend.block_indices import check_block_ranges
 from pallas_frontend.call_primitive import pallas_call_p
-from pallas_frontend.foreign_params import check_not_jax_params
+from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
-from pallas_frontend.tracing import build_kernel_ir, resolve_grid_spec
+from pallas_frontend.tracing import build_kernel_ir, normalize_out_shape, resolve_grid_spec
 
 
 def pallas_call(
@@ -46,10 +46,9 @@ def pallas_call(
     names one explicitly. On CPU the interpreter is the default.
     """
     gs = resolve_grid_spec(grid_spec, grid, in_specs, out_specs, scratch_shapes)
-    check_not_jax_params("compiler_params", compiler_params)
-    check_not_jax_params("interpret", interpret)
     if cost_estimate is not None and not isinstance(cost_estimate, CostEstimate):
         raise TypeError(f"cost_estimate must be a pl.CostEstimate, got {type(cost_estimate).__name__}")
+    registry.check_params_objects(interpret, compiler_params)
     if compiler_params is not None and not _is_params_dataclass(compiler_params):
         raise TypeError(
             f"compiler_params must be a backend's CompilerParams dataclass (e.g. "
@@ -59,9 +58,11 @@ def pallas_call(
         raise TypeError("metadata must be a dict[str, str].")
     registry.check_interpret_arguments(interpret, compiler_params, backend)
     aliases = dict(input_output_aliases or {})
+    normalize_out_shape(out_shape)   # bad shapes are refused here, before any call
 
-    @functools.partial(jax.jit, inline=True, static_argnums=0)
-    def traced(mode, *args):
+    # The debug-checks flag is read while tracing, so it is part of the cache key.
+    @functools.partial(jax.jit, inline=True, static_argnums=(0, 1))
+    def traced(mode, debug_checks, *args):
         ir, out_tree = build_kernel_ir(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
@@ -75,7 +76,15 @@ def pallas_call(
     def call(*args):
         # A backend's own interpret mode (e.g. pallas_tpu.force_tpu_interpret_mode)
         # is read at each call and is part of the trace's cache key.
-        return traced(registry.effective_interpret(interpret, compiler_params), *args)
+        mode = registry.effective_interpret(interpret, compiler_params)
+        take_kernel_failure()
+        try:
+            return traced(mode, enable_debug_checks.value, *args)
+        except jax.errors.JaxRuntimeError as e:
+            failure = take_kernel_failure()   # a check that failed in a host callback
+            if failure is not None and str(failure) in str(e):
+                raise failure from e
+            raise
 
     functools.update_wrapper(call, kernel, assigned=("__name__", "__qualname__", "__doc__"),
                              updated=())

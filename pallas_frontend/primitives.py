@@ -20,7 +20,7 @@ import numpy as np
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import (
     FRONTEND_OWNER, def_pure_primitive, kernel_primitive, ref_effects)
-from pallas_frontend.specs import MemoryRef
+from pallas_frontend.specs import MemoryRef, check_dims
 
 
 # --- the grid position of the kernel being traced ----------------------------
@@ -119,11 +119,15 @@ jc.batching.primitive_batchers[debug_print_p] = (
 
 
 def debug_print(fmt: str, *args):
-    """Prints from inside a kernel. ``fmt`` uses ``{}`` placeholders, one per arg."""
+    """Prints from inside a kernel. ``fmt`` uses ``{}`` placeholders, one per
+    arg; without placeholders the values are printed after ``fmt``, separated
+    by spaces (as JAX's Triton and TPU backends print them)."""
     if not isinstance(fmt, str):
         raise TypeError(f"pl.debug_print: fmt must be a str, got {type(fmt).__name__}")
     n = fmt.count("{}") + fmt.count("{:")
-    if n != len(args):
+    if n == 0 and args:
+        fmt = fmt.replace("{", "{{").replace("}", "}}") + " {}" * len(args)
+    elif n != len(args):
         raise ValueError(f"pl.debug_print: format {fmt!r} has {n} placeholders but "
                          f"{len(args)} arguments were given.")
     debug_print_p.bind(*args, fmt=fmt)
@@ -132,8 +136,9 @@ def debug_print(fmt: str, *args):
 # --- debug checks --------------------------------------------------------------
 
 class _DebugChecksFlag:
-    """``pl.enable_debug_checks``: ``with pl.enable_debug_checks(True): ...``,
-    or ``pl.enable_debug_checks.value`` to read it."""
+    """``pl.enable_debug_checks``: ``pl.enable_debug_checks(True)`` sets the
+    flag (for this thread) at once; used as ``with pl.enable_debug_checks(True):``
+    the previous value comes back when the block ends. ``.value`` reads it."""
 
     def __init__(self):
         self._value = False
@@ -145,32 +150,78 @@ class _DebugChecksFlag:
     def set(self, enabled: bool) -> None:
         self._value = bool(enabled)
 
-    @contextlib.contextmanager
-    def __call__(self, enabled: bool = True):
+    def __call__(self, enabled: bool = True) -> _RestoreDebugChecks:
         prev = getattr(_local, "debug_checks", None)
         _local.debug_checks = bool(enabled)
-        try:
-            yield
-        finally:
-            if prev is None:
-                del _local.debug_checks
-            else:
-                _local.debug_checks = prev
+        return _RestoreDebugChecks(prev)
+
+
+class _RestoreDebugChecks:
+    """What ``pl.enable_debug_checks(...)`` returns: already applied; as a
+    context manager it restores the previous value on exit."""
+
+    def __init__(self, prev):
+        self._prev = prev
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._prev is None:
+            _local.__dict__.pop("debug_checks", None)
+        else:
+            _local.debug_checks = self._prev
+        return False
 
 
 enable_debug_checks = _DebugChecksFlag()
 
 
 class KernelCheckError(RuntimeError):
-    """A ``pl.debug_check`` failed while the kernel ran."""
+    """A ``pl.debug_check`` (or an out-of-block Ref access check) failed while
+    the kernel ran."""
+
+
+class SemaphoreDeadlockError(RuntimeError):
+    """A ``pl.semaphore_wait`` can never be satisfied: in the sequential
+    interpreter no other program can signal the semaphore."""
+
+
+# The last check failure raised inside a host callback. XLA wraps callback
+# exceptions in a generic runtime error (and may run callbacks on its own
+# threads); ``pallas_call`` re-raises the recorded one instead: the user's
+# message, with its own type.
+_failure_lock = threading.Lock()
+_kernel_failure: list[Exception] = []
+
+
+def take_kernel_failure() -> Exception | None:
+    with _failure_lock:
+        return _kernel_failure.pop() if _kernel_failure else None
+
+
+def _fail(err: Exception):
+    with _failure_lock:
+        _kernel_failure[:] = [err]
+    raise err
 
 
 debug_check_p = kernel_primitive("debug_check", owner=FRONTEND_OWNER, multiple_results=True)
 
 
+# Checks the frontend adds itself (ref_checks) say what failed without this prefix.
+FRONTEND_CHECK = "Out-of-range Ref access at "
+
+
 def _raise_if_false(ok, message):
     if not bool(np.all(np.asarray(ok))):
-        raise KernelCheckError(f"pl.debug_check failed: {message}")
+        prefix = "" if message.startswith(FRONTEND_CHECK) else "pl.debug_check failed: "
+        _fail(KernelCheckError(prefix + message))
+
+
+def _raise_deadlock(ok, message):
+    if not bool(np.all(np.asarray(ok))):
+        _fail(SemaphoreDeadlockError(message))
 
 
 def _debug_check_host(pred, *, message):
@@ -213,7 +264,7 @@ def ref_aval_of(t: Any, what: str) -> jc.AbstractRef:
             raise TypeError(f"{what}: get_ref_aval() of {t!r} returned {aval!r}, not a Ref type.")
         return aval
     if hasattr(t, "shape") and hasattr(t, "dtype"):
-        return jc.AbstractRef(jc.ShapedArray(tuple(t.shape), np.dtype(t.dtype)))
+        return jc.AbstractRef(jc.ShapedArray(check_dims(t.shape, what), np.dtype(t.dtype)))
     raise TypeError(f"{what}: {t!r} is not a scratch type. Use pl.MemorySpace.X(shape, dtype), "
                     "a backend memory space such as pallas_tpu.VMEM(shape, dtype), or "
                     "jax.ShapeDtypeStruct.")
@@ -239,12 +290,18 @@ def _new_scoped_ref(aval: jc.AbstractRef):
                          memory_space=aval.memory_space)
 
 
+get_global_p = kernel_primitive("get_global", owner=FRONTEND_OWNER)
+get_global_p.ref_allocating = True      # its Ref is made here, like jax.new_ref's
+get_global_p.def_effectful_abstract_eval(lambda *, aval: (aval, {jc.internal_ref_effect}))
+
+
 def get_global(what: Any):
-    """A Ref that outlives one kernel invocation (e.g. a cross-call semaphore).
-    Backend-specific: the frontend interpreter has no persistent memory."""
-    raise NotImplementedError(
-        "pl.get_global needs memory that persists across kernel invocations, which only "
-        "some backends provide (e.g. pallas_tpu); the frontend interpreter does not.")
+    """A Ref that outlives one program: every grid point of the kernel sees the
+    same Ref (in the interpreter, for the duration of one ``pallas_call``; a
+    semaphore starts at 0). ``what`` is a scratch type, e.g.
+    ``pl.ANY((), jnp.int32)`` for a semaphore."""
+    _current_grid("get_global")
+    return get_global_p.bind(aval=ref_aval_of(what, "pl.get_global"))
 
 
 # --- semaphores ---------------------------------------------------------------
@@ -265,8 +322,11 @@ class DeviceIdType:
 # element of an array of semaphores (``sems.at[i]``), then the value.
 semaphore_read_p.def_effectful_abstract_eval(
     lambda ref, *idx: (jc.ShapedArray((), jnp.int32), ref_effects(reads=[0])))
+# semaphore_signal: ref, *idx, inc, then the leaves of device_id (int32, possibly
+# traced) when ``device_id_tree`` is not None.
 semaphore_signal_p.def_effectful_abstract_eval(
-    lambda ref, *idx_inc, device_id, core_index: ([], ref_effects(reads=[0], writes=[0])))
+    lambda ref, *idx_inc_dev, device_id_tree, device_id_type, core_index: (
+        [], ref_effects(reads=[0], writes=[0])))
 semaphore_wait_p.def_effectful_abstract_eval(
     lambda ref, *idx_value, decrement: ([], ref_effects(reads=[0], writes=[0])))
 
@@ -297,14 +357,62 @@ def semaphore_read(sem):
 
 def semaphore_signal(sem, inc=1, *, device_id=None, device_id_type=DeviceIdType.MESH,
                      core_index=None):
+    """Adds ``inc`` to ``sem``; with ``device_id`` (an int, a traced int, or a
+    tuple/dict of them, read as ``device_id_type``) to that device's ``sem``."""
     ref, idx = _split_ref(sem, "semaphore_signal")
-    semaphore_signal_p.bind(ref, *idx, jnp.asarray(inc, jnp.int32), device_id=device_id,
+    id_type = _device_id_type(device_id_type)
+    if device_id is None:
+        dev_leaves, dev_tree = [], None
+    else:
+        dev_leaves, dev_tree = jax.tree.flatten(device_id)
+        dev_leaves = [jnp.asarray(d, jnp.int32) for d in dev_leaves]
+    semaphore_signal_p.bind(ref, *idx, jnp.asarray(inc, jnp.int32), *dev_leaves,
+                            device_id_tree=dev_tree, device_id_type=id_type,
                             core_index=core_index)
+
+
+def _device_id_type(t) -> str:
+    name = getattr(t, "name", t)      # also JAX's pltpu.DeviceIdType members
+    name = name.lower() if isinstance(name, str) else name
+    if name not in (DeviceIdType.MESH, DeviceIdType.LOGICAL):
+        raise ValueError(f"pl.semaphore_signal: device_id_type must be pl.DeviceIdType.MESH or "
+                         f"pl.DeviceIdType.LOGICAL, got {t!r}.")
+    return name
 
 
 def semaphore_wait(sem, value=1, *, decrement: bool = True):
     ref, idx = _split_ref(sem, "semaphore_wait")
     semaphore_wait_p.bind(ref, *idx, jnp.asarray(value, jnp.int32), decrement=decrement)
+
+
+def semaphore_ref_positions(jaxpr: jc.Jaxpr) -> set[int]:
+    """Positions of ``jaxpr``'s invars that some semaphore operation uses,
+    looking into loop and branch bodies."""
+    found: set[int] = set()
+
+    def visit(jx, outer: dict):
+        for eqn in jx.eqns:
+            if eqn.primitive.name.startswith("semaphore_") and eqn.invars[0] in outer:
+                found.add(outer[eqn.invars[0]])
+            for sub, operands in _sub_operands(eqn):
+                visit(sub, {v: outer[o] for v, o in zip(sub.invars, operands)
+                            if not isinstance(o, jc.Literal) and o in outer})
+
+    visit(jaxpr, {v: i for i, v in enumerate(jaxpr.invars)})
+    return found
+
+
+def _sub_operands(eqn):
+    """(nested jaxpr, the outer operands its invars receive) for each body."""
+    subs = jc.sub_jaxprs(eqn)
+    if eqn.primitive.name == "while":
+        cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+        carry = eqn.invars[cn + bn:]
+        return [(eqn.params["cond_jaxpr"], eqn.invars[:cn] + carry),
+                (eqn.params["body_jaxpr"], eqn.invars[cn:cn + bn] + carry)]
+    # scan, jit, cond (after the predicate), run_state...: a suffix of the operands
+    return [(sub, eqn.invars[len(eqn.invars) - len(sub.invars):]) for sub in subs
+            if len(sub.invars) <= len(eqn.invars)]
 
 
 def _sem_add(ref_val, idx, delta):
@@ -316,19 +424,21 @@ def _sem_read_discharge(ctx, ref_val, *idx):
     return (None,) * (1 + len(idx)), jnp.asarray(ref_val)[tuple(idx)]
 
 
-def _sem_signal_discharge(ctx, ref_val, *idx_inc, device_id, core_index):
-    if device_id is not None or core_index is not None:
+def _sem_signal_discharge(ctx, ref_val, *idx_inc_dev, device_id_tree, device_id_type,
+                          core_index):
+    if device_id_tree is not None or core_index is not None:
         raise NotImplementedError("semaphore_signal to another device or core needs a "
-                                  "multi-device backend (e.g. pallas_tpu interpret mode).")
-    *idx, inc = idx_inc
+                                  "multi-device backend (e.g. pallas_tpu interpret mode); the "
+                                  "frontend interpreter runs one device's programs.")
+    *idx, inc = idx_inc_dev
     new = _sem_add(ref_val, idx, inc)
-    return (new,) + (None,) * len(idx_inc), []
+    return (new,) + (None,) * len(idx_inc_dev), []
 
 
 def _sem_wait_discharge(ctx, ref_val, *idx_value, decrement):
     *idx, value = idx_value
     cur = jnp.asarray(ref_val)[tuple(idx)]
-    jax.debug.callback(_raise_if_false, cur >= value,
+    jax.debug.callback(_raise_deadlock, cur >= value,
                        message="semaphore_wait would block forever: the semaphore holds less "
                                "than the awaited value and no other program can signal it "
                                "in the sequential interpreter.")

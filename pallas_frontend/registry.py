@@ -284,6 +284,41 @@ def _declared_owner(params) -> str | None:
     return owner if isinstance(owner, str) and owner else None
 
 
+# JAX's own Pallas params types live in these jax modules; ours in these plugins.
+_JAX_PALLAS_HOMES = (
+    ("jax._src.pallas.mosaic_gpu", "jax.experimental.pallas.mosaic_gpu", "pallas_mgpu", "mgpu"),
+    ("jax._src.pallas.mosaic", "jax.experimental.pallas.tpu", "pallas_tpu", "tpu"),
+    ("jax._src.pallas.triton", "jax.experimental.pallas.triton", "pallas_triton", "triton"),
+)
+
+
+def check_params_objects(interpret, compiler_params) -> None:
+    """Refuses, before anything is traced, an ``interpret=`` that is neither a
+    bool nor a params object, and JAX's own Pallas params objects (which look
+    like ours but belong to ``jax.experimental.pallas``)."""
+    if not (interpret is None or isinstance(interpret, bool)
+            or hasattr(interpret, "__dataclass_fields__")):
+        raise TypeError(
+            f"interpret={interpret!r} ({type(interpret).__name__}) is not a mode: pass "
+            "interpret=True for the built-in interpreter, interpret=False (the default) to "
+            "choose a backend, or a backend's interpret-params object such as "
+            "pallas_tpu.InterpretParams().")
+    for what, obj in (("interpret", interpret), ("compiler_params", compiler_params)):
+        module = type(obj).__module__ or ""
+        for jax_module, public, ours, extra in _JAX_PALLAS_HOMES:
+            if module.startswith(jax_module):
+                name = type(obj).__name__
+                raise TypeError(
+                    f"{what}={name}(...) is JAX's own {public}.{name}, a jax.experimental.pallas "
+                    f"object that pallas_frontend does not read. Use {ours}.{name} instead "
+                    f"(the same fields where it supports them; pip install "
+                    f"\"pallas-frontend[{extra}]\"){' or interpret=True' if what == 'interpret' else ''}.")
+        if module.startswith("jax.") and "pallas" in module:
+            raise TypeError(f"{what}={type(obj).__name__}(...) is a jax.experimental.pallas "
+                            "object; pallas_frontend takes its own backends' params types "
+                            "(e.g. pallas_triton.CompilerParams, pallas_tpu.InterpretParams).")
+
+
 def _owner_of(params) -> str:
     owner = getattr(params, "BACKEND", None) or getattr(type(params), "BACKEND", None)
     if isinstance(owner, str) and owner:

@@ -22,6 +22,9 @@ class Blocked:
     covers elements ``[i * block_size, (i + 1) * block_size)``."""
     block_size: int
 
+    def __post_init__(self):
+        object.__setattr__(self, "block_size", _positive_size(self.block_size, "Blocked"))
+
     def __str__(self):
         return f"Blocked({self.block_size})"
 
@@ -35,6 +38,7 @@ class Element:
     padding: tuple[int, int] = (0, 0)
 
     def __post_init__(self):
+        object.__setattr__(self, "block_size", _positive_size(self.block_size, "Element"))
         lo, hi = self.padding
         if lo < 0 or hi < 0:
             raise ValueError(f"Element padding must be non-negative, got {self.padding}")
@@ -60,8 +64,28 @@ class BoundedSlice:
     ``size <= block_size``; the kernel sees a Ref of ``block_size``."""
     block_size: int
 
+    def __post_init__(self):
+        object.__setattr__(self, "block_size", _positive_size(self.block_size, "BoundedSlice"))
+
 
 BlockDim = Blocked | Element | Squeezed | BoundedSlice
+
+
+def _positive_size(size, kind: str) -> int:
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
+        raise ValueError(f"pl.{kind}({size!r}): the block size must be a positive int "
+                         f"(the number of elements the block spans), e.g. pl.{kind}(128).")
+    return int(size)
+
+
+def check_dims(shape, what: str) -> tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ints, or a ValueError naming ``what``."""
+    dims = tuple(shape)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise ValueError(f"{what} has shape {dims}: every dim must be a non-negative int "
+                             f"(got {d!r}).")
+    return tuple(int(d) for d in dims)
 
 
 def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
@@ -90,7 +114,7 @@ class MemoryRef:
     memory_space: Any
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "shape", check_dims(self.shape, f"{self.memory_space} scratch"))
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
 

@@ -16,9 +16,10 @@ import numpy as np
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import BlockMapping, KernelIR
-from pallas_frontend.primitives import grid_context, ref_aval_of
+from pallas_frontend.primitives import enable_debug_checks, grid_context, ref_aval_of
+from pallas_frontend.ref_checks import check_ref_accesses, static_slice_errors
 from pallas_frontend.specs import (
-    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, canonicalize_block_dim,
+    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, canonicalize_block_dim, check_dims,
     no_block_spec)
 
 
@@ -89,7 +90,7 @@ def normalize_out_shape(out_shape: Any):
                 f"{path} is a {type(leaf).__name__} ({leaf!r}); out_shape must be a pytree of "
                 "jax.ShapeDtypeStruct (or arrays, or pl.MemorySpace.X(shape, dtype)). "
                 "Write jax.ShapeDtypeStruct(shape, dtype).")
-        avals.append(jc.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype)))
+        avals.append(jc.ShapedArray(check_dims(leaf.shape, path), np.dtype(leaf.dtype)))
         spaces.append(leaf.memory_space if isinstance(leaf, MemoryRef) else None)
     return avals, spaces, tree
 
@@ -221,7 +222,8 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
         return []
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(ref_avals)
-    jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
+    with static_slice_errors():
+        jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
     bad = [c for c in jaxpr.consts
            if np.size(c) > 1 and not isinstance(jax.typeof(c), jc.AbstractRef)]
     if bad:
@@ -312,6 +314,10 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     ref_avals = [*prefetch_avals, *(kernel_ref_aval(m) for m in in_maps),
                  *(kernel_ref_aval(m) for m in out_maps), *scratch_avals]
     jaxpr = trace_kernel_body(kernel, kname, grid, grid_names, ref_avals, arg_builder)
+    ref_names = ([None] * num_grid + [f"scalar prefetch {k}" for k in range(n_pf)]
+                 + [f"the block Ref of {m.origin}" for m in (*in_maps, *out_maps)]
+                 + [f"the Ref of scratch_shapes[{k}]" for k in range(len(scratch_avals))])
+    jaxpr = check_ref_accesses(jaxpr, ref_names, debug_checks=enable_debug_checks.value)
 
     ir = KernelIR(
         name=kname, source=source_of(kernel), jaxpr=jaxpr, grid=grid, grid_names=grid_names,

@@ -144,10 +144,9 @@ def test_the_graph_finds_a_planted_cycle(tmp_path):
     assert edges["planted.c"] == set() and edges["planted.d"] == {"planted.c"}
 
 
-# The Triton plugin's codegen <-> emitters <-> schedule cycle is being removed on
-# its own branch (issue 14); drop this mark when that lands (it then XPASSes).
-_KNOWN_CYCLES = {"pallas-triton": "pallas_triton codegen<->emitters<->schedule cycle: "
-                                  "being removed by the Triton plugin's own change (issue 14)"}
+# Known cycles, each with its reason (none today: the Triton plugin's
+# codegen <-> emitters <-> schedule cycle is gone, issue 14).
+_KNOWN_CYCLES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("dist", [pytest.param(d, marks=pytest.mark.xfail(reason=_KNOWN_CYCLES[d]))

@@ -25,6 +25,8 @@ from jax import lax
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
 from pallas_frontend.block_indices import BlockTable, check_block_ranges, grid_coordinates
+from pallas_frontend.interpreter.globals import lift_globals
+from pallas_frontend.primitives import semaphore_ref_positions
 from pallas_frontend.specs import BoundedSlice, Squeezed
 
 
@@ -105,6 +107,7 @@ def make_plan(kernel: KernelIR) -> InterpreterPlan:
         raise NotImplementedError(
             "The frontend interpreter does not run scalar-prefetch kernels; use a backend "
             "that provides them (e.g. interpret=pallas_tpu.InterpretParams()).")
+    kernel = lift_globals(kernel)
     tables = check_block_ranges(kernel)
     layouts = tuple(operand_layout(t) for t in tables)
     coords = grid_coordinates(kernel.grid)
@@ -162,9 +165,13 @@ def initial_outputs(plan: InterpreterPlan, inputs):
 
 
 def initial_scratch(kernel: KernelIR, inputs):
-    return [varying_like(jnp.full(a.inner_aval.shape, padding_value(a.inner_aval.dtype),
+    """Scratch starts as padding values, except semaphores, which start at 0."""
+    first = len(kernel.jaxpr.invars) - len(kernel.scratch_avals)
+    semaphores = semaphore_ref_positions(kernel.jaxpr)
+    return [varying_like(jnp.full(a.inner_aval.shape,
+                                  0 if first + k in semaphores else padding_value(a.inner_aval.dtype),
                                   a.inner_aval.dtype), inputs)
-            for a in kernel.scratch_avals]
+            for k, a in enumerate(kernel.scratch_avals)]
 
 
 def run_sequential(plan: InterpreterPlan, *inputs):
@@ -191,6 +198,8 @@ def run_sequential(plan: InterpreterPlan, *inputs):
         return outs, list(new[n_in + len(outs):])
 
     carry = (initial_outputs(plan, inputs), initial_scratch(kernel, inputs))
+    if plan.num_points == 0:   # a grid axis of size 0: nothing runs, outputs stay as they are
+        return [lay.unpad(o) for lay, o in zip(out_layouts, carry[0])]
     if plan.num_points == 1:
         outs, _ = step(0, carry)
     else:

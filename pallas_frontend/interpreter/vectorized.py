@@ -58,6 +58,7 @@ class VectorizedPlan:
 
 def make_plan(kernel: KernelIR) -> VectorizedPlan:
     base = execute.make_plan(kernel)
+    kernel = base.kernel          # with pl.get_global Refs lifted to scratch
     tables = tuple(lay.table for lay in base.layouts)
     analysis = analyze_grid(kernel, tables, base.body)
     if kernel.debug:

@@ -279,9 +279,15 @@ def _semaphore_read(eqn, invals):
 @_rule(_FRONTEND_RULES, "semaphore_signal")
 def _semaphore_signal(eqn, invals):
     from jax.experimental import pallas as pl
-    ref, *idx, inc = invals
-    pl.semaphore_signal(_sem_view(ref, idx), inc,
-                        device_id=eqn.params["device_id"], core_index=eqn.params["core_index"])
+    # Operands: ref, *idx, inc, then device_id's leaves (described by device_id_tree).
+    tree = eqn.params["device_id_tree"]
+    n_dev = tree.num_leaves if tree is not None else 0
+    ref, *idx, inc = invals[:len(invals) - n_dev]
+    device_id = jax.tree.unflatten(tree, invals[len(invals) - n_dev:]) if tree is not None else None
+    # JAX 0.12 defaults to mesh ids and deprecates the argument: pass it only for logical ids.
+    id_type = pl.DeviceIdType.LOGICAL if eqn.params["device_id_type"] == "logical" else None
+    pl.semaphore_signal(_sem_view(ref, idx), inc, device_id=device_id, device_id_type=id_type,
+                        core_index=eqn.params["core_index"])
     return []
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 
 import jax
@@ -12,48 +11,9 @@ import pallas_frontend as pl
 from pallas_frontend import backend_api
 from pallas_triton import __version__, gpu_launch, manifests
 from pallas_triton.errors import TritonCapabilityError, unsupported
+from pallas_triton.generation import (  # noqa: F401  (generate_source is public here)
+    _compiler_params, generate_source)
 from pallas_triton.params import CompilerParams, InterpretParams
-
-
-def _compiler_params(kernel, interpret_params=None) -> CompilerParams:
-    if isinstance(interpret_params, InterpretParams) and interpret_params.compiler_params:
-        return interpret_params.compiler_params
-    p = kernel.compiler_params
-    return p if isinstance(p, CompilerParams) else CompilerParams()
-
-
-@functools.lru_cache(maxsize=256)
-def _generate_cached(fingerprint, kernel, target, precision):
-    del fingerprint  # the cache key; kernel objects are compared by identity otherwise
-    from pallas_triton import structured  # noqa: F401  (registers the statement emitters)
-    from pallas_triton import primitives  # noqa: F401  (registers the Triton primitives)
-    from pallas_triton.codegen import generate
-    return generate(kernel, target=target, dot_input_precision=precision)
-
-
-def generate_source(kernel: backend_api.KernelIR, *, target: str = "interpret",
-                    params: CompilerParams | None = None):
-    """The generated kernel (source and launch facts), cached by a hash of KernelIR+params."""
-    from pallas_triton.codegen import kernel_fingerprint
-    params = params or _compiler_params(kernel)
-    key = kernel_fingerprint(kernel, (target, params))
-    gen = _generate_cached(key, _Keyed(kernel, key), target, params.dot_input_precision)
-    return gen
-
-
-class _Keyed:
-    """Lets lru_cache key on the fingerprint while passing the kernel through."""
-    def __init__(self, kernel, key):
-        self.kernel, self.key = kernel, key
-
-    def __hash__(self):
-        return hash(self.key)
-
-    def __eq__(self, other):
-        return isinstance(other, _Keyed) and other.key == self.key
-
-    def __getattr__(self, name):
-        return getattr(self.kernel, name)
 
 
 def check_kernel(backend, kernel: backend_api.KernelIR) -> None:
@@ -61,19 +21,8 @@ def check_kernel(backend, kernel: backend_api.KernelIR) -> None:
     if kernel.num_scalar_prefetch:
         raise unsupported(f"scalar prefetch (kernel '{kernel.name}', {kernel.source})")
     _check_scratch(kernel)
-    for m in kernel.mappings:
-        for d, dim in enumerate(m.block_dims):
-            if isinstance(dim, pl.BoundedSlice):
-                raise unsupported(f"BoundedSlice block dims ({m.origin}, dim {d})")
-            if isinstance(dim, pl.Element) and dim.padding != (0, 0):
-                raise unsupported(f"Element padding ({m.origin}, dim {d}, padding {dim.padding})")
-            if not isinstance(dim, pl.Squeezed) and not _pow2(dim.block_size):
-                raise TritonCapabilityError(
-                    f"The Triton backend needs power-of-two block dims: {m.origin} has block "
-                    f"shape {m.block_shape} (dim {d} is {dim.block_size}) in kernel "
-                    f"'{kernel.name}' ({kernel.source}); its BlockSpec index_map is at "
-                    f"{m.index_map_source}. Round the block up (pl.next_power_of_2) and let "
-                    "the edge block be masked.")
+    # Block dims that are not powers of two are refused by code generation at the first
+    # whole or sliced access (array-offset pallas_triton.load/store can reach them).
     # Code generation finds unsupported primitives and shapes; do it now, before lowering.
     generate_source(kernel)
 
@@ -112,8 +61,8 @@ class TritonBackend(backend_api.Backend):
     distribution = "pallas-triton"
     version = __version__
     platforms = ("cuda", "rocm")
-    # The default for cuda/rocm only once kernels can launch there; until then
-    # the reference interpreter stays the default and this backend is opt-in.
+    # The default on cuda/rocm: kernels launch there through XLA's Triton custom
+    # call. On CPU, call_options route to Triton's interpreter instead.
     priority = 10 if gpu_launch.AVAILABLE else -1
     compiler_params_type = CompilerParams
     interpret_params_type = InterpretParams
@@ -125,7 +74,7 @@ class TritonBackend(backend_api.Backend):
     # manifests.UNSUPPORTED). "jvp" works because a JVP is just another generated kernel.
     capabilities = frozenset({
         "grid", "blocked", "element", "squeezed", "aliasing", "loops", "cond", "vmap", "jvp",
-        "scratch",
+        "scratch", "element_padding", "bounded_slice", "run_scoped",
         "float64", "atomics", "interpret_on_cpu", "compile_only",
     })
     dtypes = frozenset({"float32", "float16", "bfloat16", "float64", "int8", "int16", "int32",
@@ -143,11 +92,28 @@ class TritonBackend(backend_api.Backend):
         return {"interpret": InterpretParams(compiler_params=params)}
 
     def is_available(self):
+        # Deliberately no GPU check: lowering, export and device-less compiles for a
+        # GPU target need none, and the launch itself is XLA's business.
         try:
             import triton  # noqa: F401
         except ImportError as e:
             return False, f"the triton package cannot be imported ({e})"
         return True, ""
+
+    def compile_platform(self):
+        """cuda where the XLA:GPU compiler is installed (no GPU needed), else this machine's."""
+        from pallas_triton import aot
+        return "cuda" if aot.cuda_compiler_installed() else super().compile_platform()
+
+    def compile_only(self, fn, *args):
+        """On cuda: XLA:GPU compiles ``fn`` device-less for the GPU named by
+        ``PALLAS_TRITON_AOT_GPU`` (H100, A100 or a GpuTargetConfigProto path; default H100)."""
+        if self.compile_platform() != "cuda":
+            return super().compile_only(fn, *args)
+        import os
+
+        from pallas_triton import aot
+        return aot.compile_for_gpu(fn, *args, gpu=os.environ.get("PALLAS_TRITON_AOT_GPU", "H100"))
 
     def check(self, kernel):
         super().check(kernel)

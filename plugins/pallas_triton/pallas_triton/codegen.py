@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import math
 import os
+import re
 
 import jax
 import numpy as np
@@ -24,7 +26,9 @@ from jax.extend.core import Literal
 
 import pallas_frontend as pl
 from pallas_frontend.backend_api import KernelIR
-from pallas_triton.emitters import EMITTERS, helper_source, is_float, tl_dtype
+from pallas_triton.emitters import EMITTERS, helper_source
+from pallas_triton.jaxpr_text import (  # noqa: F401  (re-exported for plugins' callers)
+    is_float, is_pow2, literal, padding_literal, source_line, tl_dtype, used_vars)
 from pallas_triton.errors import TritonCapabilityError, unsupported
 
 
@@ -39,6 +43,12 @@ class BlockRef:
     block_sizes: list[int]          # per array dim
     masked: list[bool]              # per array dim: can the block overhang?
     fenced: bool = False            # other threads of the program may touch it in between
+    # per array dim: can the block start before the array (Element padding)?
+    low_masked: list[bool] = dataclasses.field(default_factory=list)
+    # per array dim: the valid extent of a BoundedSlice block (an expression), else None
+    limits: list = dataclasses.field(default_factory=list)
+    origin: str = ""                # what messages call it (the BlockSpec's operand)
+    index_map_source: str = ""
 
 
     @property
@@ -59,32 +69,19 @@ class RegisterRef:
     label: str                      # what messages call it (a BlockSpec or scratch buffer)
 
 
-def used_vars(jaxpr) -> set:
-    """Every variable read by an equation or returned, nested jaxprs included."""
-    from jax.extend.core import jaxprs_in_params
-    out = set()
-
-    def walk(j):
-        j = getattr(j, "jaxpr", j)
-        for eqn in j.eqns:
-            out.update(v for v in eqn.invars if not isinstance(v, Literal))
-            for sub in jaxprs_in_params(eqn.params):
-                walk(sub)
-        out.update(v for v in j.outvars if not isinstance(v, Literal))
-    walk(jaxpr)
-    return out
-
-
-def is_pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
 class KernelWriter:
     def __init__(self, kernel: KernelIR, *, target: str, dot_input_precision: str):
         self.kernel = kernel
         self.target = target                        # "interpret", "cuda" or "rocm"
         self.dot_input_precision = dot_input_precision
+        self.allow_gather = False      # set while pallas_triton.load/store resolve their index
         self.lines: list[str] = []
+        # Common subexpressions (offsets, masks, ranges) are bound once per scope and
+        # reused: Triton's interpreter evaluates every expression in NumPy, so repeats cost.
+        self._scope_ids = itertools.count()
+        self._scopes: list[int] = []
+        self._memo: dict[str, tuple[str, int]] = {}
+        self._bound: set[str] = set()          # names assigned exactly once (by bind)
         self.depth = 1
         self.counter = 0
         self.helpers: dict[str, str] = {}
@@ -93,6 +90,17 @@ class KernelWriter:
         self.used_vars = used_vars(kernel.jaxpr)
 
     # --- text ------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return len(self._scopes)
+
+    @depth.setter
+    def depth(self, value: int) -> None:
+        # entering a block opens a scope; leaving it forgets what was bound inside
+        while len(self._scopes) < value:
+            self._scopes.append(next(self._scope_ids))
+        del self._scopes[value:]
+
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
 
@@ -104,9 +112,27 @@ class KernelWriter:
         """Assigns ``expr`` to a fresh local; returns the name (keeps lines short)."""
         if expr.isidentifier():
             return expr
+        reusable = self._reusable(expr)
+        if reusable:
+            hit = self._memo.get(expr)
+            if hit is not None and hit[1] in self._scopes:
+                return hit[0]
         name = self.fresh(prefix)
         self.line(f"{name} = {expr}")
+        self._bound.add(name)
+        if reusable:
+            self._memo[expr] = (name, self._scopes[-1])
         return name
+
+    def _reusable(self, expr: str) -> bool:
+        """Pure, and reads only names that never change within their scope."""
+        if any(word in expr for word in _EFFECTFUL):
+            return False
+        for name in _IDENTIFIER.findall(expr):
+            if name not in self._bound and not _STABLE_NAME.match(name) and \
+                    name not in _TL_WORDS:
+                return False
+        return True
 
     def helper(self, kind: str) -> str:
         self.helpers.setdefault(kind, helper_source(kind))
@@ -145,6 +171,11 @@ class KernelWriter:
         for v in eqn.outvars:
             shape = getattr(v.aval, "shape", ())
             if any(not is_pow2(d) for d in shape):
+                ref = self.env.get(eqn.invars[0]) if eqn.invars else None
+                if isinstance(ref, BlockRef):        # a read/write of a non-power-of-two block
+                    bad = [d for d in ref.visible if not is_pow2(ref.block_sizes[d])]
+                    if bad:
+                        raise not_pow2_block(ref, bad[0])
                 raise TritonCapabilityError(
                     f"'{name}' at {source_line(eqn) or self.kernel.source} makes a value of shape "
                     f"{tuple(shape)}; Triton tensors need power-of-two dims.")
@@ -160,7 +191,7 @@ class KernelWriter:
         for v, expr in zip(eqn.outvars, outs or ()):
             if type(v).__name__ == "DropVar":
                 continue
-            if isinstance(expr, BlockRef):
+            if isinstance(expr, (BlockRef, RegisterRef)):
                 self.env[v] = expr
             else:
                 self.env[v] = self.bind(expr, "v")
@@ -169,31 +200,47 @@ class KernelWriter:
     def address(self, ref: BlockRef, indexer):
         """(pointer expr, mask expr or None, result shape) for ``ref[indexer]``."""
         indices = indexer_entries(ref, indexer)
-        result_axes = [i for i, ix in enumerate(indices) if ix[0] != "scalar"]
+        result_axes = [i for i, ix in enumerate(indices) if ix[0] == "slice"]
         rank = len(result_axes)
+        gather_shape = list(np.broadcast_shapes(*[ix[2] for ix in indices if ix[0] == "array"]))
         offset_terms, mask_terms, shape = [], [], []
         pos_of_visible = dict(zip(ref.visible, indices))
         axis = 0
         for d in range(len(ref.array_shape)):
             stride = ref.strides[d]
+            local = None                                     # position within the block
             if d not in pos_of_visible:                      # squeezed dim
                 pos, size = ref.starts[d], None
             else:
                 kind, start, size, step = pos_of_visible[d]
-                if kind == "scalar":
+                if kind == "array":        # gather: the index tensor broadcasts over the result
+                    local = start
+                    pos = add_expr(ref.starts[d], f"({start})")
+                    if not shape:
+                        shape.extend(gather_shape)
+                elif kind == "scalar":
+                    local = start
                     pos = add_expr(ref.starts[d], start)
                 else:
                     local = "tl.arange(0, %d)" % size
                     if step != 1:
                         local = f"{local} * {step}"
                     local = add_expr(start, local)
-                    local = add_expr(ref.starts[d], local)
                     idx = ", ".join(":" if k == axis else "None" for k in range(rank))
-                    pos = f"({local})[{idx}]" if rank > 1 else f"({local})"
+                    pos = add_expr(ref.starts[d], local)
+                    pos = f"({pos})[{idx}]" if rank > 1 else f"({pos})"
+                    local = f"({local})[{idx}]" if rank > 1 else f"({local})"
                     shape.append(size)
                     axis += 1
+            if "tl.arange" in pos:
+                pos = self.bind(pos, "o")        # shared by the pointer, the mask, other operands
             if ref.masked[d]:
                 mask_terms.append(f"({pos} < {ref.array_shape[d]})")
+            if ref.low_masked and ref.low_masked[d]:
+                mask_terms.append(f"({pos} >= 0)")
+            limit = ref.limits[d] if ref.limits else None
+            if limit is not None and local is not None:
+                mask_terms.append(f"({local} < {limit})")
             if pos != "0":
                 offset_terms.append(pos if stride == 1 else f"({pos}) * {stride}")
         offset = " + ".join(offset_terms) or "0"
@@ -208,14 +255,18 @@ class KernelWriter:
         if mask is None:
             return f"tl.load({ptr}{extra})"
         if other is None:
-            other = padding_literal(ref.dtype)
+            # Reads past an array's edge are unspecified (docs/user-guide.md): no fill
+            # value, as hand-written Triton does. A fill costs a broadcast per load under
+            # Triton's interpreter (about 2x on an add) and is not free on a GPU either.
+            return f"tl.load({ptr}, mask={mask}{extra})"
         return f"tl.load({ptr}, mask={mask}, other={other}{extra})"
 
-    def store(self, ref: BlockRef, indexer, value: str, *, mask=None, extra="") -> None:
+    def store(self, ref: BlockRef, indexer, value: str, *, mask=None, extra="",
+              value_dtype=None) -> None:
         self.fence(ref)
         ptr, bounds, _ = self.address(ref, indexer)
         mask = join_masks(bounds, mask)
-        if value.isidentifier():
+        if value.isidentifier() and (value_dtype is None or np.dtype(value_dtype) != ref.dtype):
             value = f"{value}.to({tl_dtype(ref.dtype)})"
         self.line(f"tl.store({ptr}, {value}" + (f", mask={mask}" if mask else "") + f"{extra})")
 
@@ -225,6 +276,15 @@ class KernelWriter:
         # this access after the program's earlier ones to the same block.
         if ref.fenced:
             self.line("tl.debug_barrier()")
+
+
+# Calls that read memory or have effects: never reused.
+_EFFECTFUL = ("tl.load", "tl.atomic", "tl.store", "inline_asm", "tl.debug", "tl.device", "tl.rand")
+# identifiers not preceded by a dot (attribute names such as tl.arange are skipped)
+_IDENTIFIER = re.compile(r"(?<![.\w'\"])([A-Za-z_]\w*)")
+_STABLE_NAME = re.compile(r"^(pid|it)\d*$")   # program ids, for-loop indices
+_TL_WORDS = {"tl", "None", "True", "False", "float", "bitcast", "out_dtype", "input_precision",
+             "propagate_nan", "mask", "other", "reverse", "dtype", "pack", "is_pure"}
 
 
 def join_masks(a, b):
@@ -243,44 +303,13 @@ def add_expr(a: str, b: str) -> str:
     return f"{a} + {b}"
 
 
-def literal(value, dtype) -> str:
-    dtype = np.dtype(dtype)
-    value = np.asarray(value).item()
-    if dtype == np.dtype(bool):
-        return "True" if value else "False"
-    if is_float(dtype):
-        text = repr(float(value)) if math.isfinite(value) else f"float('{value}')"
-        return text if dtype == np.float32 else f"tl.full([], {text}, {tl_dtype(dtype)})"
-    return str(int(value)) if dtype == np.int32 else f"tl.full([], {int(value)}, {tl_dtype(dtype)})"
-
-
-def padding_literal(dtype) -> str:
-    """What an overhanging read gives: NaN / the lowest int, as in the frontend interpreter."""
-    dtype = np.dtype(dtype)
-    if is_float(dtype):
-        return "float('nan')"
-    if np.issubdtype(dtype, np.integer):
-        return str(int(np.iinfo(dtype).min))
-    return "False"
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def source_line(eqn) -> str:
-    tb = getattr(eqn.source_info, "traceback", None)
-    frames = getattr(tb, "frames", None) if tb is not None else None
-    for f in frames or ():
-        if "/jax/" not in f.file_name and "pallas_frontend" not in f.file_name and \
-                not f.file_name.startswith(_PACKAGE_DIR):      # our own API wrappers
-            return f"{f.file_name}:{f.line_num}"
-    return ""
-
-
 def indexer_entries(ref: BlockRef, indexer):
     """One ``(kind, start, size, step)`` per visible dim; kind is "scalar" or "slice"."""
     block = [ref.block_sizes[d] for d in ref.visible]
     if indexer is None:
+        for d, n in zip(ref.visible, block):
+            if not is_pow2(n):
+                raise not_pow2_block(ref, d)
         return [("slice", "0", n, 1) for n in block]
     out = []
     for k, ix in enumerate(indexer.indices):
@@ -291,9 +320,31 @@ def indexer_entries(ref: BlockRef, indexer):
                 raise unsupported(f"a Ref slice of size {ix.size} (Triton needs powers of two)")
         elif isinstance(ix, str):
             out.append(("scalar", ix, None, None))
+        elif isinstance(ix, ArrayIndex):
+            out.append(("array", ix.expr, ix.shape, None))
         else:
             raise unsupported("integer-array (gather) indexing of Refs")
+    if any(e[0] == "array" for e in out) and any(e[0] == "slice" for e in out):
+        raise unsupported("a Ref access mixing integer-array indices with slices (index every "
+                          "dim with an array, broadcasting them, or use pl.ds only)")
     return out
+
+
+def not_pow2_block(ref, d) -> TritonCapabilityError:
+    shape = tuple(ref.block_sizes[v] for v in ref.visible)
+    return TritonCapabilityError(
+        f"The Triton backend needs power-of-two block dims to read or write a block whole or "
+        f"by slices: {ref.origin} has block shape {shape} (dim {d} is {ref.block_sizes[d]}); "
+        f"its BlockSpec index_map is at {ref.index_map_source}. Round the block up "
+        "(pl.next_power_of_2) and let the edge block be masked, or access it with "
+        "pallas_triton.load/store at integer-array offsets with a mask, as JAX's GPU kernels do.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayIndex:
+    """An integer-array index of a Ref access (gather/scatter): its tensor expression."""
+    expr: str
+    shape: tuple[int, ...]
 
 
 def resolve_indexer(w: KernelWriter, transforms):
@@ -303,14 +354,19 @@ def resolve_indexer(w: KernelWriter, transforms):
     if len(transforms) != 1 or not hasattr(transforms[0], "indices"):
         raise unsupported(f"Ref transforms {[type(t).__name__ for t in transforms]}")
     (nd,) = transforms
-    if getattr(nd, "int_indexer_shape", ()):
-        raise unsupported("integer-array (gather) indexing of Refs")
+    gather = bool(getattr(nd, "int_indexer_shape", ()))
+    if gather and not w.allow_gather:
+        raise unsupported("integer-array (gather) indexing of plain Refs (use "
+                          "pallas_triton.load/store with mask= for array offsets)")
 
     def res(x):
         if isinstance(x, pl.Slice):
             return pl.Slice(res(x.start), x.size, x.stride)
         if isinstance(x, (int, np.integer)):
             return str(int(x))
+        shape = tuple(getattr(getattr(x, "aval", None), "shape", ()) or ())
+        if shape:
+            return ArrayIndex(w.read(x), shape)
         return w.read(x)
     return type("Indexer", (), {"indices": [res(i) for i in nd.indices]})()
 
@@ -337,28 +393,41 @@ def program_coordinate_lines(w: KernelWriter, grid, axes) -> None:
 
 
 def block_ref(w: KernelWriter, mapping, ptr: str, grid_names) -> BlockRef:
-    index = w.emit_jaxpr(mapping.index_map, grid_names)
-    starts, masked, visible, sizes = [], [], [], []
-    for d, (dim, idx) in enumerate(zip(mapping.block_dims, index)):
+    index = iter(w.emit_jaxpr(mapping.index_map, grid_names))
+    starts, masked, low_masked, limits, visible, sizes = [], [], [], [], [], []
+    for d, dim in enumerate(mapping.block_dims):
         n = mapping.array_shape[d]
+        idx, limit, low = next(index), None, False
         if isinstance(dim, pl.Blocked):
             starts.append(mul_expr(idx, dim.block_size))
             masked.append(n % dim.block_size != 0)
         elif isinstance(dim, pl.Element):
-            starts.append(idx)
+            # the index map's offset is into the array padded by padding[0] in front
+            lo = dim.padding[0]
+            starts.append(f"{idx} - {lo}" if lo else idx)
             masked.append(True)
+            low = lo > 0
         elif isinstance(dim, pl.Squeezed):
             starts.append(idx)
             masked.append(False)
+        elif isinstance(dim, pl.BoundedSlice):
+            # (start, size): the block's first `size` elements are the slice
+            starts.append(idx)
+            limit = next(index)
+            limit = limit if limit.isidentifier() or limit.isdigit() else w.bind(limit, "lim")
+            masked.append(True)
         else:
             raise unsupported(f"{type(dim).__name__} block dims")
+        low_masked.append(low)
+        limits.append(limit)
         sizes.append(dim.block_size)
         if not isinstance(dim, pl.Squeezed):
             visible.append(d)
     starts = [s if s.isidentifier() or s.lstrip("-").isdigit() else w.bind(s, f"{ptr[:-4]}_start")
               for s in starts]
     return BlockRef(ptr, tuple(mapping.array_shape), np.dtype(mapping.dtype), starts, visible,
-                    sizes, masked)
+                    sizes, masked, low_masked=low_masked, limits=limits, origin=mapping.origin,
+                    index_map_source=mapping.index_map_source)
 
 
 def mul_expr(idx: str, k: int) -> str:
@@ -383,13 +452,13 @@ def generate(kernel: KernelIR, *, target: str = "interpret",
         raise unsupported("scalar prefetch")
     plan = schedule.plan(kernel)
     w = KernelWriter(kernel, target=target, dot_input_precision=dot_input_precision)
-    fn_name = "pallas_" + "".join(c if c.isalnum() else "_" for c in kernel.name)
+    fn_name = python_name(kernel.name)
     n_in = len(kernel.in_mappings)
     arg_names = tuple([f"in{k}_ptr" for k in range(n_in)] +
                       [f"out{k}_ptr" for k in range(len(kernel.out_mappings))])
     grid = tuple(kernel.grid)
     if plan.note:
-        w.line(f"# {plan.note}")
+        w.line(f"# {printable(plan.note)!r}")
     program_coordinate_lines(w, grid, plan.parallel_axes)
     # Registers start before the loops; their blocks do not move along the looped axes.
     outer_names = [f"pid{a}" if a in plan.parallel_axes else "0" for a in range(len(grid))]
@@ -398,6 +467,9 @@ def generate(kernel: KernelIR, *, target: str = "interpret",
     for k in sorted(plan.register_outputs):
         m = kernel.out_mappings[k]
         memory = block_ref(w, m, arg_names[n_in + k], outer_names)
+        for d in memory.visible:
+            if not is_pow2(memory.block_sizes[d]):
+                raise not_pow2_block(memory, d)
         reg = RegisterRef(f"out{k}_blk", tuple(m.block_shape), np.dtype(m.dtype), m.origin)
         start = w.load(memory, None) if k in aliased else padding_block(reg.shape, reg.dtype)
         w.line(f"{reg.name} = {start}")
@@ -428,10 +500,25 @@ def generate(kernel: KernelIR, *, target: str = "interpret",
     header = ["import triton", "import triton.language as tl", "", ""]
     helpers = [src + "\n" for src in w.helpers.values()]
     signature = f"def {fn_name}({', '.join(arg_names)}):"
-    doc = f'    """Generated by pallas_triton from {kernel.name} ({kernel.source})."""'
+    # user text (kernel name, file path) only ever enters the module as a repr
+    doc = "    " + repr(printable(f"Generated by pallas_triton from {kernel.name} "
+                                   f"({kernel.source})."))
     source = "\n".join(header + helpers + ["@triton.jit", signature, doc] + w.lines) + "\n"
     return GeneratedKernel(fn_name, source, math.prod(grid[a] for a in plan.parallel_axes),
                            arg_names, tuple(np.dtype(m.dtype) for m in kernel.mappings))
+
+
+def python_name(kernel_name: str) -> str:
+    """``pallas_`` + the kernel name with everything but ASCII letters, digits and ``_``
+    replaced: always a valid identifier, whatever the user named the kernel."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_"
+                   for c in str(kernel_name))[:64]
+    return "pallas_" + safe
+
+
+def printable(text: str, limit: int = 300) -> str:
+    """``text`` with control characters (newlines included) replaced, and shortened."""
+    return "".join(c if c.isprintable() else "?" for c in str(text))[:limit]
 
 
 def padding_block(shape, dtype) -> str:
@@ -440,6 +527,38 @@ def padding_block(shape, dtype) -> str:
 
 
 def kernel_fingerprint(kernel: KernelIR, extra=()) -> str:
-    """A hash of everything codegen reads: the KernelIR dump plus target and params."""
-    text = kernel.pretty() + repr(extra)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    """A hash of everything the generated code depends on: the KernelIR dump, every
+    index-map jaxpr, the values of all constants and literals (the text of a jaxpr
+    may abbreviate them), and ``extra`` (target, params)."""
+    h = hashlib.sha256()
+    h.update(kernel.pretty().encode())
+    for m in kernel.mappings:
+        h.update(str(m.index_map).encode())
+        _hash_values(h, m.index_map)
+    _hash_values(h, kernel.jaxpr)
+    h.update(repr(extra).encode())
+    return h.hexdigest()[:32]
+
+
+def _hash_values(h, jaxpr) -> None:
+    from jax.extend.core import jaxprs_in_params
+    for const in getattr(jaxpr, "consts", ()):
+        _hash_array(h, const)
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if isinstance(v, Literal):
+                _hash_array(h, v.val)
+        for sub in jaxprs_in_params(eqn.params):
+            h.update(str(sub).encode())
+            _hash_values(h, sub)
+
+
+def _hash_array(h, value) -> None:
+    try:
+        arr = np.asarray(value)
+    except Exception:  # noqa: BLE001  (not an array: its repr is all there is)
+        h.update(repr(value).encode())
+        return
+    h.update(f"{arr.dtype}{arr.shape}".encode())
+    h.update(np.ascontiguousarray(arr).tobytes())

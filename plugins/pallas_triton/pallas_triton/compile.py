@@ -51,7 +51,7 @@ def compile_for_target(kernel_or_fn, *example_args, target=("cuda", 90),
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
 
-    from pallas_triton.backend import _compiler_params, generate_source
+    from pallas_triton.generation import _compiler_params, generate_source
     kernel = kernel_or_fn if isinstance(kernel_or_fn, KernelIR) else kernel_ir_of(
         kernel_or_fn, *example_args)
     params = params or _compiler_params(kernel)
@@ -65,8 +65,14 @@ def compile_for_target(kernel_or_fn, *example_args, target=("cuda", 90),
     # XLA buffers are at least 16-byte aligned: tell Triton so it can vectorize.
     attrs = {(k,): [["tt.divisibility", 16]] for k in range(len(gen.arg_names))}
     src = ASTSource(fn, signature=signature, constexprs={}, attrs=attrs)
+    options = params.triton_options()
+    if backend_name == "cuda" and "ptx_version" not in options:
+        from pallas_triton.ptx_version import ptx_version_for
+        picked = ptx_version_for(int(arch))
+        if picked is not None:
+            options["ptx_version"] = picked
     compiled = triton.compile(src, target=GPUTarget(backend_name, arch, warp_size),
-                              options=params.triton_options())
+                              options=options)
     out = {k: v for k, v in compiled.asm.items()}
     out["source"] = gen.source
     out["metadata"] = compiled.metadata

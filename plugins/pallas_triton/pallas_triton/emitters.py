@@ -12,27 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pallas_triton.jaxpr_text import TL_DTYPES, is_float, literal, tl_dtype  # noqa: F401
+
 EMITTERS: dict[str, Callable] = {}
-
-TL_DTYPES = {
-    "float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
-    "float64": "tl.float64", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
-    "int64": "tl.int64", "uint8": "tl.uint8", "uint16": "tl.uint16", "uint32": "tl.uint32",
-    "uint64": "tl.uint64", "bool": "tl.int1",
-}
-
-
-def tl_dtype(dtype) -> str:
-    name = np.dtype(dtype).name
-    if name not in TL_DTYPES:
-        from pallas_triton.errors import unsupported
-        raise unsupported(f"dtype {name} has no Triton equivalent")
-    return TL_DTYPES[name]
-
-
-def is_float(dtype) -> bool:
-    return np.issubdtype(np.dtype(dtype), np.floating) or np.dtype(dtype).name == "bfloat16"
-
 
 def register(*names: str):
     """Registers an emitter under one or more primitive names (used by plugins' primitives too)."""
@@ -102,6 +84,45 @@ def _not(w, eqn, ins):
 @register("square")
 def _square(w, eqn, ins):
     return [f"({ins[0]} * {ins[0]})"]
+
+
+@register("bitcast_convert_type")
+def _bitcast(w, eqn, ins):
+    new = np.dtype(eqn.params["new_dtype"])
+    if new.itemsize != np.dtype(in_aval(eqn).dtype).itemsize:
+        from pallas_triton.errors import unsupported
+        raise unsupported("bitcast_convert_type between types of different widths")
+    return [f"({ins[0]}).to({tl_dtype(new)}, bitcast=True)"]
+
+
+@register("tan")
+def _tan(w, eqn, ins):
+    x = w.bind(ins[0])
+    return [f"(tl.sin({x}) / tl.cos({x}))"]
+
+
+@register("sinh", "cosh")
+def _sinh_cosh(w, eqn, ins):
+    x = w.bind(ins[0])
+    sign = "-" if eqn.primitive.name == "sinh" else "+"
+    return [f"((tl.exp({x}) {sign} tl.exp(-{x})) * 0.5)"]
+
+
+@register("polynomial")
+def _polynomial(w, eqn, ins):
+    # c0 + c1*x + c2*x^2 + ... (coefficients ascending), by Horner's rule
+    x, coeffs = w.bind(ins[0]), ins[1:]
+    acc = coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        acc = f"({acc} * {x} + {c})"
+    return [acc]
+
+
+@register("one_minus_square")
+def _one_minus_square(w, eqn, ins):
+    # what tanh's JVP multiplies the tangent by: 1 - tanh(x)^2
+    x = w.bind(ins[0])
+    return [f"(1.0 - {x} * {x})"]
 
 
 @register("logistic")
@@ -193,7 +214,6 @@ def _select_n(w, eqn, ins):
 def _convert(w, eqn, ins):
     new = np.dtype(eqn.params["new_dtype"])
     if type(eqn.invars[0]).__name__ == "Literal":
-        from pallas_triton.codegen import literal
         return [literal(np.asarray(eqn.invars[0].val).astype(new), new)]
     if new == np.dtype(bool):
         return [f"({ins[0]} != 0)"]
@@ -208,7 +228,7 @@ def _multiple_of(w, eqn, ins):
     return [f"tl.multiple_of({ins[0]}, {values if len(values) > 1 else values[0]})"]
 
 
-@register("copy", "copy_p", "reduce_precision", "optimization_barrier")
+@register("copy", "copy_p", "reduce_precision", "optimization_barrier", "stop_gradient")
 def _identity(w, eqn, ins):
     return list(ins)
 
@@ -235,6 +255,14 @@ def _broadcast_in_dim(w, eqn, ins):
         return [f"tl.full({list(eqn.params['shape'])}, {ins[0]}, {tl_dtype(out_aval(eqn).dtype)})"]
     return [broadcast_expr(ins[0], in_aval(eqn).shape, eqn.params["shape"],
                            eqn.params["broadcast_dimensions"])]
+
+
+@register("broadcast_to")
+def _broadcast_to(w, eqn, ins):
+    # numpy-style: trailing dims align
+    in_shape, out_shape = in_aval(eqn).shape, tuple(eqn.params["shape"])
+    dims = tuple(range(len(out_shape) - len(in_shape), len(out_shape)))
+    return [broadcast_expr(ins[0], in_shape, out_shape, dims)]
 
 
 def reshape_expr(w, x: str, in_shape, out_shape) -> str:
@@ -294,10 +322,31 @@ def _slice(w, eqn, ins):
 
 # --- reductions ----------------------------------------------------------------------
 
+# Triton's standard combine functions: its interpreter reduces/scans with them in
+# NumPy (np.sum, np.nanmax, np.cumsum); any other combine runs element by element in Python.
+STD_COMBINE = {"add": "tl.standard._sum_combine", "mul": "tl.standard._prod_combine",
+               "max": "tl.standard._elementwise_max", "min": "tl.standard._elementwise_min"}
+
+
+def combine_fn(w, kind: str) -> str:
+    return STD_COMBINE.get(kind) or w.helper(kind)
+
+
 def reduce_expr(w, x: str, axes, combine: str) -> str:
     for axis in sorted(axes, reverse=True):
-        x = f"tl.reduce({x}, {axis}, {w.helper(combine)})"
+        x = f"tl.reduce({x}, {axis}, {combine_fn(w, combine)})"
     return x
+
+
+def _float_extremum(w, eqn, x: str, kind: str) -> str:
+    """max/min that propagate NaN, as JAX's do."""
+    axes = eqn.params["axes"]
+    if w.target != "interpret":
+        return reduce_expr(w, x, axes, kind + "_nan")   # one max.NaN per step on a GPU
+    # The interpreter's fast path (np.nanmax) drops NaN: put it back where a NaN was seen.
+    v = w.bind(x)
+    nans = reduce_expr(w, f"({v} != {v}).to(tl.int32)", axes, "add")
+    return f"tl.where({nans} > 0, float('nan'), {reduce_expr(w, v, axes, kind)})"
 
 
 @register("reduce_sum")
@@ -307,14 +356,28 @@ def _reduce_sum(w, eqn, ins):
 
 @register("reduce_max")
 def _reduce_max(w, eqn, ins):
-    kind = "max_nan" if is_float(in_aval(eqn).dtype) else "max"
-    return [reduce_expr(w, ins[0], eqn.params["axes"], kind)]
+    if is_float(in_aval(eqn).dtype):
+        return [_float_extremum(w, eqn, ins[0], "max")]
+    return [reduce_expr(w, ins[0], eqn.params["axes"], "max")]
 
 
 @register("reduce_min")
 def _reduce_min(w, eqn, ins):
-    kind = "min_nan" if is_float(in_aval(eqn).dtype) else "min"
-    return [reduce_expr(w, ins[0], eqn.params["axes"], kind)]
+    if is_float(in_aval(eqn).dtype):
+        return [_float_extremum(w, eqn, ins[0], "min")]
+    return [reduce_expr(w, ins[0], eqn.params["axes"], "min")]
+
+
+@register("cumsum", "cumprod", "cummax", "cummin")
+def _cumulative(w, eqn, ins):
+    kind = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}[
+        eqn.primitive.name]
+    if kind in ("max", "min") and is_float(in_aval(eqn).dtype):
+        kind += "_nan"
+    axis, reverse = eqn.params["axis"], bool(eqn.params.get("reverse", False))
+    if not in_aval(eqn).shape:
+        return [ins[0]]
+    return [f"tl.associative_scan({ins[0]}, {axis}, {combine_fn(w, kind)}, reverse={reverse})"]
 
 
 @register("reduce_and")
@@ -348,6 +411,12 @@ def _dot_general(w, eqn, ins):
     if lb or rb or la.ndim != 2 or ra.ndim != 2:
         raise unsupported("dot_general other than a 2-D matrix product (no batch dims)")
     a, b = ins
+    widened = w.target == "interpret" and np.dtype(la.dtype).name in ("bfloat16", "float16")
+    if widened:
+        # Triton's interpreter multiplies 16-bit floats as their raw bits (garbage, not an
+        # error); float32 operands give the GPU's result: 16-bit products are exact in
+        # float32 and tl.dot accumulates in float32 there too.
+        a, b = f"{a}.to(tl.float32)", f"{b}.to(tl.float32)"
     if tuple(lc) == (0,):
         a = f"tl.trans({a})"
     if tuple(rc) == (1,):
@@ -360,10 +429,14 @@ def _dot_general(w, eqn, ins):
     out = np.dtype(out_aval(eqn).dtype)
     acc = "tl.int32" if np.issubdtype(la.dtype, np.integer) else "tl.float32"
     extra = ""
-    if np.dtype(la.dtype) == np.float32:
+    if widened:
+        extra = ", input_precision='ieee'"        # exact: 16-bit values fit tf32 anyway
+    elif np.dtype(la.dtype) == np.float32:
         precision = eqn.params.get("precision")
         highest = precision is not None and "HIGHEST" in str(precision)
-        extra = f", input_precision={'ieee' if highest else w.dot_input_precision!r}"
+        high = precision is not None and not highest and "HIGH" in str(precision)
+        choice = "ieee" if highest else "tf32" if high else w.dot_input_precision
+        extra = f", input_precision={choice!r}"
     expr = f"tl.dot({a}, {b}, out_dtype={acc}{extra})"
     if tl_dtype(out) != acc:
         expr = f"({expr}).to({tl_dtype(out)})"

@@ -13,16 +13,13 @@ with no entry here.
 """
 
 UNSUPPORTED = {
-    "sliced_scratch": "scratch lives in registers (a loop-carried tensor per buffer); Triton "
+    "sliced_scratch": "scratch and run_scoped buffers live in registers (a loop-carried tensor per buffer); Triton "
                       "tensors cannot be sliced or updated in part, so scratch is read and "
                       "written whole only.",
     "non_power_of_two_scratch": "scratch is a Triton tensor, whose dims must be powers of two.",
     "scalar_prefetch": "not implemented: would need a scalar-pointer argument per operand.",
-    "bounded_slice": "block sizes vary per program; Triton shapes are compile-time constants.",
-    "element_padding": "not implemented (would be masked loads with a shifted origin).",
     "non_power_of_two_blocks": "Triton tensors need power-of-two dims.",
     "semaphores": "no cross-program synchronization in Triton's model.",
-    "run_scoped": "no kernel-local memory allocation in Triton.",
     "gather_indexing": "integer-array indexing of Refs is not generated yet.",
     "scan_with_xs": "only fori_loop-style scans (carry only) become Python for-loops.",
     "batched_dot": "tl.dot here is 2-D only; dims must be >= 16.",
@@ -38,6 +35,8 @@ CONFORMANCE_XFAIL: dict[str, str] = {}
 KNOWN_GAPS = {
     "pow_negative_base": "pow is exp2(y*log2(x)); NaN for x < 0 where lax.pow is defined for "
                          "integral y.",
-    "gpu_launch": "XLA Triton custom call not emitted: jax-triton 0.4.1 is broken with jax 0.12 "
-                  "and the custom call needs jaxlib's private gpu_triton bindings.",
+    "gpu_numerics": "launching on a real GPU is untested here (no GPU): lowering, export and "
+                    "device-less XLA:GPU compiles for H100/A100 are tested.",
+    "rocm": "lowering for rocm emits the same custom call with gfx942 TTIR; never compiled by "
+            "XLA:ROCm nor run.",
 }

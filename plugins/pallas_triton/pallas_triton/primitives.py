@@ -38,9 +38,22 @@ def _indexed_shape(ref_aval_shape, transforms):
     return tuple(transforms[-1].get_indexer_shape())
 
 
+def _array_indices(nd):
+    """The indices of a gather/scatter access (every index an array or scalar), or None."""
+    if nd is None or not getattr(nd, "int_indexer_shape", ()):
+        return None
+    if any(isinstance(ix, pl.Slice) for ix in nd.indices):
+        raise NotImplementedError("pallas_triton.load/store mixing integer-array indices with "
+                                  "slices: index every dim with an array (they broadcast)")
+    return tuple(jnp.asarray(ix, jnp.int32) for ix in nd.indices)
+
+
 def _read_indexed(x, nd):
     if nd is None:
         return x
+    idx = _array_indices(nd)
+    if idx is not None:     # masked-off lanes may point outside: clip, the mask discards them
+        return x.at[idx].get(mode="clip")
     for axis in range(len(nd.indices) - 1, -1, -1):
         ix = nd.indices[axis]
         if isinstance(ix, pl.Slice):
@@ -56,6 +69,9 @@ def _read_indexed(x, nd):
 def _write_indexed(x, nd, value):
     if nd is None:
         return jnp.broadcast_to(value, x.shape).astype(x.dtype)
+    idx = _array_indices(nd)
+    if idx is not None:
+        return x.at[idx].set(value.astype(x.dtype), mode="drop")
     starts, shape = [], []
     for ix in nd.indices:
         if isinstance(ix, pl.Slice):
@@ -71,6 +87,8 @@ def _write_indexed(x, nd, value):
 
 
 def _indexed_shape_of(nd):
+    if getattr(nd, "int_indexer_shape", ()):       # gather: the broadcast index shape leads
+        return tuple(nd.get_indexer_shape())
     return tuple(ix.size for ix in nd.indices if isinstance(ix, pl.Slice))
 
 
@@ -137,11 +155,20 @@ def _hints(cache_modifier=None, eviction_policy=None, volatile=False, **_):
     return text
 
 
+def _gather_indexer(w, transforms):
+    """The indexer of a pallas_triton.load/store: integer-array offsets allowed."""
+    w.allow_gather = True
+    try:
+        return resolve_indexer(w, transforms)
+    finally:
+        w.allow_gather = False
+
+
 @register("triton_load")
 def _emit_load(w, eqn, ins):
     p = eqn.params
     n = p["tree"].num_leaves
-    nd = resolve_indexer(w, jax.tree_util.tree_unflatten(p["tree"], eqn.invars[1:1 + n]))
+    nd = _gather_indexer(w, jax.tree_util.tree_unflatten(p["tree"], eqn.invars[1:1 + n]))
     rest = ins[1 + n:]
     mask = rest[0] if p["has_mask"] else None
     other = rest[1] if p["has_other"] else None
@@ -167,6 +194,14 @@ def _store_rule(ctx, x, *rest, tree, has_mask, eviction_policy):
     n = tree.num_leaves
     nd = _unflatten(tree, list(rest[:n]))
     val = rest[n]
+    idx = _array_indices(nd)
+    if idx is not None:
+        if has_mask:        # masked-off lanes write nowhere (their index is sent out of range)
+            shape = jnp.broadcast_shapes(*(i.shape for i in idx), jnp.shape(rest[n + 1]))
+            idx = (jnp.where(rest[n + 1], jnp.broadcast_to(idx[0], shape), x.shape[0]),
+                   *(jnp.broadcast_to(i, shape) for i in idx[1:]))
+        return (x.at[idx].set(jnp.asarray(val).astype(x.dtype), mode="drop"),) + \
+            (None,) * len(rest), []
     if has_mask:
         val = jnp.where(rest[n + 1], val, _read_indexed(x, nd))
     return (_write_indexed(x, nd, val),) + (None,) * len(rest), []
@@ -179,7 +214,7 @@ register_interpret_rule(store_p, _store_rule)
 def _emit_store(w, eqn, ins):
     p = eqn.params
     n = p["tree"].num_leaves
-    nd = resolve_indexer(w, jax.tree_util.tree_unflatten(p["tree"], eqn.invars[1:1 + n]))
+    nd = _gather_indexer(w, jax.tree_util.tree_unflatten(p["tree"], eqn.invars[1:1 + n]))
     val = ins[1 + n]
     mask = ins[2 + n] if p["has_mask"] else None
     w.store(ins[0], nd, val, mask=mask, extra=_hints(eviction_policy=p["eviction_policy"]))
@@ -252,7 +287,18 @@ def _emit_atomic(w, eqn, ins):
     if bounds and mask:
         mask = f"({bounds}) & ({mask})"
     mask = mask or bounds
-    return [f"tl.atomic_{p['op']}({ptr}, {ins[1 + n]}" + (f", mask={mask}" if mask else "") + ")"]
+    tail = (f", mask={mask}" if mask else "") + ")"
+    dtype = np.dtype(eqn.invars[0].aval.dtype)
+    if p["op"] == "xchg" and w.target == "interpret" and dtype.itemsize in (4, 8) and \
+            np.issubdtype(dtype, np.floating):
+        # Triton's interpreter exchanges integers only; a float exchange is the same
+        # bits moved, so exchange them as an integer of the same width.
+        from pallas_triton.emitters import tl_dtype
+        bits = "tl.int32" if dtype.itemsize == 4 else "tl.int64"
+        old = (f"tl.atomic_xchg({ptr}.to(tl.pointer_type({bits})), "
+               f"{ins[1 + n]}.to({bits}, bitcast=True)" + tail)
+        return [f"{old}.to({tl_dtype(dtype)}, bitcast=True)"]
+    return [f"tl.atomic_{p['op']}({ptr}, {ins[1 + n]}" + tail]
 
 
 atomic_cas_p = kernel_primitive("triton_atomic_cas", owner=OWNER)
@@ -303,9 +349,16 @@ def _pure(name, impl, abstract_eval=None):
 approx_tanh_p = _pure("triton_approx_tanh", lambda x: jnp.tanh(x))
 
 
+@jax.custom_jvp
 def approx_tanh(x):
     """tanh by the hardware approximation (``tanh.approx.f32`` on CUDA)."""
     return approx_tanh_p.bind(x)
+
+
+@approx_tanh.defjvp
+def _approx_tanh_jvp(primals, tangents):
+    y = approx_tanh(primals[0])
+    return y, (1.0 - y * y) * tangents[0]
 
 
 @register("triton_approx_tanh")
@@ -389,3 +442,33 @@ def debug_barrier():
 def _emit_debug_barrier(w, eqn, ins):
     w.line("tl.debug_barrier()")
     return []
+
+
+# --- dot (JAX's pallas.triton.dot signature) -------------------------------------------
+
+def dot(a, b, trans_a: bool = False, trans_b: bool = False, allow_tf32: bool | None = None,
+        precision=None):
+    """``a @ b`` of two 2-D arrays, either transposed first, accumulated in float32
+    (int32 for integers, float64 for float64), as ``jax.experimental.pallas.triton.dot``.
+
+    ``allow_tf32=True`` is ``Precision.HIGH`` (tf32 on the GPU), ``False`` is
+    ``HIGHEST`` (exact float32); it excludes ``precision``.
+    """
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"pallas_triton.dot takes 2-D arrays; got shapes {a.shape} and {b.shape}. "
+                         "Reshape first, or use jax.lax.dot_general for batched products.")
+    if allow_tf32 is not None:
+        if precision is not None:
+            raise ValueError("pallas_triton.dot: pass allow_tf32= or precision=, not both")
+        precision = lax.Precision.HIGH if allow_tf32 else lax.Precision.HIGHEST
+    dtype = jnp.promote_types(a.dtype, b.dtype)
+    if jnp.issubdtype(dtype, jnp.integer) or dtype == jnp.bool_:
+        out = jnp.int32
+    elif dtype == jnp.float64:
+        out = jnp.float64
+    else:
+        out = jnp.float32
+    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
+    return lax.dot_general(a, b, dimension_numbers=dims, precision=precision,
+                           preferred_element_type=out)

@@ -32,6 +32,7 @@ from jax.extend.core import Literal, jaxprs_in_params
 import pallas_frontend as pl
 from pallas_frontend import backend_api
 from pallas_frontend.backend_api import KernelIR
+from pallas_triton.jaxpr_text import source_line, used_vars
 
 ACCESS_PRIMITIVES = {"get": 1, "swap": 2, "addupdate": 2}     # -> number of leading operands
 CALL_PRIMITIVES = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
@@ -58,11 +59,6 @@ class Schedule:
     fenced_outputs: frozenset[int]        # memory outputs whose accesses need a barrier
     uses: tuple[RefUse, ...]              # per Ref operand: inputs, outputs, scratch
     note: str = ""                        # why launched axes were given up, if they were
-
-
-def source_line(eqn) -> str:
-    from pallas_triton.codegen import source_line as line
-    return line(eqn)
 
 
 def scratch_label(kernel: KernelIR, k: int) -> str:
@@ -256,7 +252,6 @@ _USED_CACHE: dict = {}
 
 
 def _used(kernel):
-    from pallas_triton.codegen import used_vars
     key = id(kernel.jaxpr)
     if key not in _USED_CACHE:
         _USED_CACHE.clear()
@@ -268,7 +263,6 @@ def _used(kernel):
 
 def index_map_uses(mapping, axes) -> bool:
     """Whether ``mapping``'s index_map reads any of the grid ``axes``."""
-    from pallas_triton.codegen import used_vars
     used = used_vars(mapping.index_map)
     invars = _open(mapping.index_map).invars
     return any(invars[a] in used for a in axes)

@@ -59,7 +59,7 @@ def _swap(w, eqn, ins):
     old = None
     if _is_used(w, eqn.outvars[0]):
         old = w.bind(w.load(ref, indexer), "old")
-    w.store(ref, indexer, ins[1])
+    w.store(ref, indexer, ins[1], value_dtype=eqn.invars[1].aval.dtype)
     return [old or "None"]
 
 
@@ -165,3 +165,25 @@ def _inline(w, eqn, ins):
 def _inline_custom(w, eqn, ins):
     sub = eqn.params.get("call_jaxpr") or eqn.params.get("fun_jaxpr")
     return w.emit_jaxpr(sub, list(ins))
+
+
+# --- run_scoped temporaries --------------------------------------------------------
+
+@register("empty_ref")
+def _empty_ref(w, eqn, ins):
+    """A ``pl.run_scoped`` buffer: a tensor in registers, like scratch (whole reads and
+    writes only; a sliced access is refused when the kernel is checked)."""
+    from pallas_triton.codegen import padding_block
+    from pallas_triton.jaxpr_text import source_line
+    aval = eqn.outvars[0].aval
+    inner = getattr(aval, "inner_aval", aval)
+    where = source_line(eqn) or w.kernel.source
+    reg = RegisterRef(w.fresh("scoped"), tuple(inner.shape), inner.dtype,
+                      f"the run_scoped buffer made at {where}")
+    w.line(f"{reg.name} = {padding_block(reg.shape, reg.dtype)}")
+    return [reg]
+
+
+@register("free_ref")
+def _free_ref(w, eqn, ins):
+    return []

@@ -12,3 +12,7 @@ def rng(request):
     seed = int(np.random.SeedSequence().entropy % (2 ** 32))
     print(f"rng seed {seed}")
     return np.random.default_rng(seed)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA/ROCm GPU; skipped without one")

@@ -37,10 +37,11 @@ def test_interpret_params_select_triton_on_cpu(rng, capsys):
     np.testing.assert_allclose(np.asarray(out), x.astype(np.float64) * 3, rtol=1e-6)
 
 
-def test_call_options_interpret_where_no_launch_path():
+def test_call_options_interpret_on_cpu_launch_on_gpus():
     backend = pl.get_backend("triton")
-    for platform in ("cpu", "cuda"):   # cuda too: the GPU launch path is not written yet
-        assert isinstance(backend.call_options(platform)["interpret"], pt.InterpretParams)
+    assert isinstance(backend.call_options("cpu")["interpret"], pt.InterpretParams)
+    for platform in ("cuda", "rocm", "gpu"):   # XLA's Triton custom call launches there
+        assert isinstance(backend.call_options(platform)["compiler_params"], pt.CompilerParams)
 
 
 def test_jvp_kernel_generates_tangent_sums(rng):

@@ -1,0 +1,183 @@
+"""Bounds of Ref reads and writes inside a kernel body.
+
+A kernel's Refs are its blocks and scratch buffers. An index outside a Ref is
+never meaningful: JAX's discharge clamps it (``x_ref[200]`` on a 128-block
+reads element 127; a ``pl.ds`` write past the end overwrites valid elements),
+and compiled backends read or write memory that is not the block. So:
+
+- a static index (a Python int, or a ``pl.ds`` with a static start) outside
+  its Ref is a ``RefIndexError`` at trace time, naming the kernel line;
+- with ``pl.enable_debug_checks(True)`` at trace time, every dynamic index
+  gets a ``pl.debug_check`` in front of the access (loop and branch bodies
+  included), which raises ``pl.KernelCheckError`` naming the line when run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import traceback
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_frontend import _jax_compat as jc
+
+
+class RefIndexError(IndexError, ValueError):
+    """A kernel reads or writes a Ref at a static index outside the Ref."""
+
+
+_VERBS = {"get": "reads", "swap": "writes", "addupdate": "accumulates into"}
+
+
+def check_ref_accesses(jaxpr: jc.Jaxpr, ref_names: Sequence[str | None], *,
+                       debug_checks: bool) -> jc.Jaxpr:
+    """Raises on static out-of-range indices; returns the jaxpr, with runtime
+    checks of the dynamic ones added when ``debug_checks``."""
+    names = {v: n for v, n in zip(jaxpr.invars, ref_names) if n}
+    dynamic = _check_static(jaxpr, names)
+    if not (debug_checks and dynamic):
+        return jaxpr
+    return _with_runtime_checks(jaxpr, names)
+
+
+# --- static indices, at trace time --------------------------------------------------
+
+def _check_static(jaxpr: jc.Jaxpr, names) -> bool:
+    """Checks every static index (nested bodies too); True if any is dynamic."""
+    dynamic = False
+    for eqn in jaxpr.eqns:
+        first = jc.ref_indexers(eqn)
+        if first is not None:
+            for indexer in _indexers(eqn, eqn.invars[first:]):
+                for d, idx in enumerate(indexer.indices):
+                    dynamic |= _check_static_index(eqn, names, indexer, d, idx)
+        for sub in jc.sub_jaxprs(eqn):
+            dynamic |= _check_static(sub, names)
+    return dynamic
+
+
+def _indexers(eqn, operands):
+    transforms = jax.tree.unflatten(eqn.params["tree"], list(operands))
+    return [t for t in transforms if isinstance(t, jc.NDIndexer)]
+
+
+def _static_value(x):
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, jc.Literal) and np.ndim(x.val) == 0:
+        return int(x.val)
+    return None
+
+
+def _check_static_index(eqn, names, indexer, d, idx) -> bool:
+    n = indexer.shape[d]
+    if isinstance(idx, jc.Slice):
+        start = _static_value(idx.start)
+        if start is None:
+            return True
+        last = start + (idx.size - 1) * idx.stride
+        if idx.size > 0 and (start < 0 or last >= n):
+            _raise(eqn, names, d, n, f"pl.ds({start}, {idx.size})",
+                   f"the slice {start}..{last}")
+        return False
+    value = _static_value(idx)
+    if value is None:
+        return True
+    if not 0 <= value < n:
+        hint = (f" Negative indices are not counted from the end inside kernels: write "
+                f"{n + value} (or ref.shape[{d}] - {-value})." if -n <= value < 0 else "")
+        _raise(eqn, names, d, n, str(value), f"index {value}", hint)
+    return False
+
+
+def _describe(eqn, names) -> str:
+    ref = eqn.invars[0]
+    name = names.get(ref)
+    return name if name else f"a Ref of shape {ref.aval.shape}"
+
+
+def _raise(eqn, names, d, n, shown, what, hint=""):
+    where = jc.jaxpr_source_line(eqn) or "the kernel"
+    raise RefIndexError(
+        f"{where}: the kernel {_VERBS[eqn.primitive.name]} {_describe(eqn, names)} at "
+        f"{shown} in dim {d}, but that dim has {n} element(s) (valid: 0..{n - 1}) and {what} "
+        f"is outside it. Refs inside a kernel hold one block, not the whole array: index "
+        f"within the block's shape.{hint}")
+
+
+@contextlib.contextmanager
+def static_slice_errors():
+    """JAX itself refuses a static ``pl.ds`` outside a Ref while the kernel is
+    traced, but its message names no line; add the kernel line."""
+    try:
+        yield
+    except ValueError as e:
+        if not str(e).startswith("Out of bound slice"):
+            raise
+        where = _user_line(e.__traceback__) or "the kernel"
+        raise RefIndexError(
+            f"{where}: {e} A pl.ds(start, size) on a Ref must lie inside it (Refs inside a "
+            "kernel hold one block, not the whole array).") from None
+
+
+def _user_line(tb) -> str:
+    """``file:line`` of the innermost frame outside JAX and pallas_frontend."""
+    skip = (os.path.dirname(jax.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+    found = ""
+    for frame, line in traceback.walk_tb(tb):
+        path = frame.f_code.co_filename
+        if not path.startswith(skip) and not path.startswith("<"):   # "<string>": generated code
+            found = f"{path}:{line}"
+    return found
+
+
+# --- dynamic indices, under pl.enable_debug_checks ------------------------------------
+
+def _with_runtime_checks(jaxpr: jc.Jaxpr, names) -> jc.Jaxpr:
+    def rewrite_param(p):
+        if isinstance(p, jc.Jaxpr):
+            return _rewrite(p, {})
+        if isinstance(p, tuple) and p and all(isinstance(q, jc.Jaxpr) for q in p):
+            return tuple(_rewrite(q, {}) for q in p)
+        return p
+
+    def before_eqn(eqn, invals):
+        first = jc.ref_indexers(eqn)
+        if first is None:
+            return
+        from pallas_frontend.primitives import FRONTEND_CHECK, debug_check_p
+        where = jc.jaxpr_source_line(eqn) or "the kernel"
+        for indexer in _indexers(eqn, invals[first:]):
+            for d, idx in enumerate(indexer.indices):
+                ok = _in_range(idx, indexer.shape[d])
+                if ok is not None:
+                    debug_check_p.bind(ok, message=(
+                        f"{FRONTEND_CHECK}{where}: the kernel {_VERBS[eqn.primitive.name]} "
+                        f"{_describe(eqn, names)} with a dynamic index outside dim {d} "
+                        f"(size {indexer.shape[d]})."))
+
+    def _rewrite(inner: jc.Jaxpr, inner_names) -> jc.Jaxpr:
+        def fn(*args):
+            return jc.eval_jaxpr_rewriting(inner, args, before_eqn, rewrite_param)
+        new, _ = jc.trace_kernel_jaxpr(fn, [v.aval for v in inner.invars],
+                                       traced_for="pallas kernel (debug checks)")
+        return new
+
+    return _rewrite(jaxpr, names)
+
+
+def _in_range(idx, n):
+    """A traced bool that the (dynamic) index lies in [0, n), or None if static."""
+    if isinstance(idx, jc.Slice):
+        if isinstance(idx.start, (int, np.integer)) or idx.size == 0:
+            return None
+        start = jnp.asarray(idx.start)
+        return (start >= 0) & (start + (idx.size - 1) * idx.stride < n)
+    if isinstance(idx, (int, np.integer)):
+        return None
+    arr = jnp.asarray(idx)
+    return jnp.all((arr >= 0) & (arr < n))

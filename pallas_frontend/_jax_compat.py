@@ -66,6 +66,12 @@ def eval_jaxpr(jaxpr, *args):
     return core.eval_jaxpr(jaxpr, jaxpr.consts, *args)
 
 
+def bind_equation(eqn, args) -> list:
+    """Binds one jaxpr equation's primitive on ``args``; always a list of outputs."""
+    out = eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
 def jvp_jaxpr(jaxpr, nonzeros, instantiate):
     return ad.jvp_jaxpr(jaxpr, nonzeros, instantiate)
 

@@ -21,8 +21,9 @@ from pallas_frontend.kernel_arrays import block_window, kernel_body_fn, scratch_
 from pallas_frontend.specs import BlockDim, Blocked, BoundedSlice, Buffered, Element, Squeezed
 
 # 1.1: parallel_grid_axes; 1.2: forced_interpret_params; 1.3: conformance_compiler_params,
-# kernel_body_fn, block_window, scratch_structs, CAPABILITY_TAGS
-API_VERSION: tuple[int, int] = (1, 3)
+# kernel_body_fn, block_window, scratch_structs, CAPABILITY_TAGS; 1.4: ScopedAllocation
+# (run_scoped collective_axes), capability collective_run_scoped
+API_VERSION: tuple[int, int] = (1, 4)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -145,6 +146,24 @@ def _iter_equations(jaxpr):
         yield eqn
         for sub in jc.sub_jaxprs(eqn):
             yield from _iter_equations(sub)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopedAllocation:
+    """The ``memory_space`` of an ``empty_ref`` equation that
+    ``run_scoped(..., collective_axes=...)`` traced: one buffer shared by the
+    programs along ``collective_axes`` (e.g. the warpgroups of a Mosaic GPU
+    CTA) instead of one per program. ``memory_space`` is the type's own.
+    Backends without the capability tag ``collective_run_scoped`` refuse it
+    in ``check``. (API 1.3)"""
+    memory_space: Any
+    collective_axes: tuple[str, ...]
+
+
+def scoped_allocation_of(eqn) -> ScopedAllocation | None:
+    """The ``ScopedAllocation`` an equation carries, if it is a collective scoped allocation."""
+    space = eqn.params.get("memory_space") if eqn.primitive.name == "empty_ref" else None
+    return space if isinstance(space, ScopedAllocation) else None
 
 
 # --- primitives owned by a backend -------------------------------------------
@@ -453,7 +472,12 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         where = f"{m.origin} ({m.index_map_source or kernel.source})"
         if np.dtype(m.dtype) == np.float64:
             need.setdefault("float64", f"{m.origin} ({kernel.source})")
-        for d, n in zip(m.block_dims, m.array_shape):
+        dims = list(zip(m.block_dims, m.array_shape))
+        # vmap's batch dims are squeezed leading dims: part of "vmap", not "squeezed"
+        skip = 0
+        while skip < min(kernel.num_batch_axes, len(dims)) and isinstance(dims[skip][0], Squeezed):
+            skip += 1
+        for d, n in dims[skip:]:
             if isinstance(d, Blocked) and d.block_size < n:
                 need.setdefault("blocked", where)
             elif isinstance(d, Element):
@@ -467,6 +491,12 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         tag = "semaphores" if name.startswith("semaphore_") else _PRIMITIVE_TAGS.get(name)
         if tag is not None:
             need.setdefault(tag, jc.jaxpr_source_line(eqn) or kernel.source)
+        if scoped_allocation_of(eqn) is not None:
+            line = jc.jaxpr_source_line(eqn)
+            # the allocation is traced inside pl.run_scoped: point at the kernel instead
+            if not line or "pallas_frontend" in line:
+                line = kernel.source
+            need.setdefault("collective_run_scoped", line)
     return need
 
 

@@ -10,12 +10,14 @@ primitive without a NumPy rule falls back to JAX on the host.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend.affine_maps import Affine, affine_outputs
 from pallas_frontend.specs import Blocked, BoundedSlice, Element, Squeezed
 
 if TYPE_CHECKING:   # the contract imports this module (through grid_analysis); not back
@@ -31,16 +33,57 @@ class BlockTable:
     """Element offsets of one operand's block at every grid point.
 
     ``starts[d]`` and ``sizes[d]`` have the grid's shape; offsets are in the
-    coordinates of the array padded by ``pad_low`` (Element padding).
+    coordinates of the array padded by ``pad_low`` (Element padding). When the
+    index map is affine in the grid indices (``affine_maps``), ``start_maps``
+    and ``size_maps`` give them in closed form and the grid-shaped tables are
+    only built if someone asks for them.
     """
     mapping: BlockMapping
-    starts: tuple[np.ndarray, ...]
-    sizes: tuple[np.ndarray, ...]      # valid sizes (BoundedSlice) or the block size
+    grid: tuple[int, ...]
     pad_low: tuple[int, ...]
+    start_maps: tuple[Affine, ...] | None = None
+    size_maps: tuple[Affine, ...] | None = None
+    tables: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = dataclasses.field(
+        default=None, compare=False, repr=False)
 
     @property
     def block_sizes(self) -> tuple[int, ...]:
         return tuple(d.block_size for d in self.mapping.block_dims)
+
+    @property
+    def is_affine(self) -> bool:
+        return self.start_maps is not None
+
+    @property
+    def num_points(self) -> int:
+        return int(np.prod(self.grid, dtype=np.int64))
+
+    @functools.cached_property
+    def _materialized(self):
+        if self.tables is not None:
+            return self.tables
+        if self.is_affine:
+            return (tuple(a.over(self.grid) for a in self.start_maps),
+                    tuple(a.over(self.grid) for a in self.size_maps))
+        return _enumerate(self.mapping, self.grid, 0, self.num_points, self.grid)
+
+    @property
+    def starts(self) -> tuple[np.ndarray, ...]:
+        return self._materialized[0]
+
+    @property
+    def sizes(self) -> tuple[np.ndarray, ...]:
+        return self._materialized[1]
+
+    def start_bounds(self) -> list[tuple[int, int]]:
+        """Per dim, (min, max) of the block start over the grid (grid non-empty)."""
+        if self.is_affine:
+            return [a.bounds(self.grid) for a in self.start_maps]
+        return [(int(s.min()), int(s.max())) for s in self.starts]
+
+
+# Above this many grid points a non-affine index map is checked chunk by chunk.
+_CHUNK_POINTS = 1 << 20
 
 
 def grid_coordinates(grid: tuple[int, ...]) -> list[np.ndarray]:
@@ -52,65 +95,138 @@ def grid_coordinates(grid: tuple[int, ...]) -> list[np.ndarray]:
 
 def block_tables(kernel: KernelIR) -> tuple[BlockTable, ...]:
     """Tables for inputs then outputs. Requires index maps without prefetch refs."""
-    coords = grid_coordinates(kernel.grid)
-    return tuple(_table(m, coords, kernel.grid) for m in kernel.mappings)
+    return tuple(_table(m, tuple(kernel.grid)) for m in kernel.mappings)
 
 
-def _table(m: BlockMapping, coords, grid) -> BlockTable:
-    outs = evaluate_index_map(m.index_map, coords, grid)
-    starts, sizes, pad_low = [], [], []
+def _pad_low(m: BlockMapping) -> tuple[int, ...]:
+    return tuple(d.padding[0] if isinstance(d, Element) else 0 for d in m.block_dims)
+
+
+def block_positions(m: BlockMapping, outs, full):
+    """(starts, sizes) per dim from the index map's outputs; ``full(v)`` makes a
+    constant of the same kind as ``v``."""
+    starts, sizes = [], []
     it = iter(outs)
     for dim in m.block_dims:
         v = next(it)
         if isinstance(dim, Blocked):
-            starts.append(v * dim.block_size)
-            sizes.append(np.full(v.shape, dim.block_size, np.int64))
-            pad_low.append(0)
-        elif isinstance(dim, Element):
+            starts.append(v * dim.block_size if not isinstance(v, Affine) else
+                          v.scaled(dim.block_size))
+            sizes.append(full(v, dim.block_size))
+        elif isinstance(dim, (Element, Squeezed)):
             starts.append(v)
-            sizes.append(np.full(v.shape, dim.block_size, np.int64))
-            pad_low.append(dim.padding[0])
-        elif isinstance(dim, Squeezed):
-            starts.append(v)
-            sizes.append(np.ones(v.shape, np.int64))
-            pad_low.append(0)
+            sizes.append(full(v, 1 if isinstance(dim, Squeezed) else dim.block_size))
         elif isinstance(dim, BoundedSlice):
-            size = next(it)
             starts.append(v)
-            sizes.append(size)
-            pad_low.append(0)
+            sizes.append(next(it))
         else:  # pragma: no cover - specs canonicalize every dim
             raise TypeError(dim)
-    return BlockTable(m, tuple(starts), tuple(sizes), tuple(pad_low))
+    return tuple(starts), tuple(sizes)
+
+
+def _table(m: BlockMapping, grid) -> BlockTable:
+    affine = affine_outputs(m.index_map, grid)
+    if affine is not None:
+        n = len(grid)
+        starts, sizes = block_positions(m, affine, lambda v, k: Affine(k, (0,) * n))
+        return BlockTable(m, grid, _pad_low(m), starts, sizes)
+    num = int(np.prod(grid, dtype=np.int64))
+    tables = _enumerate(m, grid, 0, num, grid) if num <= _CHUNK_POINTS else None
+    return BlockTable(m, grid, _pad_low(m), tables=tables)
+
+
+def _enumerate(m: BlockMapping, grid, lo: int, hi: int, shape):
+    """(starts, sizes) at the row-major grid points ``lo..hi``, reshaped to ``shape``."""
+    flat = np.arange(lo, hi, dtype=np.int64)
+    coords = [c.astype(np.int32) for c in np.unravel_index(flat, grid)] if grid else []
+    outs = evaluate_index_map(m.index_map, coords, (hi - lo,) if grid else ())
+    starts, sizes = block_positions(m, outs, lambda v, k: np.full(v.shape, k, np.int64))
+    return (tuple(np.asarray(s).reshape(shape) for s in starts),
+            tuple(np.asarray(s).reshape(shape) for s in sizes))
 
 
 def check_block_ranges(kernel: KernelIR, tables=None) -> tuple[BlockTable, ...]:
     """Raises ``BlockIndexError`` naming operand, grid point and index for the
-    first block with no element inside its (padded) array."""
+    first block with no element inside its (padded) array.
+
+    Affine index maps are checked in closed form; others point by point, in
+    chunks of the grid so that memory stays bounded."""
     tables = block_tables(kernel) if tables is None else tables
     for t in tables:
-        m = t.mapping
-        for d, (dim, start, size) in enumerate(zip(m.block_dims, t.starts, t.sizes)):
-            extent = m.array_shape[d]
-            if isinstance(dim, Element):
-                extent += dim.padding[0] + dim.padding[1]
-            if isinstance(dim, BoundedSlice):
-                bad_size = (size < 0) | (size > dim.block_size)
-                if bad_size.any():
-                    point = _first(bad_size)
-                    raise BlockIndexError(
-                        f"{m.origin}: index_map ({m.index_map_source}) returned pl.ds(start, size) "
-                        f"with size {int(size[point])} at grid point {point}, but BoundedSlice "
-                        f"dim {d} allows sizes in [0, {dim.block_size}].")
-            bad = (start < 0) | (start >= extent) if extent > 0 else np.zeros(start.shape, bool)
-            if bad.any():
-                point = _first(bad)
-                raise BlockIndexError(_range_message(m, d, dim, start[point], extent, point))
+        problem = _affine_problem(t) if t.is_affine else _enumerated_problem(t)
+        if problem:
+            raise BlockIndexError(problem)
     return tables
 
 
-def _first(mask: np.ndarray) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
+def _extent(m: BlockMapping, d: int, dim) -> int:
+    extent = m.array_shape[d]
+    if isinstance(dim, Element):
+        extent += dim.padding[0] + dim.padding[1]
+    return extent
+
+
+def _size_message(m, d, dim, size, point) -> str:
+    return (f"{m.origin}: index_map ({m.index_map_source}) returned pl.ds(start, size) "
+            f"with size {int(size)} at grid point {point}, but BoundedSlice "
+            f"dim {d} allows sizes in [0, {dim.block_size}].")
+
+
+def _affine_problem(t: BlockTable) -> str:
+    m, grid = t.mapping, t.grid
+    if any(g == 0 for g in grid):
+        return ""
+    for d, (dim, start, size) in enumerate(zip(m.block_dims, t.start_maps, t.size_maps)):
+        if isinstance(dim, BoundedSlice):
+            point = size.first_outside(grid, 0, dim.block_size)
+            if point is not None:
+                return _size_message(m, d, dim, _value_at(size, point), point)
+        extent = _extent(m, d, dim)
+        point = start.first_outside(grid, 0, extent - 1) if extent > 0 else None
+        if point is not None:
+            return _range_message(m, d, dim, _value_at(start, point), extent, point)
+    return ""
+
+
+def _value_at(a: Affine, point) -> int:
+    return a.const + sum(c * i for c, i in zip(a.coefs, point))
+
+
+def _enumerated_problem(t: BlockTable) -> str:
+    """The message for the first violation (dim by dim, then row-major), or ''."""
+    m, grid = t.mapping, t.grid
+    num = t.num_points
+    step = num if t.tables is not None else _CHUNK_POINTS
+    first: dict[tuple[int, str], str] = {}
+    for lo in range(0, num, max(step, 1)):
+        hi = min(num, lo + step)
+        if t.tables is not None:
+            starts = [s.reshape(-1) for s in t.tables[0]]
+            sizes = [s.reshape(-1) for s in t.tables[1]]
+        else:
+            starts, sizes = _enumerate(m, grid, lo, hi, (hi - lo,))
+        for d, (dim, start, size) in enumerate(zip(m.block_dims, starts, sizes)):
+            if isinstance(dim, BoundedSlice) and (d, "size") not in first:
+                bad = (size < 0) | (size > dim.block_size)
+                if bad.any():
+                    k = int(np.argmax(bad))
+                    first[(d, "size")] = _size_message(m, d, dim, size[k], _point(lo + k, grid))
+            extent = _extent(m, d, dim)
+            if extent > 0 and (d, "start") not in first:
+                bad = (start < 0) | (start >= extent)
+                if bad.any():
+                    k = int(np.argmax(bad))
+                    first[(d, "start")] = _range_message(m, d, dim, start[k], extent,
+                                                         _point(lo + k, grid))
+    for d in range(len(m.block_dims)):
+        for kind in ("size", "start"):
+            if (d, kind) in first:
+                return first[(d, kind)]
+    return ""
+
+
+def _point(flat: int, grid) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ()
 
 
 def _range_message(m: BlockMapping, d, dim, start, extent, point) -> str:

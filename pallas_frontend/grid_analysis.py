@@ -39,6 +39,8 @@ if TYPE_CHECKING:   # the contract imports this module; never import it back at 
 # Above this many distinct blocks an unaligned output is not painted element by
 # element; its axes are then simply kept sequential (always sound).
 _MAX_PAINTED_BLOCKS = 4096
+# Grids are enumerated only up to this many points (affine maps are decided in closed form first).
+_MAX_ENUMERATED_POINTS = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +160,10 @@ def _group_ids(grid, axes) -> np.ndarray:
 
 def _disjoint_across(table: BlockTable, axes, grid) -> bool:
     """Whether points that differ along ``axes`` touch disjoint regions of the operand."""
+    if table.is_affine and _owned_by_axes(table, axes, grid):
+        return True
+    if table.num_points > _MAX_ENUMERATED_POINTS:
+        return False  # too many points to enumerate: keep the axes sequential (sound)
     groups = _group_ids(grid, axes).reshape(-1)
     dims = table.mapping.block_dims
     starts = np.stack([s.reshape(-1) for s in table.starts], -1) if dims else \
@@ -178,6 +184,22 @@ def _disjoint_across(table: BlockTable, axes, grid) -> bool:
         if np.any((seen != -1) & (seen != row[-1])):
             return False
         owner[region] = row[-1]
+    return True
+
+
+def _owned_by_axes(table: BlockTable, axes, grid) -> bool:
+    """Closed-form sufficient condition for affine maps: every axis in ``axes``
+    moves some dim of the block by at least a block, and no other axis moves
+    that dim. Points differing along the axis then start a block apart there."""
+    for a in axes:
+        owned = False
+        for d, (m, b) in enumerate(zip(table.start_maps, table.block_sizes)):
+            others = any(c and grid[x] > 1 for x, c in enumerate(m.coefs) if x != a)
+            if not others and abs(m.coefs[a]) >= max(b, 1):
+                owned = True
+                break
+        if not owned:
+            return False
     return True
 
 

@@ -272,12 +272,26 @@ def ref_aval_of(t: Any, what: str) -> jc.AbstractRef:
 
 def run_scoped(f, *types, collective_axes=(), **kw_types):
     """Allocates Refs of ``types`` for the duration of ``f(*refs, **kw_refs)``
-    and returns ``f``'s result."""
-    if collective_axes:
-        raise NotImplementedError("run_scoped(collective_axes=...) is backend-specific and "
-                                  "not supported by the frontend.")
-    refs = [_new_scoped_ref(ref_aval_of(t, "run_scoped")) for t in types]
-    kw_refs = {k: _new_scoped_ref(ref_aval_of(t, "run_scoped")) for k, t in kw_types.items()}
+    and returns ``f``'s result.
+
+    ``collective_axes`` (a mesh axis name or a tuple of them) asks for one
+    buffer shared by the programs along those axes (e.g. the warpgroups of a
+    ``pallas_mgpu.kernel``); it is handed to the backend in the kernel jaxpr
+    (``backend_api.ScopedAllocation``) and backends that cannot share
+    buffers refuse it before lowering."""
+    from pallas_frontend.backend_api import ScopedAllocation
+    axes = (collective_axes,) if isinstance(collective_axes, str) else tuple(collective_axes)
+    if not all(isinstance(a, str) for a in axes):
+        raise TypeError(f"run_scoped: collective_axes must be axis names, got {collective_axes!r}.")
+
+    def new_ref(t):
+        aval = ref_aval_of(t, "run_scoped")
+        if axes:
+            aval = jc.AbstractRef(aval.inner_aval,
+                                  memory_space=ScopedAllocation(aval.memory_space, axes))
+        return _new_scoped_ref(aval)
+    refs = [new_ref(t) for t in types]
+    kw_refs = {k: new_ref(t) for k, t in kw_types.items()}
     out = f(*refs, **kw_refs)
     for r in (*refs, *kw_refs.values()):
         jax.free_ref(r)

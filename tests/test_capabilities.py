@@ -49,3 +49,16 @@ def test_missing_tag_is_refused_before_lowering(tag):
         assert b.lowered >= 1
     finally:
         registry.unregister_backend(b.name)
+
+
+def test_vmap_batch_dims_need_vmap_not_squeezed():
+    caps = frozenset(backend_api.CAPABILITY_TAGS) - {"squeezed"}
+    b = AllButOne("squeezed")
+    b.name, b.capabilities = "no_squeezed", caps
+    registry.register_backend(b)
+    try:
+        fn, operands, expected = CAPABILITY_KERNELS["vmap"](np.random.default_rng(),
+                                                             backend=b.name)
+        np.testing.assert_allclose(np.asarray(jax.jit(fn)(*operands)), expected, rtol=1e-6)
+    finally:
+        registry.unregister_backend(b.name)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from pallas_frontend.affine_maps import Affine
 from pallas_frontend.interpreter.execute import OperandLayout, read_block
 from pallas_frontend.specs import BoundedSlice, Squeezed
 
@@ -38,6 +39,10 @@ class BatchedAccess:
     sizes: np.ndarray | None            # gather only: (NS, NP, ndim) valid extents
     tiled: tuple[int | None, ...] | None  # view only: per dim, the parallel axis it tiles
     per_step: bool                      # whether the block position depends on the step
+    # An affine view: per dim, the start as an affine function of the step
+    # coordinates (over ``step_grid``); ``starts`` is then unused.
+    step_maps: tuple[Affine, ...] | None = None
+    step_grid: tuple[int, ...] = ()
 
     @property
     def is_view(self) -> bool:
@@ -61,6 +66,8 @@ class BatchedAccess:
 
     def _step_starts(self, s):
         """Start indices at step ``s``: Python ints where they do not vary."""
+        if self.step_maps is not None:
+            return self._affine_step_starts(s)
         if isinstance(s, int) and self.is_view:   # an unrolled step: all static
             return [int(v) for v in self.starts[s if self.per_step else 0]]
         if not self.per_step:
@@ -68,6 +75,22 @@ class BatchedAccess:
         if self.is_view:
             return [_affine_or_lookup(self.starts[:, d], s) for d in range(self.starts.shape[1])]
         return None
+
+    def _affine_step_starts(self, s):
+        if isinstance(s, int) or not self.per_step:
+            point = np.unravel_index(s if isinstance(s, int) else 0, self.step_grid) \
+                if self.step_grid else ()
+            return [m.const + sum(c * int(i) for c, i in zip(m.coefs, point))
+                    for m in self.step_maps]
+        coords = [unravel_step(s, self.step_grid, k) for k in range(len(self.step_grid))]
+        out = []
+        for m in self.step_maps:
+            v = m.const
+            for c, x in zip(m.coefs, coords):
+                if c:
+                    v = v + x * np.int32(c)
+            out.append(v)
+        return out
 
     def _gather_table(self, table, s):
         if not self.per_step:
@@ -90,27 +113,33 @@ class BatchedAccess:
             pos += 1
         return [batch_pos[j] for j in sorted(batch_pos)] + block_pos
 
+    def slab(self, buf, s):
+        """A view operand's blocks at step ``s`` as one slice of the buffer (unsplit)."""
+        sizes = self._view_sizes()
+        start = self._step_starts(s)
+        if list(buf.shape) == sizes:
+            return buf
+        if all(isinstance(v, int) for v in start):
+            return lax.slice(buf, start, [a + n for a, n in zip(start, sizes)])
+        return lax.dynamic_slice(buf, start, sizes, allow_negative_indices=False)
+
+    def split(self, view):
+        """A slab (see ``slab``) as the batch of kernel-visible blocks; batch axes lead."""
+        split = []
+        for j, b in zip(self.tiled, self.layout.block_sizes):
+            split += [self.batch_shape[j], b] if j is not None else [b]
+        view = view.reshape(split)
+        order = self._view_order()
+        if order != sorted(order):
+            view = view.transpose(order)
+        n_batch = sum(j is not None for j in self.tiled)
+        squeezed = [n_batch + d for d in self.layout.squeezed_axes]
+        return lax.squeeze(view, squeezed) if squeezed else view
+
     def read(self, buf, s):
         """The batch of kernel-visible blocks at step ``s``; batch axes lead."""
         if self.is_view:
-            sizes = self._view_sizes()
-            start = self._step_starts(s)
-            if list(buf.shape) == sizes:
-                view = buf
-            elif all(isinstance(v, int) for v in start):
-                view = lax.slice(buf, start, [a + n for a, n in zip(start, sizes)])
-            else:
-                view = lax.dynamic_slice(buf, start, sizes, allow_negative_indices=False)
-            split = []
-            for j, b in zip(self.tiled, self.layout.block_sizes):
-                split += [self.batch_shape[j], b] if j is not None else [b]
-            view = view.reshape(split)
-            order = self._view_order()
-            if order != sorted(order):
-                view = view.transpose(order)
-            n_batch = sum(j is not None for j in self.tiled)
-            squeezed = [n_batch + d for d in self.layout.squeezed_axes]
-            return lax.squeeze(view, squeezed) if squeezed else view
+            return self.split(self.slab(buf, s))
         starts = self._gather_table(self.starts, s)
         blocks = jax.vmap(lambda st: read_block(buf, self.layout, st))(starts)
         return blocks.reshape(self.batch_shape + blocks.shape[1:])
@@ -156,6 +185,10 @@ def batched_access(layout: OperandLayout, step_axes, batch_axes, grid,
                    *, is_output: bool) -> BatchedAccess:
     """Chooses view or gather for one operand and lays out its start tables."""
     table = layout.table
+    if table.is_affine:
+        access = _affine_view(layout, step_axes, batch_axes, grid, is_output=is_output)
+        if access is not None:
+            return access
     perm = list(step_axes) + list(batch_axes)
     batch_shape = tuple(grid[a] for a in batch_axes)
     ns = int(np.prod([grid[a] for a in step_axes], dtype=np.int64))
@@ -209,6 +242,46 @@ def _tiling(layout: OperandLayout, starts, batch_shape, *, is_output: bool):
     if is_output and (len(used) != nb or layout.bounded_axes):
         return None
     return tiled
+
+
+def _affine_view(layout: OperandLayout, step_axes, batch_axes, grid, *, is_output: bool):
+    """The view access of an affine operand, decided in closed form; None if its
+    blocks are not a view (the caller then builds gather tables)."""
+    table = layout.table
+    dims = table.mapping.block_dims
+    batch_shape = tuple(grid[a] for a in batch_axes)
+    tiled, used = [], set()
+    for dim, m in zip(dims, table.start_maps):
+        moves = [j for j, a in enumerate(batch_axes) if m.coefs[a] and grid[a] > 1]
+        if not moves:
+            tiled.append(None)
+            continue
+        b = 1 if isinstance(dim, Squeezed) else dim.block_size
+        if isinstance(dim, BoundedSlice) or len(moves) > 1 or moves[0] in used or \
+                m.coefs[batch_axes[moves[0]]] != b:
+            return None
+        used.add(moves[0])
+        tiled.append(moves[0])
+    live = {j for j, a in enumerate(batch_axes) if grid[a] > 1}
+    if is_output and (not live <= used or layout.bounded_axes):
+        return None
+    tiled = [t if t is None or t in live else None for t in tiled]
+    if is_output and any(grid[a] == 1 for a in batch_axes):
+        return None  # size-1 batch axes: let the table path handle the corner case
+    step_grid = tuple(grid[a] for a in step_axes)
+    step_maps = tuple(Affine(m.const, tuple(m.coefs[a] if grid[a] > 1 else 0 for a in step_axes))
+                      for m in table.start_maps)
+    per_step = any(any(m.coefs) for m in step_maps)
+    return BatchedAccess(layout, batch_shape, np.zeros((1, len(dims)), np.int32), None,
+                         tuple(tiled), per_step=per_step, step_maps=step_maps,
+                         step_grid=step_grid)
+
+
+def unravel_step(s, sizes, k):
+    """Coordinate ``k`` of step ``s`` (>= 0) unravelled row-major over ``sizes``."""
+    inner = int(np.prod(sizes[k + 1:], dtype=np.int64))
+    c = s if inner == 1 else lax.div(s, np.int32(inner))
+    return c if k == 0 else lax.rem(c, np.int32(sizes[k]))
 
 
 def _affine_or_lookup(column: np.ndarray, s):

@@ -16,6 +16,7 @@ time (``block_indices``), so out-of-range blocks are rejected before running.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,8 @@ from jax import lax
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
-from pallas_frontend.block_indices import BlockTable, check_block_ranges, grid_coordinates
+from pallas_frontend.block_indices import (BlockTable, block_positions, check_block_ranges,
+                                           grid_coordinates)
 from pallas_frontend.interpreter.globals import lift_globals
 from pallas_frontend.primitives import semaphore_ref_positions
 from pallas_frontend.specs import BoundedSlice, Squeezed
@@ -46,8 +48,16 @@ class OperandLayout:
     table: BlockTable
     pad_low: tuple[int, ...]
     pad_high: tuple[int, ...]
-    starts: np.ndarray            # (num_points, ndim) int32, in padded coordinates
-    sizes: np.ndarray             # (num_points, ndim) int32: valid extent (BoundedSlice) per dim
+
+    @functools.cached_property
+    def starts(self) -> np.ndarray:
+        """(num_points, ndim) int32 block starts in padded coordinates (built on demand)."""
+        return _stacked(self.table.starts, self.table.num_points)
+
+    @functools.cached_property
+    def sizes(self) -> np.ndarray:
+        """(num_points, ndim) int32: valid extent (BoundedSlice) per dim."""
+        return _stacked(self.table.sizes, self.table.num_points)
 
     @property
     def block_sizes(self):
@@ -70,23 +80,26 @@ class OperandLayout:
 
     def unpad(self, x):
         shape = self.table.mapping.array_shape
-        return x[tuple(slice(lo, lo + n) for lo, n in zip(self.pad_low, shape))]
+        if tuple(x.shape) == tuple(shape):
+            return x
+        return lax.slice(x, list(self.pad_low), [lo + n for lo, n in zip(self.pad_low, shape)])
+
+
+def _stacked(columns, num: int) -> np.ndarray:
+    if not columns:
+        return np.zeros((num, 0), np.int32)
+    return np.stack([c.reshape(-1) for c in columns], -1).astype(np.int32)
 
 
 def operand_layout(table: BlockTable) -> OperandLayout:
     m = table.mapping
-    num = table.starts[0].size if table.starts else 1
-    starts = np.stack([s.reshape(-1) for s in table.starts], -1) if table.starts else \
-        np.zeros((num, 0), np.int64)
-    sizes = np.stack([s.reshape(-1) for s in table.sizes], -1) if table.sizes else \
-        np.zeros((num, 0), np.int64)
     pad_low = tuple(table.pad_low)
+    bounds = table.start_bounds() if table.num_points else None
     pad_high = []
     for d, n in enumerate(m.array_shape):
-        need = int((starts[:, d] + table.block_sizes[d]).max()) if num else 0
+        need = bounds[d][1] + table.block_sizes[d] if bounds else 0
         pad_high.append(max(0, need - (pad_low[d] + n)))
-    return OperandLayout(table, pad_low, tuple(pad_high), starts.astype(np.int32),
-                         sizes.astype(np.int32))
+    return OperandLayout(table, pad_low, tuple(pad_high))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +107,19 @@ class InterpreterPlan:
     """Everything about a kernel that is computed once, at trace time."""
     kernel: KernelIR
     layouts: tuple[OperandLayout, ...]      # inputs then outputs
-    coords: np.ndarray                      # (num_points, num_grid_axes) int32
     body: jc.Jaxpr                          # the discharged kernel: (idx, values) -> new values
 
     @property
     def num_points(self) -> int:
-        return self.coords.shape[0]
+        return int(np.prod(self.kernel.grid, dtype=np.int64))
+
+    @functools.cached_property
+    def coords(self) -> np.ndarray:
+        """(num_points, num_grid_axes) int32 (built on demand)."""
+        coords = grid_coordinates(tuple(self.kernel.grid))
+        if not coords:
+            return np.zeros((1, 0), np.int32)
+        return np.stack([c.reshape(-1) for c in coords], -1).astype(np.int32)
 
 
 def make_plan(kernel: KernelIR) -> InterpreterPlan:
@@ -110,14 +130,11 @@ def make_plan(kernel: KernelIR) -> InterpreterPlan:
     kernel = lift_globals(kernel)
     tables = check_block_ranges(kernel)
     layouts = tuple(operand_layout(t) for t in tables)
-    coords = grid_coordinates(kernel.grid)
-    coords = (np.stack([c.reshape(-1) for c in coords], -1) if coords
-              else np.zeros((1, 0), np.int32))
     n_grid = len(kernel.grid)
     n_refs = len(kernel.jaxpr.invars) - n_grid
     body = jc.discharge_state(kernel.jaxpr, should_discharge=[False] * n_grid + [True] * n_refs,
                               strip_memory_space=True)
-    return InterpreterPlan(kernel, layouts, coords.astype(np.int32), body)
+    return InterpreterPlan(kernel, layouts, body)
 
 
 def read_block(buf, layout: OperandLayout, starts):
@@ -180,20 +197,41 @@ def run_sequential(plan: InterpreterPlan, *inputs):
     n_in = len(kernel.in_mappings)
     in_layouts, out_layouts = plan.layouts[:n_in], plan.layouts[n_in:]
     padded_in = [lay.pad(x) for lay, x in zip(in_layouts, inputs)]
-    coords = jnp.asarray(plan.coords)
-    starts = [jnp.asarray(lay.starts) for lay in plan.layouts]
-    sizes = [jnp.asarray(lay.sizes) for lay in plan.layouts]
+    grid = tuple(kernel.grid)
+    if plan.num_points > MAX_TABLE_POINTS:
+        # Too many points for per-point tables: evaluate the index maps in the loop.
+        def indices(p):
+            return [_unravel(p, grid, a) for a in range(len(grid))]
+
+        def positions(k, idx, p):
+            st, sz = block_positions(plan.layouts[k].table.mapping,
+                                     jc.eval_jaxpr(plan.layouts[k].table.mapping.index_map, *idx),
+                                     lambda v, n: jnp.int32(n))
+            return [jnp.asarray(v, jnp.int32) for v in st], [jnp.asarray(v, jnp.int32) for v in sz]
+    else:
+        coords = jnp.asarray(plan.coords)
+        start_tables = [jnp.asarray(lay.starts) for lay in plan.layouts]
+        size_tables = [jnp.asarray(lay.sizes) for lay in plan.layouts]
+
+        def indices(p):
+            return [coords[p, a] for a in range(coords.shape[1])]
+
+        def positions(k, idx, p):
+            return start_tables[k][p], size_tables[k][p]
 
     def step(p, carry):
         outs, scratch = carry
-        idx = [coords[p, a] for a in range(coords.shape[1])]
-        in_blocks = [read_block(x, lay, starts[k][p]) for k, (x, lay) in
+        idx = indices(p)
+        where = [positions(k, idx, p) for k in range(len(plan.layouts))]
+        starts = [w[0] for w in where]
+        sizes = [w[1] for w in where]
+        in_blocks = [read_block(x, lay, starts[k]) for k, (x, lay) in
                      enumerate(zip(padded_in, in_layouts))]
-        out_blocks = [read_block(x, lay, starts[n_in + k][p]) for k, (x, lay) in
+        out_blocks = [read_block(x, lay, starts[n_in + k]) for k, (x, lay) in
                       enumerate(zip(outs, out_layouts))]
         new = jc.eval_jaxpr(plan.body, *idx, *in_blocks, *out_blocks, *scratch)
         new_outs = new[n_in:n_in + len(outs)]
-        outs = [write_block(buf, lay, starts[n_in + k][p], sizes[n_in + k][p], blk)
+        outs = [write_block(buf, lay, starts[n_in + k], sizes[n_in + k], blk)
                 for k, (buf, lay, blk) in enumerate(zip(outs, out_layouts, new_outs))]
         return outs, list(new[n_in + len(outs):])
 
@@ -206,3 +244,13 @@ def run_sequential(plan: InterpreterPlan, *inputs):
         outs, _ = lax.fori_loop(0, plan.num_points, step, carry)
     return [lay.unpad(o) for lay, o in zip(out_layouts, outs)]
 
+
+
+# Above this many grid points the sequential interpreter keeps no per-point tables.
+MAX_TABLE_POINTS = 1 << 20
+
+
+def _unravel(p, grid, a):
+    inner = int(np.prod(grid[a + 1:], dtype=np.int64))
+    c = p if inner == 1 else lax.div(p, np.int32(inner))
+    return c if a == 0 else lax.rem(c, np.int32(grid[a]))

@@ -15,6 +15,7 @@ An output whose block does not move along ``S`` (a matmul accumulator over
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 
 import jax
@@ -24,14 +25,16 @@ from jax import lax
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
-from pallas_frontend.interpreter import execute
-from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access
 from pallas_frontend.grid_analysis import GridAnalysis, analyze_grid, coverage_report
+from pallas_frontend.interpreter import accumulate, execute, rowwise
+from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access, unravel_step
+from pallas_frontend.interpreter.specialize import body_for_steps
 
 # Batches are never smaller than this, whatever the operands weigh.
 _MIN_BATCH_BUDGET = 1 << 20
 # A sequential loop this short is unrolled: static slices, no loop-carried copies.
-_MAX_UNROLLED_STEPS = 8
+# Longer ones are loops (each unrolled step is one more fusion for XLA to compile).
+_MAX_UNROLLED_STEPS = 2
 # Batched blocks may occupy at most this multiple of the operands' bytes.
 _BATCH_BYTES_FACTOR = 2
 
@@ -43,17 +46,30 @@ class VectorizedPlan:
     analysis: GridAnalysis
     batch_axes: tuple[int, ...]              # run batched (may be none)
     step_axes: tuple[int, ...]               # looped, row-major
-    step_coords: np.ndarray                  # (num_steps, len(step_axes)) int32
     accesses: tuple[BatchedAccess, ...]      # inputs then outputs
     note: str = ""                           # why batching was narrowed, if it was
+    # Per output, (X, t) of ``o = X + t`` when the looped axis is an accumulation
+    # (``accumulate``); the body's vmap is then checked only if that path fails.
+    accumulation: tuple | None = dataclasses.field(default=None, compare=False)
+    # Rows per block when the one batched axis tiles whole rows of a body that
+    # never mixes rows (``rowwise``): run on the merged 2-D slab instead.
+    merged_rows: int = 0
 
     @property
     def kernel(self) -> KernelIR:
         return self.base.kernel
 
     @property
+    def step_grid(self) -> tuple[int, ...]:
+        return tuple(self.kernel.grid[a] for a in self.step_axes)
+
+    @property
     def num_steps(self) -> int:
-        return self.step_coords.shape[0]
+        return int(np.prod(self.step_grid, dtype=np.int64))
+
+    def step_coordinate(self, s: int, k: int) -> int:
+        """Coordinate ``k`` of the static step ``s``."""
+        return int(np.unravel_index(s, self.step_grid)[k])
 
 
 def make_plan(kernel: KernelIR) -> VectorizedPlan:
@@ -64,6 +80,10 @@ def make_plan(kernel: KernelIR) -> VectorizedPlan:
     if kernel.debug:
         print(analysis.describe(), file=sys.stdout)
         print(coverage_report(kernel, tables), file=sys.stdout)
+    if base.num_points > execute.MAX_TABLE_POINTS and not all(t.is_affine for t in tables):
+        # Per-point tables would not fit: the plain loop evaluates index maps as it goes.
+        return VectorizedPlan(base, analysis, (), tuple(range(len(kernel.grid))), (),
+                              "non-affine index maps on a large grid: run sequentially")
     batch, note = list(analysis.parallel_axes), ""
     budget = max(_MIN_BATCH_BUDGET, _BATCH_BYTES_FACTOR * _operand_bytes(kernel))
     while batch:
@@ -76,9 +96,45 @@ def make_plan(kernel: KernelIR) -> VectorizedPlan:
     if not batch:
         return _schedule(base, analysis, (), note)
     plan = dataclasses.replace(plan, note=note)
+    terms = _accumulation_terms(plan)
+    if terms is not None:
+        return dataclasses.replace(plan, accumulation=tuple(terms))
+    rows = _merged_rows(plan)
+    if rows:
+        return dataclasses.replace(plan, merged_rows=rows)
+    return _checked_batchable(plan)
+
+
+def _merged_rows(plan: VectorizedPlan) -> int:
+    """Rows per block if the kernel may run on merged rows (see ``rowwise``), else 0."""
+    kernel = plan.kernel
+    if plan.num_steps != 1 or len(plan.batch_axes) != 1 or kernel.scratch_avals:
+        return 0
+    rows, rowful = set(), []
+    for k, acc in enumerate(plan.accesses):
+        if not acc.is_view or acc.layout.squeezed_axes:
+            return 0
+        tiled = acc.tiled
+        if not any(t is not None for t in tiled) and k < len(kernel.in_mappings):
+            rowful.append(False)
+            continue
+        if tiled[0] != 0 or any(t is not None for t in tiled[1:]):
+            return 0
+        rows.add(acc.layout.block_sizes[0])
+        if k < len(kernel.in_mappings):
+            rowful.append(True)
+    if len(rows) != 1:
+        return 0
+    (r,) = rows
+    ok = rowwise.rowwise_plan(plan.base.body, len(kernel.grid), plan.batch_axes[0], rowful,
+                              len(kernel.out_mappings), r)
+    return r if ok else 0
+
+
+def _checked_batchable(plan: VectorizedPlan) -> VectorizedPlan:
     why = _unbatchable(plan)
     if why:
-        return _schedule(base, analysis, (), f"kernel body cannot be vmapped: {why}")
+        return _schedule(plan.base, plan.analysis, (), f"kernel body cannot be vmapped: {why}")
     return plan
 
 
@@ -93,10 +149,7 @@ def _schedule(base, analysis, batch_axes, note="") -> VectorizedPlan:
     n_in = len(base.kernel.in_mappings)
     accesses = tuple(batched_access(lay, step_axes, batch_axes, grid, is_output=k >= n_in)
                      for k, lay in enumerate(base.layouts)) if all(grid) else ()
-    step_grid = [grid[a] for a in step_axes]
-    coords = [c.reshape(-1) for c in np.indices(step_grid)] if step_grid else []
-    step_coords = (np.stack(coords, -1) if coords else np.zeros((1, 0))).astype(np.int32)
-    return VectorizedPlan(base, analysis, batch_axes, step_axes, step_coords, accesses, note)
+    return VectorizedPlan(base, analysis, batch_axes, step_axes, accesses, note)
 
 
 def _unbatchable(plan: VectorizedPlan) -> str:
@@ -126,15 +179,15 @@ def _abstract_args(plan: VectorizedPlan):
     return args
 
 
-def _batched_body(plan: VectorizedPlan):
-    """The discharged body under one vmap per batch axis.
+def _batched_body(plan: VectorizedPlan, body=None):
+    """The discharged body (``plan.base.body`` unless given) under one vmap per batch axis.
 
     Returns the new output blocks, and when nothing is batched also the new
     scratch values (batched points never observe scratch state, see grid_analysis).
     """
     kernel = plan.kernel
     n_grid, n_in, n_out = len(kernel.grid), len(kernel.in_mappings), len(kernel.out_mappings)
-    body = plan.base.body
+    body = plan.base.body if body is None else body
     end = None if not plan.batch_axes else n_in + n_out
 
     def fn(*args):
@@ -150,14 +203,13 @@ def _batched_body(plan: VectorizedPlan):
 
 def run(plan: VectorizedPlan, *inputs):
     """Runs a planned kernel; returns the unpadded outputs."""
-    if not plan.accesses and plan.base.layouts:   # an empty grid
+    if not plan.accesses and plan.base.layouts:   # an empty or a large non-affine grid
         return execute.run_sequential(plan.base, *inputs)
     base, kernel = plan.base, plan.kernel
     n_in = len(kernel.in_mappings)
     in_acc, out_acc = plan.accesses[:n_in], plan.accesses[n_in:]
     padded_in = [acc.layout.pad(x) for acc, x in zip(in_acc, inputs)]
     scratch = execute.initial_scratch(kernel, inputs)
-    body = _batched_body(plan)
     carried = [not acc.per_step for acc in out_acc]
 
     step_sizes = [kernel.grid[a] for a in plan.step_axes]
@@ -168,12 +220,12 @@ def run(plan: VectorizedPlan, *inputs):
             if a in plan.batch_axes:
                 idx.append(jnp.arange(kernel.grid[a], dtype=jnp.int32))
             else:
-                idx.append(jnp.int32(plan.step_coords[s, k]) if isinstance(s, int) else
-                           _unravel(s, step_sizes, k))
+                idx.append(jnp.int32(plan.step_coordinate(s, k)) if isinstance(s, int) else
+                           unravel_step(s, step_sizes, k))
                 k += 1
         return idx
 
-    def step(s, state):
+    def step(s, state, body):
         outs, held, scr = state
         in_blocks = [acc.read(x, s) for acc, x in zip(in_acc, padded_in)]
         out_blocks = [h if c else acc.read(buf, s)
@@ -188,19 +240,97 @@ def run(plan: VectorizedPlan, *inputs):
     outs = execute.initial_outputs(base, inputs)
     held = [acc.read(buf, 0) if c else None for acc, buf, c in zip(out_acc, outs, carried)]
     state = (outs, held, scratch)
-    if plan.num_steps <= _MAX_UNROLLED_STEPS:
-        for s in range(plan.num_steps):
-            state = step(s, state)
+    n = plan.num_steps
+    if plan.merged_rows:
+        outs = _run_merged(plan, padded_in, outs)
+        return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
+    if plan.accumulation is not None:
+        try:
+            summed = _accumulated(plan, padded_in, held)
+        except Exception:  # noqa: BLE001 - e.g. no vmap rule: the checked loop decides
+            summed = None
+        if summed is not None:
+            outs = [acc.write(buf, 0, h) for acc, buf, h in zip(out_acc, outs, summed)]
+            return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
+        return run(_checked_batchable(dataclasses.replace(plan, accumulation=None)), *inputs)
+    axis = _single_step_axis(plan)
+    if axis is not None:
+        # Peel the first step; the loop body then knows its index is >= 1, which
+        # removes `pl.when(program_id == 0)` initialisations from it.
+        unrolled = n if n <= _MAX_UNROLLED_STEPS else 1
+        for s in range(unrolled):
+            body = body_for_steps(base.body, _step_ranges(plan, axis, s, s))
+            state = step(s, state, _batched_body(plan, body))
+        if unrolled < n:
+            rest = body_for_steps(base.body, _step_ranges(plan, axis, 1, n - 1))
+            state = lax.fori_loop(1, n, functools.partial(step, body=_batched_body(plan, rest)),
+                                  state)
+    elif n <= _MAX_UNROLLED_STEPS:
+        for s in range(n):
+            state = step(s, state, _batched_body(plan))
     else:
-        state = lax.fori_loop(0, plan.num_steps, step, state)
+        state = lax.fori_loop(0, n, functools.partial(step, body=_batched_body(plan)), state)
     outs, held, _ = state
     outs = [acc.write(buf, 0, h) if c else buf
             for acc, buf, h, c in zip(out_acc, outs, held, carried)]
     return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
 
 
-def _unravel(s, sizes, k):
-    """Coordinate ``k`` of step ``s`` (>= 0) unravelled row-major over ``sizes``."""
-    inner = int(np.prod(sizes[k + 1:], dtype=np.int64))
-    c = s if inner == 1 else lax.div(s, np.int32(inner))
-    return c if k == 0 else lax.rem(c, np.int32(sizes[k]))
+def _accumulation_terms(plan: VectorizedPlan):
+    """(X, t) per output when the one looped axis accumulates ``o = X + t``, else None."""
+    kernel = plan.kernel
+    axis = _single_step_axis(plan)
+    if axis is None or plan.num_steps < 2 or kernel.scratch_avals or \
+            any(acc.per_step for acc in plan.accesses[len(kernel.in_mappings):]) or \
+            not all(np.issubdtype(np.dtype(m.dtype), np.floating) or
+                    np.issubdtype(np.dtype(m.dtype), np.integer) for m in kernel.out_mappings):
+        return None
+    return accumulate.accumulation_terms(plan.base.body, len(kernel.grid),
+                                         len(kernel.in_mappings), len(kernel.out_mappings),
+                                         _step_ranges(plan, axis, 1, plan.num_steps - 1))
+
+
+def _accumulated(plan: VectorizedPlan, padded_in, held):
+    """The final output blocks when the looped axis is a sum of contractions
+    (see ``accumulate``), else None."""
+    terms, n_in = plan.accumulation, len(plan.kernel.in_mappings)
+    axis = _single_step_axis(plan)
+    total = accumulate.slab_contraction(plan, padded_in, terms, axis)
+    if total is None:
+        total = accumulate.summed_terms(plan, plan.base.layouts, padded_in, terms, axis)
+    if total is None:
+        return None
+    first = [acc.read(x, 0) for acc, x in zip(plan.accesses[:n_in], padded_in)]
+    start = accumulate.initial_parts(plan, first, held, terms)
+    return [x + t.astype(x.dtype) for x, t in zip(start, total)]
+
+
+def _single_step_axis(plan: VectorizedPlan):
+    """The one looped axis of size > 1, or None (several, or none)."""
+    live = [a for a in plan.step_axes if plan.kernel.grid[a] > 1]
+    return live[0] if len(live) == 1 else None
+
+
+def _step_ranges(plan: VectorizedPlan, axis: int, lo: int, hi: int):
+    """Known index ranges of the looped axes for steps ``lo..hi`` (the others have size 1)."""
+    return {a: ((lo, hi) if a == axis else (0, 0)) for a in plan.step_axes}
+
+
+def _run_merged(plan: VectorizedPlan, padded_in, outs):
+    """One evaluation of the body on the (blocks * rows, ...) slabs (``rowwise``)."""
+    kernel, rows = plan.kernel, plan.merged_rows
+    n_in = len(kernel.in_mappings)
+    total = kernel.grid[plan.batch_axes[0]] * rows
+
+    def slab(acc, buf):
+        blocks = acc.read(buf, 0)
+        return blocks.reshape((total,) + blocks.shape[2:]) if acc.batch_levels[0] else blocks
+
+    ins = [slab(acc, x) for acc, x in zip(plan.accesses[:n_in], padded_in)]
+    olds = [slab(acc, buf) for acc, buf in zip(plan.accesses[n_in:], outs)]
+    idx = [jnp.int32(0)] * len(kernel.grid)
+    new = rowwise.evaluate_merged(plan.base.body, [*idx, *ins, *olds], total, rows)
+    new = new[n_in:n_in + len(olds)]
+    g = kernel.grid[plan.batch_axes[0]]
+    return [acc.write(buf, 0, blk.reshape((g, rows) + blk.shape[1:]))
+            for acc, buf, blk in zip(plan.accesses[n_in:], outs, new)]

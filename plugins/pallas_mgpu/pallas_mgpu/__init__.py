@@ -1,20 +1,42 @@
-"""pallas_mgpu: the Mosaic GPU backend of pallas-frontend.
+"""pallas_mgpu: the Mosaic GPU backend of pallas_frontend (NVIDIA Hopper/Blackwell).
 
-Only the parameters type exists so far; the backend registers itself and
-reports, honestly, that it cannot lower kernels yet.
+``import pallas_mgpu as plgpu`` gives the Mosaic GPU kernel API (the names of
+JAX 0.12's ``jax.experimental.pallas.mosaic_gpu``); kernels are written with
+``pallas_frontend``. ``compiler_params=plgpu.CompilerParams()`` selects this
+backend for a portable kernel; ``interpret=plgpu.InterpretParams()`` runs it
+on CPU through JAX's Mosaic GPU interpreter.
 """
 
-import dataclasses
+from __future__ import annotations
 
-import pallas_frontend as pl
+from pallas_mgpu.backend import MosaicGpuBackend, __version__
+from pallas_mgpu import matmul as _matmul  # noqa: F401  (registers the WGMMA rule)
+from pallas_mgpu.helpers import find_swizzle, planar_snake
+from pallas_mgpu.memory import (
+    ACC, GMEM, REGS, SMEM, TMEM, Barrier, ClusterBarrier, GPUMemoryRef, MemorySpace,
+    SwizzleTransform, TilingTransform, WGMMAAccumulatorRef)
+from pallas_mgpu.mesh_kernel import kernel
+from pallas_mgpu.params import (
+    CompilerParams, InterpretGPUParams, InterpretParams, LoweringSemantics, TraceScope,
+    force_gpu_interpret_mode, set_gpu_interpret_mode)
+from pallas_mgpu.pipeline import BlockSpec, emit_pipeline, emit_pipeline_warp_specialized
+from pallas_mgpu.primitives import (
+    Layout, SemaphoreSignal, async_load_tmem, async_store_tmem, barrier_arrive,
+    barrier_arrive_and_wait, barrier_wait, commit_smem, commit_smem_to_gmem_group, commit_tmem,
+    copy_gmem_to_smem, copy_smem_to_gmem, layout_cast, load, semaphore_signal_parallel,
+    set_max_registers, tcgen05_commit_arrive, tcgen05_mma, wait_load_tmem, wait_smem_to_gmem,
+    wgmma, wgmma_wait)
 
-__version__ = "0.1.0"
-
-
-@dataclasses.dataclass(frozen=True)
-class CompilerParams(pl.CompilerParams):
-    """Mosaic GPU compile options (accepted, not yet used)."""
-    BACKEND = "mgpu"
-    approx_math: bool = False
-    dimension_semantics: tuple[str, ...] | None = None
-    max_concurrent_steps: int = 1
+__all__ = [
+    "ACC", "Barrier", "BlockSpec", "ClusterBarrier", "CompilerParams", "GMEM", "GPUMemoryRef",
+    "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace",
+    "MosaicGpuBackend", "REGS", "SMEM", "SemaphoreSignal", "SwizzleTransform", "TMEM",
+    "TilingTransform", "TraceScope", "WGMMAAccumulatorRef", "__version__", "async_load_tmem",
+    "async_store_tmem", "barrier_arrive", "barrier_arrive_and_wait", "barrier_wait",
+    "commit_smem", "commit_smem_to_gmem_group", "commit_tmem", "copy_gmem_to_smem",
+    "copy_smem_to_gmem", "emit_pipeline", "emit_pipeline_warp_specialized", "find_swizzle",
+    "force_gpu_interpret_mode", "kernel", "layout_cast", "load", "planar_snake",
+    "semaphore_signal_parallel", "set_gpu_interpret_mode", "set_max_registers",
+    "tcgen05_commit_arrive", "tcgen05_mma", "wait_load_tmem", "wait_smem_to_gmem", "wgmma",
+    "wgmma_wait",
+]

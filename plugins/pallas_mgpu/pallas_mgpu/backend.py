@@ -1,27 +1,87 @@
-"""The Mosaic GPU backend's registration: discoverable, but not yet able to lower."""
+"""The ``mgpu`` backend: rebuilds a KernelIR as a JAX Mosaic GPU kernel."""
+
+from __future__ import annotations
 
 from pallas_frontend import backend_api
+from pallas_frontend.backend_api import Backend, BackendUnavailableError, KernelIR
 
-import pallas_mgpu
+from pallas_mgpu import check, manifest
+from pallas_mgpu.memory import MemorySpace
+from pallas_mgpu.params import CompilerParams, InterpretParams, active_interpret_mode
+
+__version__ = "0.1.1"
 
 
-class MosaicGpuBackend(backend_api.Backend):
+class MosaicGpuBackend(Backend):
     name = "mgpu"
     distribution = "pallas-mgpu"
-    version = pallas_mgpu.__version__
-    api_version = (1, 0)
+    version = __version__
+    api_version = (1, 4)     # ScopedAllocation (run_scoped collective_axes)
     platforms = ("cuda",)
-    priority = -10           # never the default until it can lower
-    compiler_params_type = pallas_mgpu.CompilerParams
+    priority = -10       # pallas_triton stays the cuda default; pass CompilerParams to pick this
+    compiler_params_type = CompilerParams
+    interpret_params_type = InterpretParams
+    memory_spaces = tuple(MemorySpace)
     pip_extra = "mgpu"
+    dtypes = None        # check.py checks dtypes of operands and scratch alike
+    # Each tag is exercised by a test of this plugin or of the conformance suite.
+    capabilities = frozenset({
+        "grid", "blocked", "squeezed", "scratch", "aliasing", "run_scoped",
+        "collective_run_scoped", "pipeline", "barriers", "tma", "wgmma", "loops", "vmap",
+        "jvp", "debug_print", "interpret_mode", "compile_only",
+    })
+    conformance_unsupported = manifest.UNSUPPORTED
+    conformance_xfail = manifest.XFAIL
 
-    def is_available(self):
-        return False, "pallas_mgpu cannot lower kernels yet (its Mosaic GPU lowering is not written)"
+    def is_available(self) -> tuple[bool, str]:
+        # Lowering needs only jaxlib's Mosaic GPU; no GPU, no CUDA plugin.
+        try:
+            from jax.experimental.mosaic import gpu  # noqa: F401
+        except Exception as e:  # pragma: no cover - a jaxlib without Mosaic GPU
+            return False, f"jaxlib has no Mosaic GPU ({e})"
+        return True, ""
 
-    def check(self, kernel):
-        raise backend_api.BackendCapabilityError(
-            f"Backend 'mgpu' cannot lower kernel '{kernel.name}' ({kernel.source}): the Mosaic "
-            "GPU lowering is not written yet. Use pallas_triton on GPUs, or interpret=True.")
+    def check(self, kernel: KernelIR) -> None:
+        super().check(kernel)
+        check.check_kernel(kernel)
+
+    def call_effects(self, kernel: KernelIR, interpret) -> frozenset:
+        if isinstance(interpret, InterpretParams) or active_interpret_mode() is not None:
+            from pallas_mgpu import _jax_private
+            return _jax_private.interpret_effects()
+        return frozenset()
+
+    def forced_interpret_params(self):
+        return active_interpret_mode()
+
+    def call_options(self, platform: str) -> dict:
+        if platform == "cuda":
+            return {"compiler_params": CompilerParams()}
+        return {"interpret": InterpretParams()}
+
+    def compile_platform(self) -> str:
+        return "cuda"
+
+    def compile_only(self, fn, *args):
+        from pallas_mgpu import aot
+        return aot.compile_for_cuda(fn, *args)
+
+    def lower(self, kernel: KernelIR, ctx, *args):
+        from pallas_mgpu import evaluate, matmul, rebuild
+        interpret = ctx.interpret_params
+        if not isinstance(interpret, InterpretParams):
+            interpret = active_interpret_mode()
+        if interpret is None and ctx.platform != "cuda":
+            raise BackendUnavailableError(
+                f"Backend 'mgpu' compiles kernel '{kernel.name}' for NVIDIA GPUs (cuda) only, but "
+                f"the platform is {ctx.platform!r}. Pass interpret=pallas_mgpu.InterpretParams() "
+                "to run it through JAX's Mosaic GPU interpreter here.")
+        if interpret is None:
+            check.check_compiled(kernel)
+        matmul.set_interpreting(interpret is not None)
+        evaluate.set_layout_hints(interpret is None)
+        build = rebuild.build_kernel(kernel, ctx.mlir_ctx.avals_out, interpret)
+        return ctx.lower_fun(build, *args)
 
 
 @backend_api.hookimpl

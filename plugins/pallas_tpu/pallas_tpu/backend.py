@@ -31,7 +31,7 @@ class TpuBackend(Backend):
     capabilities = frozenset({
         "grid", "blocked", "squeezed", "scratch", "aliasing", "run_scoped", "scalar_prefetch",
         "semaphores", "dma", "remote_dma", "multi_device", "pipeline", "prng", "debug_print",
-        "loops", "vmap", "jvp", "interpret_mode",
+        "debug_check", "loops", "vmap", "jvp", "interpret_mode",
     })
     conformance_unsupported = manifest.UNSUPPORTED
     conformance_xfail = manifest.XFAIL

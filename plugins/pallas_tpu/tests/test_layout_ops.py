@@ -30,7 +30,9 @@ def _call(kernel, x, out_shape, *scalars, interpret=False):
         kernel, out_shape=out_shape,
         in_specs=[pl.BlockSpec(x.shape, lambda: (0,) * x.ndim), *smem],
         out_specs=pl.BlockSpec(out_shape.shape, lambda: (0,) * len(out_shape.shape)),
-        compiler_params=pltpu.CompilerParams(), interpret=interpret)(x, *scalars)
+        # interpret=True (the frontend's interpreter) refuses TPU compiler params
+        compiler_params=None if interpret is True else pltpu.CompilerParams(),
+        interpret=interpret)(x, *scalars)
 
 
 # --- roll ---------------------------------------------------------------------------------

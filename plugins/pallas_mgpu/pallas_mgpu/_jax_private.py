@@ -1,0 +1,84 @@
+"""The only module of pallas_mgpu that touches JAX internals (``jax._src``).
+
+- ``bind_axis_names``: ``pallas_mgpu.kernel`` bodies read their CTA and
+  thread coordinates with ``lax.axis_index(name)``, as in JAX's Mosaic GPU
+  kernels; the frontend traces them, so the names must be bound while it does.
+- ``view``: rebuilds a Ref view (``ref.at[...]``, ``ref.T``) on the rebuilt
+  kernel's Ref from the transforms recorded in the kernel jaxpr.
+- ``transformed_ref_type``: to recognise such views.
+"""
+
+from __future__ import annotations
+
+
+def bind_axis_names(sizes: dict[str, int]):
+    """A context in which ``lax.axis_index(name)`` traces for every ``name``."""
+    from jax._src import core
+    return core.extend_axis_env_nd(tuple(sizes.items()))
+
+
+def transformed_ref_type():
+    from jax._src.state.types import TransformedRef
+    return TransformedRef
+
+
+def view(ref, transforms: tuple):
+    """``ref`` (a Ref or already a view) seen through ``transforms``."""
+    if not transforms:
+        return ref
+    from jax._src.state.types import TransformedRef
+    if isinstance(ref, TransformedRef):
+        return TransformedRef(ref.ref, (*ref.transforms, *transforms))
+    return TransformedRef(ref, tuple(transforms))
+
+
+def interpret_effects() -> frozenset:
+    """The effects JAX's GPU interpreter puts on a launch (ordered host callbacks)."""
+    from jax._src.pallas.mosaic_gpu.interpret import params
+    return frozenset(params.get_interpret_effects())
+
+
+def source_line(eqn) -> str:
+    """``file:line`` of the user code that traced ``eqn`` ('' if unknown)."""
+    from jax._src import source_info_util
+    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    return f"{frame.file_name}:{frame.start_line}" if frame is not None else ""
+
+
+def allow_effect_in_kernels(effect_type) -> None:
+    """Lets ``effect_type`` appear inside loops, branches and custom
+    derivatives of a kernel body (JAX refuses unknown effects there)."""
+    from jax._src import effects
+    for allowed in (effects.control_flow_allowed_effects,
+                    effects.custom_derivatives_allowed_effects, effects.remat_allowed_effects):
+        allowed.add_type(effect_type)
+
+
+def mosaic_gpu_modules(lowered) -> list[str]:
+    """The Mosaic GPU modules of a ``Lowered`` (for cuda), as MLIR text: each
+    ``mosaic_gpu_v2`` custom call carries its module as MLIR bytecode."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+    from jax.experimental.mosaic.gpu import dialect_lowering  # noqa: F401  (loads the dialects)
+    from jax._src.lib import mosaic_gpu_dialect
+    out = []
+    module = lowered.compiler_ir("stablehlo")
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    if inner.operation.name == "stablehlo.custom_call" and \
+                            ir.StringAttr(inner.attributes["call_target_name"]).value == "mosaic_gpu_v2":
+                        config = ir.DictAttr(inner.attributes["mhlo.backend_config"])
+                        out.append(ir.StringAttr(config["module"]).value_bytes)
+                    walk(inner.operation)
+    walk(module.operation)
+    texts = []
+    for blob in out:
+        ctx = mlir.make_ir_context()
+        mosaic_gpu_dialect.register_dialect(ctx)
+        ctx.allow_unregistered_dialects = True   # Mosaic's stable wrapper dialect
+        with ctx:
+            texts.append(str(ir.Module.parse(blob)))
+    return texts

@@ -1,0 +1,127 @@
+"""What Mosaic GPU cannot take, refused before any lowering, with the line."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pallas_frontend as pf
+from pallas_frontend.backend_api import BackendCapabilityError, KernelIR, primitive_owner
+
+from pallas_mgpu import schedule
+
+DTYPES = frozenset({"float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16",
+                    "int32", "uint32", "bool", "float8_e4m3fn", "float8_e5m2"})
+# Frontend primitives Mosaic GPU has no counterpart for (or JAX 0.12 cannot replay).
+_REFUSED_FRONTEND = {
+    "semaphore_read": "TPU-style semaphores; use pallas_mgpu barriers or semaphore_signal_parallel",
+    "semaphore_signal": "TPU-style semaphores; use pallas_mgpu barriers or semaphore_signal_parallel",
+    "semaphore_wait": "TPU-style semaphores; use pallas_mgpu barriers",
+    "debug_check": "JAX 0.12's Mosaic GPU has no runtime checks",
+}
+TMA_MIN_BYTES = schedule.TMA_MIN_BYTES
+
+
+def _where(eqn, kernel: KernelIR) -> str:
+    from pallas_mgpu import _jax_private
+    return _jax_private.source_line(eqn) or kernel.source
+
+
+def _fail(kernel: KernelIR, where: str, what: str, fix: str):
+    raise BackendCapabilityError(
+        f"Backend 'mgpu' cannot lower kernel '{kernel.name}': {what} (at {where}). {fix}")
+
+
+def check_kernel(kernel: KernelIR) -> None:
+    from pallas_mgpu import mesh_kernel
+    is_mesh = isinstance(kernel.compiler_params, mesh_kernel.MeshKernelParams)
+    if kernel.num_scalar_prefetch:
+        _fail(kernel, kernel.source, "scalar prefetch operands",
+              "Mosaic GPU has no scalar-prefetch grid; pass the scalars as a GMEM operand.")
+    for m in kernel.mappings:
+        _check_mapping(kernel, m)
+    for a in kernel.scratch_avals:
+        _check_dtype(kernel, np.dtype(a.inner_aval.dtype), "a scratch buffer", kernel.source)
+    if kernel.input_output_aliases and schedule.grid_points(kernel) > schedule.MAX_MASK_POINTS:
+        _fail(kernel, kernel.source, f"input_output_aliases over a grid of "
+              f"{schedule.grid_points(kernel)} points",
+              f"The backend finds the unwritten part of an aliased output by visiting the grid "
+              f"(at most {schedule.MAX_MASK_POINTS} points); use a coarser grid.")
+    if kernel.input_output_aliases and is_mesh:
+        _fail(kernel, kernel.source, "input_output_aliases of a pallas_mgpu.kernel",
+              "plgpu.kernel has no aliasing; return a fresh output.")
+    if is_mesh and kernel.num_batch_axes:
+        _fail(kernel, kernel.source, "vmap of a pallas_mgpu.kernel",
+              "Add the batch axis to the kernel's grid instead.")
+    for eqn in kernel.iter_equations():
+        name = eqn.primitive.name
+        if primitive_owner(eqn.primitive) is not None and name in _REFUSED_FRONTEND:
+            _fail(kernel, _where(eqn, kernel), f"primitive '{name}'", _REFUSED_FRONTEND[name] + ".")
+        if name == "dot_general":
+            _check_dot(kernel, eqn)
+
+
+def _check_dtype(kernel, dtype: np.dtype, what: str, where: str):
+    if dtype.name not in DTYPES:
+        _fail(kernel, where, f"dtype {dtype.name} of {what}",
+              f"Mosaic GPU supports {', '.join(sorted(DTYPES))} (no 64-bit types).")
+
+
+def _check_mapping(kernel: KernelIR, m):
+    _check_dtype(kernel, np.dtype(m.dtype), m.origin, m.index_map_source)
+    if schedule.is_whole(m):
+        return
+    for d in m.block_dims:
+        if isinstance(d, (pf.Element, pf.BoundedSlice)):
+            _fail(kernel, m.index_map_source, f"{type(d).__name__} block dims of {m.origin}",
+                  "TMA copies whole blocks at block-aligned offsets; use Blocked dims, or "
+                  "BlockSpec(memory_space=pallas_mgpu.GMEM) and copy by hand.")
+    shape = m.block_shape
+    if shape and not schedule.is_whole(m):
+        minor = shape[-1] * np.dtype(m.dtype).itemsize
+        if minor % TMA_MIN_BYTES:
+            _fail(kernel, m.index_map_source,
+                  f"block {shape} of {m.origin}: its minor dim spans {minor} bytes",
+                  f"A TMA box's minor dim must be a multiple of {TMA_MIN_BYTES} bytes; widen "
+                  "the block's last dim.")
+
+
+def _check_dot(kernel: KernelIR, eqn):
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    shapes = [v.aval.shape for v in eqn.invars]
+    if lb or rb or any(len(s) != 2 for s in shapes):
+        _fail(kernel, _where(eqn, kernel), f"a batched or non-2-D matmul {shapes}",
+              "WGMMA multiplies 2-D tiles; loop over the batch dim.")
+    m = shapes[0][1 - lc[0]]
+    n = shapes[1][1 - rc[0]]
+    if m % 64 or n % 8:
+        _fail(kernel, _where(eqn, kernel), f"a matmul of {shapes} (m={m}, n={n})",
+              "WGMMA tiles are 64 rows by a multiple of 8 columns: make the block's m a "
+              "multiple of 64 and n a multiple of 8.")
+
+
+# What only the Mosaic GPU compiler refuses (interpret mode runs it): checked
+# in lower() when compiling, still before any lowering work.
+_NO_COMPILED_LOWERING = {
+    "transpose": "JAX 0.12's Mosaic GPU has no in-register transpose; transpose through the "
+                 "index maps or a Ref view (ref.T) read by WGMMA",
+}
+
+
+def check_compiled(kernel: KernelIR) -> None:
+    for eqn in kernel.iter_equations():
+        name = eqn.primitive.name
+        if name in _NO_COMPILED_LOWERING:
+            _fail(kernel, _where(eqn, kernel), f"primitive '{name}' when compiled",
+                  _NO_COMPILED_LOWERING[name] + ". interpret=pallas_mgpu.InterpretParams() runs it.")
+        if name == "dot_general":
+            (lc, rc), _ = eqn.params["dimension_numbers"]
+            if any(np.dtype(v.aval.dtype) == np.float32 for v in eqn.invars) and tuple(rc) == (0,):
+                _fail(kernel, _where(eqn, kernel), "a float32 matmul with a (k, n) right operand",
+                      "Mosaic GPU's float32 (tf32) WGMMA needs the right operand K-major "
+                      "(jnp.dot(x, w.T) with w blocks of shape (n, k)); or use float16/bfloat16.")
+        if name.startswith("reduce_") and eqn.invars and len(eqn.invars[0].aval.shape) == 2:
+            rows = eqn.invars[0].aval.shape[0]
+            if rows % 64:
+                _fail(kernel, _where(eqn, kernel), f"a row reduction over a {rows}-row tile",
+                      "Mosaic GPU lays 2-D tiles out for a warpgroup (64 rows): make the block's "
+                      "rows a multiple of 64, or run with interpret=pallas_mgpu.InterpretParams().")

@@ -1,0 +1,313 @@
+"""Replays a kernel jaxpr inside a JAX Mosaic GPU kernel body.
+
+Equations of plain JAX primitives (arithmetic, reductions, ``axis_index``)
+are re-bound as they are. Ref reads and writes are replayed through the Ref
+*methods* of the rebuilt kernel's Refs (``ref[idx]``, ``ref[idx] = v``), so
+JAX applies its own rules for SMEM views, tiled/swizzled buffers and WGMMA
+accumulators. The frontend's primitives and this plugin's (``ops.py``) have
+substitution rules. Loops and branches are rebuilt with ``lax`` and their
+bodies replayed: they were traced over the frontend's Refs.
+
+Scoped allocations (``run_scoped`` traces to ``empty_ref`` ... ``free_ref``)
+become ``pl.run_scoped`` around the rest of the enclosing body: the buffer
+lives a little longer than the user asked, which only costs SMEM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+from jax import lax
+from jax.extend import core as jex
+
+from pallas_frontend.backend_api import FRONTEND_OWNER, primitive_owner
+
+from pallas_mgpu import _jax_private
+from pallas_mgpu.memory import scratch_to_jax
+
+_RULES: dict[object, Callable] = {}          # primitive -> rule(eqn, invals) -> outvals
+_FRONTEND_RULES: dict[str, Callable] = {}    # frontend primitive name -> rule
+_TYPE_ONLY = ("pvary", "pcast")              # shard_map's varying-axes casts: types only
+_REPLAYED = ("cond", "while", "scan", "pjit", "jit", "closed_call", "custom_jvp_call",
+             "custom_vjp_call", "remat", "checkpoint")
+
+
+def register_rule(prim, rule: Callable) -> None:
+    _RULES[prim] = rule
+
+
+def frontend_rule(name: str):
+    def register(fn):
+        _FRONTEND_RULES[name] = fn
+        return fn
+    return register
+
+
+def reset() -> None:
+    _whole_reads.clear()
+
+
+def eval_jaxpr(jaxpr, consts, *args):
+    env = dict(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    return _eval_from(jaxpr, 0, env)
+
+
+def eval_closed(closed, *args):
+    if not hasattr(closed, "consts"):
+        return eval_jaxpr(closed, (), *args)
+    return eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+def _read(env, atom):
+    return atom.val if isinstance(atom, jex.Literal) else env[atom]
+
+
+def _eval_from(jaxpr, start: int, env: dict):
+    eqns = jaxpr.eqns
+    for k in range(start, len(eqns)):
+        eqn = eqns[k]
+        name = eqn.primitive.name
+        if name == "free_ref":
+            continue
+        if name == "empty_ref":
+            return _open_scope(jaxpr, k, env)
+        invals = [_read(env, a) for a in eqn.invars]
+        if name in _TYPE_ONLY:
+            outs = invals if eqn.primitive.multiple_results else invals[0]
+        elif eqn.primitive in _RULES:
+            outs = _RULES[eqn.primitive](eqn, invals)
+        elif primitive_owner(eqn.primitive) == FRONTEND_OWNER:
+            rule = _FRONTEND_RULES.get(name)
+            if rule is None:
+                raise NotImplementedError(f"pallas_mgpu cannot lower the frontend primitive "
+                                          f"'{name}'.")
+            outs = rule(eqn, invals)
+        elif name in _REF_ACCESS:
+            outs = _REF_ACCESS[name](eqn, invals)
+        elif name in _REPLAYED:
+            outs = _replay_control_flow(eqn, invals)
+        else:
+            outs = eqn.primitive.bind(*invals, **eqn.params)
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for v, x in zip(eqn.outvars, outs):
+            if not isinstance(v, jex.DropVar):
+                env[v] = x
+    return [_read(env, a) for a in jaxpr.outvars]
+
+
+def _open_scope(jaxpr, k: int, env: dict):
+    from jax.experimental import pallas as pl
+    eqn = jaxpr.eqns[k]
+    ty = eqn.params["ty"]
+    space = eqn.params.get("memory_space")
+    collective = ()
+    from pallas_frontend.backend_api import ScopedAllocation
+    if isinstance(space, ScopedAllocation):       # run_scoped(..., collective_axes=...)
+        space, collective = space.memory_space, space.collective_axes
+    buffer_type = scratch_to_jax(space, ty.shape, ty.dtype)
+
+    def body(ref):
+        env[eqn.outvars[0]] = ref
+        return _eval_from(jaxpr, k + 1, env)
+    kw = {"collective_axes": collective} if collective else {}
+    return pl.run_scoped(body, buffer_type, **kw)
+
+
+# --- Ref reads and writes, through the rebuilt kernel's Ref methods -----------------
+
+def _target(ref, leaves, tree):
+    """The rebuilt Ref seen through the transforms recorded with the access."""
+    transforms = jax.tree.unflatten(tree, leaves)
+    if not transforms:
+        return ref
+    *views, last = transforms
+    ref = _jax_private.view(ref, tuple(views))
+    if hasattr(last, "indices"):          # an NDIndexer: index with it
+        return ref, last
+    return _jax_private.view(ref, (last,)), None
+
+
+def _split(eqn, invals, n_lead):
+    ref, lead, leaves = invals[0], invals[1:n_lead], invals[n_lead:]
+    target = _target(ref, leaves, eqn.params["tree"])
+    if isinstance(target, tuple):
+        return target[0], target[1], lead
+    return target, None, lead
+
+
+def _index(indexer, shape):
+    if indexer is None:
+        return tuple(slice(None) for _ in shape) or ...
+    from jax.experimental import pallas as pl
+    out = []
+    for ix in indexer.indices:
+        if hasattr(ix, "start") and hasattr(ix, "size") and hasattr(ix, "stride"):
+            if ix.stride != 1:
+                raise NotImplementedError("pallas_mgpu: strided Ref slices are not supported.")
+            out.append(pl.ds(ix.start, ix.size))
+        else:
+            out.append(ix)
+    return tuple(out)
+
+
+# Values read whole from a Ref, by id (the value is kept alive with it): a
+# matmul of two of them becomes a WGMMA reading the SMEM Refs (matmul.py).
+_whole_reads: dict[int, tuple] = {}
+
+
+def ref_read_whole(value):
+    """The Ref ``value`` was read from as a whole, if it was."""
+    hit = _whole_reads.get(id(value))
+    return hit[1] if hit is not None and hit[0] is value else None
+
+
+def _get(eqn, invals):
+    ref, indexer, _ = _split(eqn, invals, 1)
+    if _is_accumulator(ref):
+        return ref[...]
+    value = ref[_index(indexer, ref.shape)]
+    value = _with_register_layout(value)
+    if indexer is None or all(isinstance(ix, type(slice(None))) or _full(ix, n)
+                              for ix, n in zip(indexer.indices, ref.shape)):
+        _whole_reads[id(value)] = (value, ref)
+    return value
+
+
+_layout_hints = {"on": False}
+
+
+def set_layout_hints(on: bool) -> None:
+    """When compiling, 2-D tiles read from SMEM get the WGMMA register layout,
+    which Mosaic GPU's layout inference needs for row reductions."""
+    _layout_hints["on"] = on
+
+
+def _with_register_layout(value):
+    shape = getattr(value, "shape", ())
+    if not _layout_hints["on"] or len(shape) != 2 or shape[0] % 64 or shape[1] % 8:
+        return value
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    return plgpu.layout_cast(value, plgpu.Layout.WGMMA)
+
+
+def _full(ix, n) -> bool:
+    start = getattr(ix, "start", None)
+    return (hasattr(ix, "size") and isinstance(start, int) and start == 0 and ix.size == n
+            and getattr(ix, "stride", 1) == 1)
+
+
+def _swap(eqn, invals):
+    ref, indexer, (val,) = _split(eqn, invals, 2)
+    idx = _index(indexer, ref.shape)
+    old = ref[idx] if _has_uses(eqn) else None
+    ref[idx] = val
+    return old if old is not None else val
+
+
+def _addupdate(eqn, invals):
+    ref, indexer, (val,) = _split(eqn, invals, 2)
+    idx = _index(indexer, ref.shape)
+    ref[idx] = ref[idx] + val
+    return []
+
+
+def _has_uses(eqn) -> bool:
+    return not all(isinstance(v, jex.DropVar) for v in eqn.outvars)
+
+
+def _is_accumulator(ref) -> bool:
+    if isinstance(ref, _jax_private.transformed_ref_type()):
+        return False
+    return type(jax.typeof(ref)).__name__ == "WGMMAAbstractAccumulatorRef"
+
+
+_REF_ACCESS = {"get": _get, "swap": _swap, "addupdate": _addupdate}
+
+
+# --- control flow whose bodies must be replayed ----------------------------------------
+
+def _is_ref(x) -> bool:
+    if isinstance(x, _jax_private.transformed_ref_type()):
+        return True
+    try:
+        return isinstance(jax.typeof(x), jax.ref.AbstractRef)
+    except TypeError:
+        return False
+
+
+def _split_refs(values):
+    """Refs are closed over and the rest is passed, so ``lax`` bodies see the
+    same Refs as the kernel."""
+    return [x if _is_ref(x) else None for x in values], [x for x in values if not _is_ref(x)]
+
+
+def _merge(ref_slots, others):
+    it = iter(others)
+    return [r if r is not None else next(it) for r in ref_slots]
+
+
+def _closed(j):
+    return j if hasattr(j, "consts") else jex.ClosedJaxpr(j, ())
+
+
+def _replay_control_flow(eqn, invals):
+    p, name = eqn.params, eqn.primitive.name
+    if name == "cond":
+        index, *ops = invals
+        slots, passed = _split_refs(ops)
+        branches = [lambda *xs, br=br: eval_closed(br, *_merge(slots, xs)) for br in p["branches"]]
+        return lax.switch(index, branches, *passed)
+    if name == "while":
+        nc, nb = p["cond_nconsts"], p["body_nconsts"]
+        cconsts, bconsts, init = invals[:nc], invals[nc:nc + nb], invals[nc + nb:]
+        return list(lax.while_loop(
+            lambda carry: eval_closed(p["cond_jaxpr"], *cconsts, *carry)[0],
+            lambda carry: tuple(eval_closed(p["body_jaxpr"], *bconsts, *carry)), tuple(init)))
+    if name == "scan":
+        return _replay_scan(eqn, invals)
+    body = p.get("jaxpr", p.get("call_jaxpr", p.get("fun_jaxpr")))
+    if body is None:
+        raise NotImplementedError(f"pallas_mgpu cannot replay a '{name}' equation in a kernel.")
+    return eval_closed(_closed(body), *invals[:len(getattr(body, "jaxpr", body).invars)])
+
+
+def _replay_scan(eqn, invals):
+    p = eqn.params
+    if "ft_in" in p:   # jax >= 0.12 groups the operands in a flat tree
+        consts, init, xs = (list(g) for g in p["ft_in"].update(invals).unpack())
+    else:
+        n, c = p["num_consts"], p["num_carry"]
+        consts, init, xs = invals[:n], invals[n:n + c], invals[n + c:]
+    ncarry = len(init)
+    if not xs and not p["reverse"]:
+        # a loop without scanned operands: a fori_loop, which Mosaic GPU lowers natively
+        def body(i, carry):
+            return tuple(eval_closed(p["jaxpr"], *consts, *carry)[:ncarry])
+        if len(eqn.outvars) == ncarry:
+            return list(lax.fori_loop(0, p["length"], body, tuple(init)))
+
+    def step(carry, x):
+        outs = eval_closed(p["jaxpr"], *consts, *carry, *x)
+        return tuple(outs[:ncarry]), tuple(outs[ncarry:])
+    carry, ys = lax.scan(step, tuple(init), tuple(xs), length=p["length"],
+                         reverse=p["reverse"], unroll=p["unroll"])
+    return [*carry, *ys]
+
+
+# --- the frontend's primitives ----------------------------------------------------------
+
+@frontend_rule("multiple_of")
+def _multiple_of(eqn, invals):
+    from jax.experimental import pallas as pl
+    values = eqn.params["values"]
+    return pl.multiple_of(invals[0], list(values) if len(values) > 1 else values[0])
+
+
+@frontend_rule("debug_print")
+def _debug_print(eqn, invals):
+    from jax.experimental import pallas as pl
+    pl.debug_print(eqn.params["fmt"], *invals)
+    return []

@@ -1,0 +1,132 @@
+"""``pallas_mgpu.kernel``: a Mosaic GPU kernel over a CTA grid, a cluster and
+warpgroup threads, written like JAX's ``plgpu.kernel``.
+
+The body sees every operand whole, in GMEM, and moves data itself (TMA
+copies, barriers, WGMMA). It reads its coordinates with
+``lax.axis_index(name)`` for the grid, cluster and thread axis names. The
+frontend traces it as a single-program ``pallas_call`` whose compiler params
+(``MeshKernelParams``) carry the mesh; the backend rebuilds the
+``plgpu.kernel`` it describes (``build``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+
+import pallas_frontend as pf
+
+from pallas_mgpu import _jax_private, evaluate
+from pallas_mgpu.memory import GMEM, scratch_to_jax
+from pallas_mgpu.params import CompilerParams
+
+
+def _own_fields():
+    inherited = {f.name for f in dataclasses.fields(pf.CompilerParams)}
+    return [f.name for f in dataclasses.fields(CompilerParams) if f.name not in inherited]
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshKernelParams(CompilerParams):
+    """``CompilerParams`` plus the mesh of a ``pallas_mgpu.kernel``."""
+    grid: tuple[int, ...] = ()
+    grid_names: tuple[str, ...] = ()
+    cluster: tuple[int, ...] = ()
+    cluster_names: tuple[str, ...] = ()
+    num_threads: int | None = None
+    thread_name: str | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        for sizes, names, what in ((self.grid, self.grid_names, "grid"),
+                                   (self.cluster, self.cluster_names, "cluster")):
+            if len(sizes) != len(names):
+                raise ValueError(f"pallas_mgpu.kernel: {what} {sizes} and {what}_names {names} "
+                                 "must have the same length.")
+            if any(int(s) < 1 for s in sizes):
+                raise ValueError(f"pallas_mgpu.kernel: {what} sizes must be >= 1, got {sizes}.")
+        if (self.num_threads is None) != (self.thread_name is None):
+            raise ValueError("pallas_mgpu.kernel: pass num_threads and thread_name together.")
+        if self.num_threads is not None and not 1 <= self.num_threads <= 4:
+            raise ValueError(f"pallas_mgpu.kernel: num_threads (warpgroups per CTA) must be in "
+                             f"[1, 4], got {self.num_threads}.")
+        names = [*self.grid_names, *self.cluster_names, *([self.thread_name] if self.thread_name else [])]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pallas_mgpu.kernel: axis names {names} must be distinct.")
+
+    @property
+    def axis_sizes(self) -> dict[str, int]:
+        sizes = dict(zip(self.grid_names, self.grid))
+        sizes.update(zip(self.cluster_names, self.cluster))
+        if self.thread_name is not None:
+            sizes[self.thread_name] = self.num_threads
+        return sizes
+
+    def to_jax(self, dimension_semantics=None):
+        base = {name: getattr(self, name) for name in _own_fields()}
+        return CompilerParams(**base).to_jax(dimension_semantics)
+
+
+def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_params=None,
+           cost_estimate=None, grid=(), grid_names=(), cluster=(), cluster_names=(),
+           num_threads: int | None = None, thread_name: str | None = None, interpret: Any = None,
+           debug: bool = False, name: str | None = None):
+    """Runs ``body(*in_refs, *out_refs, *scratch_refs)`` once per CTA of ``grid``
+    (times ``cluster``) and per warpgroup thread; the same arguments as JAX
+    0.12's ``plgpu.kernel``. Without ``body`` it is a decorator."""
+    if body is None:
+        return functools.partial(
+            kernel, out_type=out_type, scratch_types=scratch_types, compiler_params=compiler_params,
+            cost_estimate=cost_estimate, grid=grid, grid_names=grid_names, cluster=cluster,
+            cluster_names=cluster_names, num_threads=num_threads, thread_name=thread_name,
+            interpret=interpret, debug=debug, name=name)
+    if compiler_params is not None and not isinstance(compiler_params, CompilerParams):
+        raise TypeError(f"pallas_mgpu.kernel: compiler_params must be pallas_mgpu.CompilerParams, "
+                        f"got {compiler_params!r}.")
+    base = compiler_params or CompilerParams()
+    params = MeshKernelParams(
+        **{name: getattr(base, name) for name in _own_fields()},
+        grid=tuple(int(g) for g in grid), grid_names=tuple(grid_names),
+        cluster=tuple(int(c) for c in cluster), cluster_names=tuple(cluster_names),
+        num_threads=num_threads, thread_name=thread_name)
+    sizes = params.axis_sizes
+
+    @functools.wraps(body)
+    def traced(*refs):
+        with _jax_private.bind_axis_names(sizes):
+            body(*refs)
+
+    def run(*args):
+        whole = pf.BlockSpec(memory_space=GMEM)
+        return pf.pallas_call(
+            traced, out_type, in_specs=[whole] * len(jax.tree.leaves(args)),
+            out_specs=jax.tree.map(lambda _: whole, out_type), scratch_shapes=scratch_types,
+            compiler_params=params, interpret=False if interpret is None else interpret,
+            cost_estimate=cost_estimate, debug=debug,
+            name=name or getattr(body, "__name__", "mgpu_kernel"))(*args)
+    return run
+
+
+def build(kernel_ir, out_types, jax_interpret):
+    """The ``plgpu.kernel`` a ``pallas_mgpu.kernel`` describes, on the flat operands."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    p: MeshKernelParams = kernel_ir.compiler_params
+    jaxpr = kernel_ir.jaxpr
+    scratch = [scratch_to_jax(a.memory_space, a.inner_aval.shape, a.inner_aval.dtype)
+               for a in kernel_ir.scratch_avals]
+
+    def body(*refs):
+        evaluate.eval_closed(jaxpr, *refs)
+    body.__name__ = kernel_ir.name
+    call = plgpu.kernel(body, out_type=list(out_types), scratch_types=scratch,
+                        compiler_params=p.to_jax(), grid=p.grid, grid_names=p.grid_names,
+                        cluster=p.cluster, cluster_names=p.cluster_names,
+                        num_threads=p.num_threads, thread_name=p.thread_name,
+                        interpret=jax_interpret)
+
+    def run(*args):
+        return list(jax.tree.leaves(call(*args)))
+    return run

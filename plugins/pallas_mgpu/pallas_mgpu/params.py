@@ -1,0 +1,183 @@
+"""``CompilerParams`` and ``InterpretParams`` of the Mosaic GPU backend, and
+its process-wide / scoped interpret mode.
+
+The fields mirror JAX 0.12's ``jax.experimental.pallas.mosaic_gpu``
+``CompilerParams`` and ``InterpretGPUParams`` (names and defaults; a test
+keeps them in step). Bad values raise here, where they are written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import threading
+from typing import Any
+
+import pallas_frontend as pf
+
+DIMENSION_SEMANTICS = ("parallel", "sequential")
+
+
+class TraceScope(enum.Enum):
+    """The granularity profiler events are recorded at."""
+    WARPGROUP = "warpgroup"
+    WARP = "warp"
+
+
+class LoweringSemantics(enum.Enum):
+    """How Mosaic GPU reads the kernel: per lane, or per warpgroup (JAX's default)."""
+    Lane = enum.auto()
+    Warpgroup = enum.auto()
+
+
+@dataclasses.dataclass(frozen=True)
+class CompilerParams(pf.CompilerParams):
+    """Mosaic GPU compile options; passing them selects backend ``mgpu``.
+
+    ``dimension_semantics`` names, per grid axis, "parallel" (the axis
+    becomes CTAs) or "sequential" (the axis is a pipelined loop inside each
+    CTA); unset, the backend decides from what the kernel writes.
+    ``max_concurrent_steps`` is the pipeline depth (SMEM buffers per operand).
+    """
+    BACKEND = "mgpu"
+    approx_math: bool = False
+    dimension_semantics: tuple[str, ...] | None = None
+    max_concurrent_steps: int = 1
+    unsafe_no_auto_barriers: bool = False
+    reduction_scratch_bytes: int = 128 * 4 * 4
+    profile_space: int = 0
+    profile_dir: str = ""
+    profile_trace_scope: TraceScope = TraceScope.WARPGROUP
+    profile_bounds_check: bool = False
+    lowering_semantics: LoweringSemantics = LoweringSemantics.Warpgroup
+    skip_device_barrier: bool = False
+    is_multi_process: bool = False
+
+    def __post_init__(self):
+        if self.dimension_semantics is not None:
+            sem = tuple(self.dimension_semantics)
+            bad = [s for s in sem if s not in DIMENSION_SEMANTICS]
+            if bad:
+                raise ValueError(f"pallas_mgpu.CompilerParams: dimension_semantics entries must be "
+                                 f"one of {DIMENSION_SEMANTICS}, got {bad[0]!r}.")
+            object.__setattr__(self, "dimension_semantics", sem)
+        if bool(self.profile_space) ^ bool(self.profile_dir):
+            raise ValueError("pallas_mgpu.CompilerParams: set both profile_space and profile_dir, "
+                             "or neither.")
+        for name in ("max_concurrent_steps",):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"pallas_mgpu.CompilerParams: {name} must be an int >= 1, got {v!r}.")
+        if self.reduction_scratch_bytes < 0 or self.profile_space < 0:
+            raise ValueError("pallas_mgpu.CompilerParams: reduction_scratch_bytes and "
+                             "profile_space must be >= 0.")
+        if not isinstance(self.profile_trace_scope, TraceScope):
+            object.__setattr__(self, "profile_trace_scope", TraceScope(self.profile_trace_scope))
+        if not isinstance(self.lowering_semantics, LoweringSemantics):
+            raise ValueError("pallas_mgpu.CompilerParams: lowering_semantics must be a "
+                             f"pallas_mgpu.LoweringSemantics, got {self.lowering_semantics!r}.")
+
+    replace = dataclasses.replace
+
+    def to_jax(self, dimension_semantics=None):
+        """JAX's ``plgpu.CompilerParams`` with the same values."""
+        from jax.experimental.mosaic import gpu as mgpu
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+        return plgpu.CompilerParams(
+            approx_math=self.approx_math,
+            dimension_semantics=dimension_semantics,
+            max_concurrent_steps=self.max_concurrent_steps,
+            unsafe_no_auto_barriers=self.unsafe_no_auto_barriers,
+            reduction_scratch_bytes=self.reduction_scratch_bytes,
+            profile_space=self.profile_space, profile_dir=self.profile_dir,
+            profile_trace_scope=plgpu.TraceScope(self.profile_trace_scope.value),
+            profile_bounds_check=self.profile_bounds_check,
+            lowering_semantics=getattr(mgpu.LoweringSemantics, self.lowering_semantics.name),
+            skip_device_barrier=self.skip_device_barrier,
+            is_multi_process=self.is_multi_process)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InterpretParams:
+    """Runs a kernel on CPU through JAX's Mosaic GPU interpreter (simulated
+    GMEM/SMEM, threads, barriers and TMA; optional race detection) instead of
+    compiling it. Same fields and defaults as JAX 0.12's ``InterpretGPUParams``."""
+    detect_races: bool = False
+    on_race: str = "raise"                      # "raise" | "warn"
+    out_of_bounds_reads: str = "raise"          # "raise" | "uninitialized"
+    skip_floating_point_ops: bool = False
+    uninitialized_memory: str = "nan"           # "nan" | "zero"
+    num_cores_or_threads: int = 1
+    vector_clock_size: int | None = None
+    logging_mode: Any = None
+    num_tma_threads_per_device: int = 5
+    inline_mgpu: str = "error"                  # "error" | "ignore"
+
+    def __post_init__(self):
+        for name, allowed in _INTERPRET_CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"pallas_mgpu.InterpretParams: {name} must be one of "
+                                 f"{allowed}, got {getattr(self, name)!r}.")
+        if self.vector_clock_size is not None:
+            raise ValueError("pallas_mgpu.InterpretParams: vector_clock_size must be None "
+                             "in GPU interpret mode.")
+        if self.num_tma_threads_per_device < 1 or self.num_cores_or_threads < 1:
+            raise ValueError("pallas_mgpu.InterpretParams: num_tma_threads_per_device and "
+                             "num_cores_or_threads must be >= 1.")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_jax(self, **overrides):
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+        return plgpu.InterpretGPUParams(**{**self.options, **overrides})
+
+
+InterpretGPUParams = InterpretParams     # JAX's name
+
+_INTERPRET_CHOICES = {
+    "on_race": ("raise", "warn"),
+    "out_of_bounds_reads": ("raise", "uninitialized"),
+    "uninitialized_memory": ("nan", "zero"),
+    "inline_mgpu": ("error", "ignore"),
+}
+
+
+# --- process-wide and scoped interpret mode ---------------------------------------
+
+_local = threading.local()
+_global_mode: list[InterpretParams | None] = [None]
+
+
+def set_gpu_interpret_mode(params: InterpretParams | None = InterpretParams()) -> None:
+    """Runs every later kernel that selects backend ``mgpu`` (through its
+    ``CompilerParams`` or ``pallas_mgpu.kernel``) in GPU interpret mode;
+    ``None`` turns it off."""
+    if params is not None and not isinstance(params, InterpretParams):
+        raise TypeError(f"set_gpu_interpret_mode takes pallas_mgpu.InterpretParams, got {params!r}")
+    _global_mode[0] = params
+
+
+@contextlib.contextmanager
+def force_gpu_interpret_mode(params: InterpretParams | None = InterpretParams()):
+    """Within the block, kernels that select backend ``mgpu`` run in GPU
+    interpret mode with ``params`` (``None``: compiled, even if the global
+    mode is set)."""
+    if params is not None and not isinstance(params, InterpretParams):
+        raise TypeError(f"force_gpu_interpret_mode takes pallas_mgpu.InterpretParams, got {params!r}")
+    prev = getattr(_local, "mode", _UNSET)
+    _local.mode = params
+    try:
+        yield
+    finally:
+        _local.mode = prev
+
+
+_UNSET = object()
+
+
+def active_interpret_mode() -> InterpretParams | None:
+    mode = getattr(_local, "mode", _UNSET)
+    return _global_mode[0] if mode is _UNSET else mode

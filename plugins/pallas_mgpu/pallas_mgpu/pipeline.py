@@ -1,0 +1,170 @@
+"""``emit_pipeline`` and ``emit_pipeline_warp_specialized`` inside
+``pallas_mgpu.kernel`` bodies.
+
+The pipeline body is traced *here*, at kernel-trace time, over SMEM block
+Refs; the index maps are traced over the pipeline indices. What either
+closes over (Refs, CTA coordinates) becomes explicit operands. The kernel
+jaxpr holds one ``mgpu_pipeline`` equation carrying both, and the backend
+replays it with JAX's function of the same name, whose body and index maps
+evaluate the traced jaxprs. Carries (``init_carry``, ``compute_context``)
+are not supported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_frontend import backend_api
+from pallas_frontend.backend_api import kernel_primitive
+
+from pallas_mgpu import evaluate
+from pallas_mgpu.memory import SMEM, _check_transforms, transforms_to_jax
+from pallas_mgpu.ops import OWNER, _OrderedOp, _is_ref, _join, _split_view
+
+mgpu_pipeline_p = kernel_primitive("mgpu_pipeline", owner=OWNER, multiple_results=True)
+
+
+def _abstract_eval(*avals, ref_positions, **params):
+    effects = backend_api.ref_effects(reads=ref_positions, writes=ref_positions)
+    effects.add(_OrderedOp())
+    return [], effects
+
+
+mgpu_pipeline_p.def_effectful_abstract_eval(_abstract_eval)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+    """A pipelined operand's block: its shape (``None`` squeezes a dim), the
+    index map from the pipeline indices to block indices, and its SMEM
+    transforms. Fields as JAX 0.12's ``plgpu.BlockSpec``."""
+    block_shape: tuple | None = None
+    index_map: Any = None
+    memory_space: Any = None
+    transforms: tuple = ()
+    delay_release: int = 0
+    collective_axes: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "transforms", _check_transforms(self.transforms, "BlockSpec"))
+        axes = self.collective_axes
+        object.__setattr__(self, "collective_axes", (axes,) if isinstance(axes, str) else tuple(axes or ()))
+        if self.delay_release < 0:
+            raise ValueError(f"BlockSpec: delay_release must be >= 0, got {self.delay_release}")
+
+
+def _kernel_shape(spec: BlockSpec, ref) -> tuple[int, ...]:
+    if spec.block_shape is None:
+        return tuple(ref.shape)
+    if len(spec.block_shape) != len(ref.shape):
+        raise ValueError(f"emit_pipeline: block shape {spec.block_shape} has not one entry per "
+                         f"dim of the operand's shape {tuple(ref.shape)}.")
+    return tuple(int(d) for d in spec.block_shape if d is not None)
+
+
+def _trace_index_map(spec: BlockSpec, n: int):
+    def flat(*idx):
+        out = spec.index_map(*idx) if spec.index_map is not None else (0,) * len(spec.block_shape)
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        return [jnp.asarray(v, jnp.int32) for v in out]
+    return backend_api.trace_body(flat, [jax.core.ShapedArray((), jnp.int32)] * n,
+                                  traced_for="emit_pipeline index_map")
+
+
+def _emit(variant: str, body, grid, in_specs, out_specs, static: dict):
+    in_specs = [in_specs] if isinstance(in_specs, BlockSpec) else list(in_specs)
+    out_specs = [out_specs] if isinstance(out_specs, BlockSpec) else list(out_specs)
+    grid = tuple(int(g) for g in grid)
+
+    def pipeline(*gmem_refs):
+        specs = in_specs + out_specs
+        if len(gmem_refs) != len(specs):
+            raise ValueError(f"emit_pipeline: {len(specs)} BlockSpecs but {len(gmem_refs)} operands.")
+        block_avals = [jax.ref.AbstractRef(
+            jax.core.ShapedArray(_kernel_shape(s, r), np.dtype(r.dtype)),
+            memory_space=SMEM(_kernel_shape(s, r), r.dtype, transforms=s.transforms))
+            for s, r in zip(specs, gmem_refs)]
+        idx_avals = [jax.core.ShapedArray((), jnp.int32)] * len(grid)
+
+        def flat_body(*args):
+            body(tuple(args[:len(grid)]), *args[len(grid):])
+            return []
+        body_jaxpr, body_consts = backend_api.trace_body(flat_body, idx_avals + block_avals,
+                                                         traced_for="emit_pipeline body")
+        maps = [_trace_index_map(s, len(grid)) for s in specs]
+        operands = [_split_view(r) for r in gmem_refs] + [list(body_consts)] + [list(c) for _, c in maps]
+        flat, tree = jax.tree.flatten(operands)
+        mgpu_pipeline_p.bind(
+            *flat, tree=tree, variant=variant, grid=grid, body=body_jaxpr,
+            index_maps=tuple(j for j, _ in maps), num_in=len(in_specs),
+            specs=tuple((s.block_shape, s.transforms, s.delay_release, s.collective_axes)
+                        for s in specs),
+            static=tuple(sorted(static.items())),
+            ref_positions=tuple(i for i, x in enumerate(flat) if _is_ref(x)))
+    return pipeline
+
+
+def emit_pipeline(body, *, grid, in_specs=(), out_specs=(), max_concurrent_steps: int = 1,
+                  init_carry=None):
+    """A TMA pipeline over GMEM operands inside a kernel: ``body(indices,
+    *in_blocks, *out_blocks)`` runs once per point of ``grid`` on SMEM blocks
+    fetched ``max_concurrent_steps`` steps ahead."""
+    if init_carry is not None:
+        raise NotImplementedError("pallas_mgpu.emit_pipeline: init_carry is not supported; keep "
+                                  "the carry in an SMEM scratch buffer.")
+    return _emit("emit_pipeline", body, grid, in_specs, out_specs,
+                 {"max_concurrent_steps": int(max_concurrent_steps)})
+
+
+def emit_pipeline_warp_specialized(body, *, grid, memory_registers: int, in_specs=(),
+                                   out_specs=(), max_concurrent_steps: int = 2, wg_axis: str,
+                                   num_compute_wgs: int, memory_thread_idx: int | None = None,
+                                   compute_context=None, **unsupported):
+    """A pipeline whose TMA copies run on a memory warpgroup (``memory_thread_idx``,
+    default the last of ``wg_axis``) while ``num_compute_wgs`` warpgroups run ``body``."""
+    if compute_context is not None or unsupported:
+        raise NotImplementedError(
+            "pallas_mgpu.emit_pipeline_warp_specialized: compute_context, pipeline_state and "
+            "manual barriers are not supported.")
+    return _emit("emit_pipeline_warp_specialized", body, grid, in_specs, out_specs, {
+        "memory_registers": int(memory_registers), "max_concurrent_steps": int(max_concurrent_steps),
+        "wg_axis": wg_axis, "num_compute_wgs": int(num_compute_wgs),
+        "memory_thread_idx": memory_thread_idx})
+
+
+def _replay(eqn, invals):
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    p = eqn.params
+    n_specs = len(p["specs"])
+    parts = jax.tree.unflatten(p["tree"], invals)
+    gmem = [_join(x) for x in parts[:n_specs]]
+    body_consts, map_consts = parts[n_specs], parts[n_specs + 1:]
+
+    def jax_body(indices, *blocks):
+        evaluate.eval_closed(p["body"], *body_consts, *indices, *blocks)
+
+    def spec(k):
+        shape, transforms, delay, axes = p["specs"][k]
+        jaxpr, consts = p["index_maps"][k], map_consts[k]
+
+        def index_map(*idx):
+            return tuple(evaluate.eval_closed(jaxpr, *consts, *idx))
+        block = None if shape is None else tuple(pl.Squeezed() if d is None else d for d in shape)
+        kw = {"collective_axes": axes} if axes else {}
+        return plgpu.BlockSpec(block, index_map, transforms=transforms_to_jax(transforms),
+                               delay_release=delay, **kw)
+    specs = [spec(k) for k in range(n_specs)]
+    fn = getattr(plgpu, p["variant"])
+    static = {k: v for k, v in p["static"] if v is not None}
+    fn(jax_body, grid=p["grid"], in_specs=specs[:p["num_in"]], out_specs=specs[p["num_in"]:],
+       **static)(*gmem)
+    return []
+
+
+evaluate.register_rule(mgpu_pipeline_p, _replay)

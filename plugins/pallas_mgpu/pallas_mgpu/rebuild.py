@@ -1,0 +1,187 @@
+"""KernelIR -> a JAX Mosaic GPU kernel (``plgpu.kernel`` + ``plgpu.emit_pipeline``).
+
+JAX 0.12's ``pallas_call`` has no Mosaic GPU lowering, so a portable kernel
+(BlockSpecs over a grid) is rebuilt in the form Mosaic GPU kernels take:
+
+- the parallel grid axes (at most three) become the CTA grid of ``plgpu.kernel``;
+- the other axes, in grid order, become a software pipeline inside each CTA
+  (``emit_pipeline``): blocks of the windowed operands are fetched into SMEM
+  by TMA ``max_concurrent_steps`` steps ahead and written back by TMA;
+- operands in GMEM (``BlockSpec(memory_space=GMEM)``) are handed over whole;
+- scratch buffers are SMEM buffers of the CTA (they persist across steps).
+
+The body replays the kernel jaxpr (``evaluate.py``) with program ids from
+the CTA coordinates and the pipeline indices. A kernel written with
+``pallas_mgpu.kernel`` is rebuilt as the ``plgpu.kernel`` it describes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax import lax
+
+import pallas_frontend as pf
+from pallas_frontend.backend_api import BlockMapping, KernelIR
+
+from pallas_mgpu import evaluate, schedule
+from pallas_mgpu.memory import scratch_to_jax
+from pallas_mgpu.params import CompilerParams, InterpretParams
+
+
+def _out_types(kernel: KernelIR, out_avals: Sequence):
+    types = []
+    for m, aval in zip(kernel.out_mappings, out_avals):
+        mat = getattr(aval, "manual_axis_type", None)
+        kw = {"manual_axis_type": mat} if mat is not None else {}
+        types.append(jax.ShapeDtypeStruct(m.array_shape, m.dtype, **kw))
+    return types
+
+
+def _params(kernel: KernelIR) -> CompilerParams:
+    p = kernel.compiler_params
+    return p if isinstance(p, CompilerParams) else CompilerParams()
+
+
+def _jax_interpret(kernel: KernelIR, interpret: InterpretParams | None):
+    if interpret is None:
+        return None
+    if schedule.has_ragged_blocks(kernel) and interpret.out_of_bounds_reads == "raise":
+        # TMA reads past the edge of an array fill with zeros on the GPU; the
+        # interpreter must not call those reads errors.
+        return interpret.to_jax(out_of_bounds_reads="uninitialized")
+    return interpret.to_jax()
+
+
+def _scratch_types(kernel: KernelIR) -> list:
+    return [scratch_to_jax(a.memory_space, a.inner_aval.shape, a.inner_aval.dtype)
+            for a in kernel.scratch_avals]
+
+
+def build_kernel(kernel: KernelIR, out_avals: Sequence, interpret: InterpretParams | None):
+    """A function of the flat operands running ``kernel`` as a Mosaic GPU kernel."""
+    from pallas_mgpu import mesh_kernel
+    if isinstance(kernel.compiler_params, mesh_kernel.MeshKernelParams):
+        return mesh_kernel.build(kernel, _out_types(kernel, out_avals),
+                                 _jax_interpret(kernel, interpret))
+    return _build_gridded(kernel, out_avals, interpret)
+
+
+def _build_gridded(kernel: KernelIR, out_avals, interpret):
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    params = _params(kernel)
+    plan = schedule.plan_grid(kernel)
+    cta_names = tuple(f"cta{a}" for a in plan.cta_axes)
+    n_in, n_ops = len(kernel.in_mappings), len(kernel.mappings)
+    piped = [k for k, m in enumerate(kernel.mappings) if not schedule.is_whole(m)]
+    # Outputs are written back by hand, not by emit_pipeline: JAX's GPU
+    # interpreter cannot run its predicated write-backs. An output block that
+    # is the same at every step goes out once at the end, others after each step.
+    outputs = [k for k in piped if k >= n_in]
+    resident = [k for k in outputs if schedule.is_resident_output(kernel.mappings[k], plan)]
+    streamed = [k for k in piped if k < n_in]
+    layouts = schedule.smem_layouts(kernel)
+    jaxpr = kernel.jaxpr
+
+    def body(*refs):
+        gmem, scratch = refs[:n_ops], refs[n_ops:]
+        cta_ids = [lax.axis_index(n) for n in cta_names]
+
+        def grid_ids(seq_ids):
+            ids = [jax.numpy.int32(0)] * len(kernel.grid)
+            for a, v in zip(plan.cta_axes, cta_ids):
+                ids[a] = v
+            for a, v in zip(plan.seq_axes, seq_ids):
+                ids[a] = v
+            return ids
+
+        def _write_back(pairs, ids):
+            plgpu.commit_smem()
+            for k, buf in pairs:
+                plgpu.copy_smem_to_gmem(buf, gmem[k].at[_block_slices(kernel.mappings[k], ids)])
+            plgpu.wait_smem_to_gmem(0)
+
+        def pipeline(*out_bufs):
+            def step(seq_idx, *blocks):
+                operands = list(gmem)
+                for k, b in zip(streamed, blocks):
+                    operands[k] = b
+                for k, b in zip(outputs, out_bufs):
+                    operands[k] = b
+                ids = grid_ids(list(seq_idx)[:len(plan.seq_axes)])
+                evaluate.eval_closed(jaxpr, *ids, *operands, *scratch)
+                per_step = [(k, b) for k, b in zip(outputs, out_bufs) if k not in resident]
+                if per_step:
+                    _write_back(per_step, ids)
+
+            def spec(k):
+                m = kernel.mappings[k]
+                return plgpu.BlockSpec(tuple(_block_dim(d) for d in m.block_dims),
+                                       _index_map(m, grid_ids, len(plan.seq_axes)),
+                                       transforms=layouts.get(k, ()))
+            plgpu.emit_pipeline(
+                step, grid=plan.seq_grid or (1,), in_specs=[spec(k) for k in streamed],
+                max_concurrent_steps=min(params.max_concurrent_steps, max(plan.num_steps, 1)),
+            )(*[gmem[k] for k in streamed])
+            if resident:
+                _write_back([(k, b) for k, b in zip(outputs, out_bufs) if k in resident],
+                            grid_ids([]))
+
+        if outputs:
+            pl.run_scoped(pipeline, *[
+                plgpu.SMEM(kernel.mappings[k].block_shape, kernel.mappings[k].dtype,
+                           transforms=layouts.get(k, ())) for k in outputs])
+        else:
+            pipeline()
+
+    body.__name__ = kernel.name
+    call = plgpu.kernel(
+        body, out_type=_out_types(kernel, out_avals), scratch_types=_scratch_types(kernel),
+        compiler_params=params.to_jax(), grid=plan.cta_grid, grid_names=cta_names,
+        interpret=_jax_interpret(kernel, interpret))
+    # plgpu.kernel has no input_output_aliases: an aliased output is a fresh
+    # buffer, and what no grid point writes is taken from the aliased input.
+    keep = {o: (i, schedule.written_mask(kernel, kernel.out_mappings[o]))
+            for i, o in kernel.input_output_aliases}
+
+    def run(*args):
+        outs = list(jax.tree.leaves(call(*args)))
+        for o, (i, mask) in keep.items():
+            if mask is not None:
+                outs[o] = jax.numpy.where(mask, outs[o], args[kernel.num_scalar_prefetch + i])
+        return outs
+    return run
+
+
+def _block_slices(m: BlockMapping, ids):
+    """The window of ``m`` at grid point ``ids`` as Ref indices (squeezed dims: an int)."""
+    from jax.experimental import pallas as pl
+    starts = evaluate.eval_closed(m.index_map, *ids)
+    out = []
+    for d, s in zip(m.block_dims, starts):
+        if isinstance(d, pf.Squeezed):
+            out.append(s)
+        else:
+            out.append(pl.ds(s * d.block_size, d.block_size))
+    return tuple(out)
+
+
+def _block_dim(d):
+    from jax.experimental import pallas as pl
+    if isinstance(d, pf.Squeezed):
+        return pl.Squeezed()
+    return int(d.block_size)
+
+
+def _index_map(m: BlockMapping, grid_ids, n_seq: int):
+    jaxpr = m.index_map
+
+    def index_map(*seq_idx):
+        ids = grid_ids(list(seq_idx)[:n_seq])
+        return tuple(evaluate.eval_closed(jaxpr, *ids))
+    return index_map
+
+

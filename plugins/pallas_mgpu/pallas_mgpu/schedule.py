@@ -1,0 +1,160 @@
+"""How a portable kernel's grid and operands map onto a Mosaic GPU kernel:
+which grid axes become CTAs, which a pipelined loop, which operands are
+pipelined through SMEM, and the SMEM layouts (tiling + swizzle) that TMA
+and WGMMA need for the operands of a matmul."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+import pallas_frontend as pf
+from pallas_frontend import backend_api
+from pallas_frontend.backend_api import BlockMapping, KernelIR
+
+from pallas_mgpu.memory import SwizzleTransform, TilingTransform, is_gmem
+from pallas_mgpu.params import CompilerParams
+
+MAX_CTA_AXES = 3      # a CUDA grid has three dims
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPlan:
+    cta_axes: tuple[int, ...]      # grid axes run as CTAs (in grid order)
+    seq_axes: tuple[int, ...]      # grid axes run in order by each CTA's pipeline
+    cta_grid: tuple[int, ...]
+    seq_grid: tuple[int, ...]
+
+    @property
+    def num_steps(self) -> int:
+        return int(np.prod(self.seq_grid)) if self.seq_grid else 1
+
+
+def parallel_axes(kernel: KernelIR) -> tuple[bool, ...]:
+    params = kernel.compiler_params
+    sem = params.dimension_semantics if isinstance(params, CompilerParams) else None
+    found = backend_api.parallel_grid_axes(kernel)
+    if sem is None:
+        return found
+    # vmap's batch axes come first and are always parallel
+    declared = (True,) * kernel.num_batch_axes + tuple(s == "parallel" for s in sem)
+    # a "parallel" axis the kernel's writes contradict would race between CTAs
+    return tuple(d and f for d, f in zip(declared, found))
+
+
+def plan_grid(kernel: KernelIR) -> GridPlan:
+    par = parallel_axes(kernel)
+    cta = [a for a, p in enumerate(par) if p and kernel.grid[a] > 1][:MAX_CTA_AXES]
+    # axes of size 1 are neither: their index is always 0
+    seq = [a for a in range(len(kernel.grid)) if a not in cta and kernel.grid[a] > 1]
+    return GridPlan(tuple(cta), tuple(seq), tuple(kernel.grid[a] for a in cta),
+                    tuple(kernel.grid[a] for a in seq))
+
+
+TMA_MIN_BYTES = 16     # a TMA box's minor dim must span at least 16 bytes
+
+
+def is_whole(m: BlockMapping) -> bool:
+    """Handed to the kernel as a GMEM Ref, not pipelined through SMEM: GMEM
+    operands, and tiny operands that are one block (too narrow for TMA)."""
+    if is_gmem(m.memory_space):
+        return True
+    shape = m.block_shape
+    one_block = all(isinstance(d, pf.Blocked) and d.block_size == s
+                    for d, s in zip(m.block_dims, m.array_shape))
+    narrow = bool(shape) and shape[-1] * np.dtype(m.dtype).itemsize < TMA_MIN_BYTES
+    return one_block and narrow and _is_constant(m.index_map)
+
+
+def _used_invars(closed) -> set[int]:
+    """Positions of the invars that the jaxpr's outputs depend on."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    live = {v for v in jaxpr.outvars if not hasattr(v, "val")}
+    for eqn in reversed(jaxpr.eqns):
+        if any(v in live for v in eqn.outvars):
+            live |= {v for v in eqn.invars if not hasattr(v, "val")}
+    return {k for k, v in enumerate(jaxpr.invars) if v in live}
+
+
+def _is_constant(index_map) -> bool:
+    return not _used_invars(index_map)
+
+
+def is_resident_output(m: BlockMapping, plan: GridPlan) -> bool:
+    """An output block that stays the same over the whole pipeline (e.g. a
+    matmul accumulating over k): it lives in SMEM and is written once, after it."""
+    return not (_used_invars(m.index_map) & set(plan.seq_axes))
+
+
+def has_ragged_blocks(kernel: KernelIR) -> bool:
+    return any(not is_whole(m) and any(
+        isinstance(d, pf.Blocked) and s % d.block_size for d, s in zip(m.block_dims, m.array_shape))
+        for m in kernel.mappings)
+
+
+def _dot_operand_mappings(kernel: KernelIR) -> set[int]:
+    """Operands read whole by a top-level ``dot_general`` (WGMMA reads them from SMEM)."""
+    jaxpr = kernel.jaxpr
+    n_ids = len(kernel.grid) + kernel.num_scalar_prefetch
+    operand_of = {v: k for k, v in enumerate(jaxpr.invars[n_ids:n_ids + len(kernel.mappings)])}
+    read_from = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "get" and eqn.invars[0] in operand_of:
+            read_from[eqn.outvars[0]] = operand_of[eqn.invars[0]]
+    used = set()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            used |= {read_from[v] for v in eqn.invars if v in read_from}
+    return used
+
+
+def smem_transforms(block_shape, dtype) -> tuple:
+    """Tiling (8, swizzle / itemsize) and the widest swizzle the minor dim allows."""
+    if len(block_shape) < 2:
+        return ()
+    row_bytes = block_shape[-1] * np.dtype(dtype).itemsize
+    for swizzle in (128, 64, 32):
+        if row_bytes % swizzle == 0 and block_shape[-2] % 8 == 0:
+            return (TilingTransform((8, swizzle // np.dtype(dtype).itemsize)),
+                    SwizzleTransform(swizzle))
+    return ()
+
+
+def smem_layouts(kernel: KernelIR) -> dict[int, tuple]:
+    """Mapping position -> SMEM transforms (as JAX objects) for the matmul operands."""
+    out = {}
+    for k in _dot_operand_mappings(kernel):
+        m = kernel.mappings[k]
+        ts = smem_transforms(m.block_shape, m.dtype)
+        if ts:
+            out[k] = tuple(t.to_jax() for t in ts)
+    return out
+
+
+MAX_MASK_POINTS = 1 << 16     # grid points evaluated for an aliased output's written region
+
+
+def written_mask(kernel: KernelIR, m: BlockMapping):
+    """Which elements of output ``m`` some grid point writes (a NumPy bool
+    array), or None when that is all of them. For aliased outputs: what no
+    grid point writes keeps the aliased input's values."""
+    import itertools
+
+    from pallas_mgpu import evaluate
+    mask = np.zeros(m.array_shape, bool)
+    for point in itertools.product(*(range(g) for g in kernel.grid)):
+        starts = evaluate.eval_closed(m.index_map, *[np.int32(p) for p in point])
+        window = []
+        for d, s, n in zip(m.block_dims, starts, m.array_shape):
+            s = int(s)
+            if isinstance(d, pf.Squeezed):
+                window.append(slice(s, s + 1))
+            else:
+                window.append(slice(s * d.block_size, min((s + 1) * d.block_size, n)))
+        mask[tuple(window)] = True
+    return None if mask.all() else mask
+
+
+def grid_points(kernel: KernelIR) -> int:
+    return int(np.prod(kernel.grid)) if kernel.grid else 1

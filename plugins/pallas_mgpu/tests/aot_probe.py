@@ -1,0 +1,82 @@
+"""Compiles kernels device-less for H100 in THIS process and reports what the
+Mosaic GPU compiler dumped: run it in a subprocess (``python
+plugins/pallas_mgpu/tests/aot_probe.py CASE... --dump DIR``), since a Mosaic GPU compile
+with ptxas but no libdevice aborts the process.
+
+Prints one JSON line per case: compiled or the error, the PTX files, whether
+the PTX holds ``wgmma.mma_async``, and the ptxas report (registers, spills).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+CUDA_HOME = "/usr/local/cuda-13.0"
+
+
+def _cases():
+    import jax
+    import jax.numpy as jnp
+
+    import pallas_mgpu as plgpu
+    from pallas_frontend.testing import kernels as K
+    cp = {"compiler_params": plgpu.CompilerParams()}
+    S = jax.ShapeDtypeStruct
+    return {
+        "add": (K.vector_add(1024, 128, **cp), [S((1024,), jnp.float32)] * 2),
+        "ragged_add": (K.vector_add(1000, 128, **cp), [S((1000,), jnp.float32)] * 2),
+        "matmul_f16": (K.blocked_matmul(256, 256, 512, 64, 128, 64, **cp),
+                       [S((256, 512), jnp.float16), S((512, 256), jnp.float16)]),
+        "softmax": (K.softmax(256, 128, 64, **cp), [S((256, 128), jnp.float32)]),
+        "hopper_matmul": ("examples:hopper_matmul:matmul", [S((256, 256), jnp.float16)] * 2),
+        "flash_attention": ("examples:flash_attention:attention",
+                            [S((2, 256, 64), jnp.float16)] * 3),
+    }
+
+
+def _ptxas_report(text: str) -> dict:
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", text)]
+    spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)]
+    return {"registers": regs, "spill_bytes": spills}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="+")
+    ap.add_argument("--dump", required=True)
+    ap.add_argument("--examples", default="")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from pallas_mgpu import aot
+    cases = _cases()
+    for name in a.cases:
+        dump = os.path.join(a.dump, name)
+        os.makedirs(dump, exist_ok=True)
+        os.environ.update(MOSAIC_GPU_DUMP_TO=dump, MOSAIC_GPU_DUMP_PTX="1", MOSAIC_GPU_DUMP_PTXAS="1")
+        fn, args = cases[name]
+        if isinstance(fn, str):               # a function of examples/mgpu
+            import importlib
+            _, module, attr = fn.split(":")
+            sys.path.insert(0, a.examples)
+            fn = getattr(importlib.import_module(module), attr)
+        result = {"case": name}
+        try:
+            aot.compile_for_cuda(fn, *args)
+            result["compiled"] = True
+        except Exception as e:  # reported, the caller asserts
+            result.update(compiled=False, error=f"{type(e).__name__}: {str(e)[:800]}")
+        ptx = [f for f in os.listdir(dump) if f.endswith(".ptx")]
+        texts = {f: open(os.path.join(dump, f), errors="replace").read() for f in os.listdir(dump)}
+        result["ptx_files"] = ptx
+        result["wgmma_in_ptx"] = any("wgmma.mma_async" in texts[f] for f in ptx)
+        result["sm90a"] = any(".target sm_90a" in texts[f] for f in ptx)
+        result["ptxas"] = _ptxas_report("\n".join(texts.values()))
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

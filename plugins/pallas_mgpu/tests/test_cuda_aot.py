@@ -1,0 +1,61 @@
+"""Device-less compile for H100 (jax-cuda12-plugin/pjrt, JAX_PLATFORMS=cpu):
+the seed-API kernels and the Hopper matmul example compile; the PTX of the
+f16 matmuls holds WGMMA; the ptxas reports are read (no spills). Compiles run
+in a subprocess (``aot_probe.py``): a missing libdevice aborts it.
+
+The interpreter: this one when it has the CUDA plugin (tox env
+``mgpu-cuda-aot``), else ``$PALLAS_MGPU_CUDA_PYTHON``; skipped without either."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pallas_mgpu import aot
+
+pytestmark = pytest.mark.cuda_aot
+EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "mgpu"))
+
+
+def _python():
+    if aot.has_cuda_plugin():
+        return sys.executable
+    other = os.environ.get("PALLAS_MGPU_CUDA_PYTHON")
+    if other:
+        return other
+    pytest.skip("no jax-cuda12-plugin here (tox -e mgpu-cuda-aot, or set PALLAS_MGPU_CUDA_PYTHON)")
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    dump = tmp_path_factory.mktemp("mosaic_dump")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [_python(), os.path.join(os.path.dirname(__file__), "aot_probe.py"), "add", "ragged_add",
+         "matmul_f16", "softmax", "hopper_matmul", "flash_attention", "--dump", str(dump), "--examples", EXAMPLES],
+        capture_output=True, text=True, env=env, timeout=900)
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            results[r["case"]] = r
+    if not results:
+        pytest.fail(f"aot_probe reported nothing (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return results
+
+
+@pytest.mark.parametrize("case", ["add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul",
+                                  "flash_attention"])
+def test_compiles_device_less_for_h100(probe, case):
+    r = probe[case]
+    assert r["compiled"], r.get("error")
+    assert r["ptx_files"] and r["sm90a"]
+    assert r["ptxas"]["registers"] and max(r["ptxas"]["registers"]) <= 255
+    assert sum(r["ptxas"]["spill_bytes"]) == 0, r["ptxas"]
+
+
+@pytest.mark.parametrize("case", ["matmul_f16", "hopper_matmul", "flash_attention"])
+def test_f16_matmul_ptx_has_wgmma(probe, case):
+    assert probe[case]["wgmma_in_ptx"]

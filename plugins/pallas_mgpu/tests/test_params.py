@@ -1,0 +1,87 @@
+"""CompilerParams / InterpretParams mirror JAX 0.12's Mosaic GPU types; the
+interpret modes route kernels through JAX's GPU interpreter."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+
+import pallas_frontend as pl
+import pallas_mgpu as plgpu
+
+
+def _fields(cls):
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.name != "BACKEND"}
+
+
+def test_compiler_params_have_jax_fields_and_defaults():
+    ours, theirs = _fields(plgpu.CompilerParams), _fields(jax_plgpu.CompilerParams)
+    assert ours.keys() == theirs.keys()
+    for name, default in theirs.items():
+        mine = ours[name]
+        assert getattr(mine, "name", mine) == getattr(default, "name", default), name
+    assert plgpu.CompilerParams().to_jax() == jax_plgpu.CompilerParams()
+
+
+def test_interpret_params_have_jax_fields_and_defaults():
+    assert _fields(plgpu.InterpretParams) == _fields(jax_plgpu.InterpretGPUParams)
+    assert plgpu.InterpretGPUParams is plgpu.InterpretParams
+    assert plgpu.InterpretParams(detect_races=True).to_jax() == \
+        jax_plgpu.InterpretGPUParams(detect_races=True)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(profile_space=8), "profile_space and profile_dir"),
+    (dict(dimension_semantics=("parallel", "arbitrary")), "dimension_semantics"),
+    (dict(max_concurrent_steps=0), "max_concurrent_steps"),
+])
+def test_compiler_params_validate(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        plgpu.CompilerParams(**kwargs)
+
+
+def test_interpret_params_validate():
+    with pytest.raises(ValueError, match="on_race"):
+        plgpu.InterpretParams(on_race="ignore")
+    with pytest.raises(ValueError, match="vector_clock_size"):
+        plgpu.InterpretParams(vector_clock_size=4)
+
+
+def _scale_kernel(**call):
+    def body(x, o):
+        o[...] = x[...] * 2.0 + 1.0
+    spec = pl.BlockSpec((128,), lambda i: (i,))
+    return pl.pallas_call(body, jax.ShapeDtypeStruct((512,), jnp.float32), grid=(4,),
+                          in_specs=[spec], out_specs=spec, **call)
+
+
+def test_force_and_set_gpu_interpret_mode_route_compiler_params(rng):
+    x = rng.standard_normal(512).astype(np.float32)
+    ref = x.astype(np.float64) * 2 + 1
+    f = _scale_kernel(compiler_params=plgpu.CompilerParams())
+    # on CPU without an interpret mode the backend refuses (it compiles for cuda)
+    with pytest.raises(Exception, match="cuda"):
+        f(x)
+    with plgpu.force_gpu_interpret_mode():
+        np.testing.assert_allclose(f(x), ref, rtol=1e-6)
+    plgpu.set_gpu_interpret_mode(plgpu.InterpretParams())
+    try:
+        np.testing.assert_allclose(f(x), ref, rtol=1e-6)
+        with plgpu.force_gpu_interpret_mode(None):     # scoped off beats the global mode
+            with pytest.raises(Exception, match="cuda"):
+                f(x)
+    finally:
+        plgpu.set_gpu_interpret_mode(None)
+
+
+def test_backend_is_discovered_and_lowers_compile_only():
+    b = pl.get_backend("mgpu")
+    assert b.is_available() == (True, "")              # no GPU needed to lower
+    assert b.describe()["available"]
+    from pallas_frontend import diagnostics
+    row = {r["name"]: r for r in diagnostics.backend_rows("cpu")}["mgpu"]
+    assert "compile-only (cuda)" in row["available"], row["available"]
+    assert b.call_options("cpu") == {"interpret": plgpu.InterpretParams()}

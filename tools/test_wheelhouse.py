@@ -73,8 +73,12 @@ def _new_venv(root: Path) -> Path:
 
 
 def _install(python: Path, wheelhouse: Path, *requirements, ok=True):
+    # uv caches wheels by file name: without a refresh, a rebuilt wheel of an
+    # unchanged version (0.1.0 during development) would come from its cache.
+    refresh = [a for dist in ("pallas-frontend", *PLUGINS.values())
+               for a in ("--refresh-package", dist)]
     return _run([UV, "pip", "install", "-q", "--python", python, "--find-links", wheelhouse,
-                 *requirements], ok=ok, env=_clean_env())
+                 *refresh, *requirements], ok=ok, env=_clean_env())
 
 
 def test_wheelhouse_holds_wheel_and_sdist_of_each_distribution(wheelhouse):

@@ -18,7 +18,9 @@ __version__ = "0.1.0"
 
 # public name -> the module (under pallas_frontend) that defines it
 _API = {
-    "_jax_compat": ("Slice", "ds"),
+    "_jax_compat": ("Slice", "ds", "run_state"),
+    "cost": ("estimate_cost",),
+    "export": ("enable_poison_buffers", "lower_as_mlir", "pallas_export_experimental"),
     "backend_api": ("API_VERSION",),
     "block_indices": ("BlockIndexError",),
     "call_primitive": ("pallas_call_p",),
@@ -26,17 +28,19 @@ _API = {
                 "loop", "next_power_of_2", "strides_from_shape", "when", "with_scoped"),
     "launch": ("kernel", "pallas_call"),
     "primitives": ("DeviceIdType", "KernelCheckError", "SemaphoreDeadlockError", "debug_check",
-                   "debug_print",
+                   "debug_print", "delay",
                    "enable_debug_checks", "get_global", "multiple_of", "num_programs",
                    "program_id", "run_scoped", "semaphore_read", "semaphore_signal",
                    "semaphore_wait"),
     "registry": ("backends", "get_backend", "register_backend", "set_default_backend",
                  "which_backend"),
-    "specs": ("ANY", "HOST", "BlockDim", "BlockSpec", "Blocked", "BoundedSlice", "Buffered",
-              "CompilerParams", "CostEstimate", "Element", "GridSpec", "MemoryRef", "MemorySpace",
+    "specs": ("ANY", "HOST", "BlockDim", "Blocked", "BoundedSlice", "Buffered",
+              "CompilerParams", "CostEstimate", "Element", "GridSpec", "Indirect", "MemoryRef",
+              "MemorySpace",
               "RevisitMode", "Squeezed", "no_block_spec", "squeezed"),
     "ref_checks": ("RefIndexError",),
-    "tracing": ("PallasUsageError",),
+    # BlockSpec through tracing, which gives it to_block_mapping
+    "tracing": ("BlockSpec", "PallasTypeError", "PallasUsageError"),
     "diagnostics": ("print_backend_info",),
 }
 _HOME = {name: module for module, names in _API.items() for name in names}
@@ -85,7 +89,10 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
-    from pallas_frontend._jax_compat import Slice, ds
+    from pallas_frontend._jax_compat import Slice, ds, run_state
+    from pallas_frontend.cost import estimate_cost
+    from pallas_frontend.export import (
+        enable_poison_buffers, lower_as_mlir, pallas_export_experimental)
     from pallas_frontend.backend_api import API_VERSION
     from pallas_frontend.block_indices import BlockIndexError
     from pallas_frontend.call_primitive import pallas_call_p
@@ -95,7 +102,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         strides_from_shape, when, with_scoped)
     from pallas_frontend.launch import kernel, pallas_call
     from pallas_frontend.primitives import (
-        DeviceIdType, KernelCheckError, SemaphoreDeadlockError, debug_check, debug_print,
+        DeviceIdType, KernelCheckError, SemaphoreDeadlockError, debug_check, debug_print, delay,
         enable_debug_checks,
         get_global, multiple_of, num_programs, program_id, run_scoped, semaphore_read,
         semaphore_signal, semaphore_wait)
@@ -103,8 +110,8 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         backends, get_backend, register_backend, set_default_backend, which_backend)
     from pallas_frontend.specs import (
         ANY, HOST, BlockDim, BlockSpec, Blocked, BoundedSlice, Buffered, CompilerParams,
-        CostEstimate, Element, GridSpec, MemoryRef, MemorySpace, RevisitMode, Squeezed,
+        CostEstimate, Element, GridSpec, Indirect, MemoryRef, MemorySpace, RevisitMode, Squeezed,
         no_block_spec, squeezed)
     from pallas_frontend.ref_checks import RefIndexError
-    from pallas_frontend.tracing import PallasUsageError
+    from pallas_frontend.tracing import PallasTypeError, PallasUsageError
     dslice = ds

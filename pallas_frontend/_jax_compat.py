@@ -10,11 +10,13 @@ from __future__ import annotations
 from jax.sharding import PartitionSpec
 
 from jax._src import api_util
+from jax._src import config as _config
 from jax._src import core
 from jax._src import dispatch
 from jax._src.debugging import debug_effect  # an unordered IO effect
 from jax._src import linear_util as lu
 from jax._src import source_info_util
+from jax._src import tree_util as _tree_util
 from jax._src.interpreters import ad
 from jax._src.interpreters import batching
 from jax._src.interpreters import mlir
@@ -33,6 +35,12 @@ Slice = state_indexing.Slice
 NDIndexer = state_indexing.NDIndexer
 ds = state_indexing.ds
 discharge_state = state_discharge.discharge_state
+run_state = state_discharge.run_state
+tree_equality_errors = _tree_util.equality_errors_pytreedef
+extend_axis_env = core.extend_axis_env_nd
+poison_buffers_flag = _config.jax_pallas_poison_buffers
+# A context manager: off while tracing a kernel, so Refs may ride in loop carries (as in JAX).
+mutable_array_checks = _config.mutable_array_checks
 register_discharge_rule = state_discharge.register_discharge_rule
 internal_ref_effect = core.internal_mutable_array_effect   # a Ref allocated inside a jaxpr
 
@@ -123,6 +131,16 @@ def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
     dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=dbg), list(in_avals))
     return jaxpr, list(consts)
+
+
+def lowering_traces_python(prim) -> bool:
+    """Whether ``prim`` is lowered (on some platform) by tracing a Python
+    function at lowering time (``mlir.lower_fun``): such lowerings can fail on
+    operands their abstract evaluation accepted (e.g. batched mixed ranks)."""
+    entries = [mlir._lowerings.get(prim)]
+    entries += [table.get(prim) for table in mlir._platform_specific_lowerings.values()]
+    return any(e is not None and "lower_fun" in getattr(e.rule, "__qualname__", "")
+               for e in entries)
 
 
 def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):

@@ -22,8 +22,10 @@ from pallas_frontend.specs import BlockDim, Blocked, BoundedSlice, Buffered, Ele
 
 # 1.1: parallel_grid_axes; 1.2: forced_interpret_params; 1.3: conformance_compiler_params,
 # kernel_body_fn, block_window, scratch_structs, CAPABILITY_TAGS; 1.4: ScopedAllocation
-# (run_scoped collective_axes), capability collective_run_scoped
-API_VERSION: tuple[int, int] = (1, 4)
+# (run_scoped collective_axes), capability collective_run_scoped; 1.5: dynamic grids
+# (KernelIR.grid entries None, dynamic_grid_axes, num_index_operands, tag "dynamic_grid"),
+# gathered_ref_accesses, KernelIR.function_name / name_and_src_info
+API_VERSION: tuple[int, int] = (1, 5)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -82,13 +84,22 @@ class KernelIR:
     ``jaxpr`` invars are, in order: one int32 scalar per grid axis (the
     program ids, batch axes first), then Refs for the scalar-prefetch
     operands, the inputs, the outputs and the scratch buffers. It returns
-    nothing. ``grid`` is static; the first ``num_batch_axes`` axes come from
-    ``vmap`` and are hidden from the kernel's ``pl.program_id``.
+    nothing. The first ``num_batch_axes`` grid axes come from ``vmap`` and are
+    hidden from the kernel's ``pl.program_id``.
+
+    Dynamic grids (API 1.5): ``grid[a]`` is ``None`` for an axis whose size is
+    known only at run time (``grid=(n,)`` with ``n`` traced). Then the
+    ``pallas_call_p`` operands begin with one int32 scalar per dynamic axis
+    (its size, in axis order) before the scalar-prefetch operands, and the
+    kernel jaxpr takes the same scalars right after the program ids (what
+    ``pl.num_programs`` returns for that axis). Index maps are unchanged.
+    A backend that does not handle them refuses the capability
+    ``"dynamic_grid"`` (see ``required_capabilities``).
     """
     name: str
     source: str                          # "file:line" of the kernel function
     jaxpr: jc.Jaxpr
-    grid: tuple[int, ...]
+    grid: tuple[int | None, ...]
     grid_names: tuple[str, ...] | None
     in_mappings: tuple[BlockMapping, ...]
     out_mappings: tuple[BlockMapping, ...]
@@ -101,6 +112,15 @@ class KernelIR:
     metadata: tuple[tuple[str, str], ...] = ()
     debug: bool = False
     api_version: tuple[int, int] = API_VERSION
+    function_name: str = ""              # the kernel function's __name__ (API 1.5)
+
+    @property
+    def name_and_src_info(self) -> str:
+        """JAX's form: ``{name} for kernel function {function} at {file}:{line}``,
+        or ``{function} at {file}:{line}`` when no name was given."""
+        if self.function_name and self.function_name != self.name:
+            return f"{self.name} for kernel function {self.function_name} at {self.source}"
+        return f"{self.name} at {self.source}"
 
     @property
     def mappings(self) -> tuple[BlockMapping, ...]:
@@ -114,6 +134,16 @@ class KernelIR:
     def num_grid_axes(self) -> int:
         return len(self.grid)
 
+    @property
+    def dynamic_grid_axes(self) -> tuple[int, ...]:
+        """The grid axes whose size is a run-time operand (API 1.5)."""
+        return tuple(a for a, g in enumerate(self.grid) if g is None)
+
+    @property
+    def num_index_operands(self) -> int:
+        """Leading int32 scalar invars of ``jaxpr``: program ids, then dynamic sizes."""
+        return len(self.grid) + len(self.dynamic_grid_axes)
+
     def replace(self, **changes) -> KernelIR:
         return dataclasses.replace(self, **changes)
 
@@ -123,7 +153,9 @@ class KernelIR:
 
     def pretty(self) -> str:
         """A readable dump (what ``debug=True`` prints)."""
-        lines = [f"KernelIR v{self.api_version[0]}.{self.api_version[1]} '{self.name}' ({self.source})",
+        lines = [f"KernelIR v{self.api_version[0]}.{self.api_version[1]} '{self.name}' ({self.source})"
+                 + (f" kernel function {self.function_name}"
+                    if self.function_name and self.function_name != self.name else ""),
                  f"  grid={self.grid}" + (f" names={self.grid_names}" if self.grid_names else "")
                  + (f" batch_axes={self.num_batch_axes}" if self.num_batch_axes else "")]
         for m in self.mappings:
@@ -446,6 +478,7 @@ CAPABILITY_TAGS: dict[str, str] = {
     "loops": "loops in the body (lax.fori_loop / while_loop / scan)",
     "vmap": "batch axes added by jax.vmap",
     "jvp": "a kernel built by jax.jvp from another kernel",
+    "dynamic_grid": "a grid size known only at run time (grid=(n,) with n traced)",
 }
 # metadata entry that the frontend's transformation rules add to a kernel they build
 TRANSFORM_METADATA_KEY = "pallas_frontend.transform"
@@ -466,6 +499,8 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         need["aliasing"] = kernel.source
     if kernel.num_batch_axes:
         need["vmap"] = kernel.source
+    if kernel.dynamic_grid_axes:
+        need["dynamic_grid"] = f"grid {kernel.grid} ({kernel.source})"
     if dict(kernel.metadata).get(TRANSFORM_METADATA_KEY) == "jvp":
         need["jvp"] = kernel.source
     for m in kernel.mappings:
@@ -511,6 +546,19 @@ def check_capabilities(backend: Backend, kernel: KernelIR) -> None:
                 "interpret=True) or rewrite the kernel without it.")
 
 
+def gathered_ref_accesses(kernel: KernelIR) -> list[tuple[str, str]]:
+    """Ref reads and writes indexed by integer arrays (gathers and scatters,
+    ``x_ref[idx]``, ``x_ref.at[jnp.arange(n)]``), as ``(primitive, file:line)``.
+    A backend that cannot lower them refuses the kernel naming the line. (API 1.5)"""
+    found = []
+    for eqn in kernel.iter_equations():
+        first = jc.ref_indexers(eqn)
+        if first is not None and any(getattr(v.aval, "shape", ()) != ()
+                                     for v in eqn.invars[first:]):
+            found.append((eqn.primitive.name, jc.jaxpr_source_line(eqn) or kernel.source))
+    return found
+
+
 def ref_effects(*, reads: Sequence[int] = (), writes: Sequence[int] = ()) -> set:
     """The effects of a backend primitive that reads/writes its Ref operands
     (by operand position), for ``Primitive.def_effectful_abstract_eval``."""
@@ -532,6 +580,8 @@ def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tu
     gives each parallel program its own scratch: that backend must then prove
     itself that a program never observes scratch it did not write.
     """
+    if kernel.dynamic_grid_axes:     # index maps cannot be evaluated ahead: run in order
+        return (False,) * len(kernel.grid)
     from pallas_frontend import grid_analysis   # imports no interpreter, nor this module
     return grid_analysis.parallel_grid_axes(kernel, private_scratch=private_scratch)
 
@@ -540,7 +590,8 @@ __all__ = [
     "API_VERSION", "BackendCapabilityError", "BackendUnavailableError", "Backend", "BlockMapping",
     "CAPABILITY_TAGS", "ENTRY_POINT_GROUP", "FRONTEND_OWNER", "KernelIR", "LoweringContext",
     "PROJECT_NAME", "TRANSFORM_METADATA_KEY", "block_window", "check_capabilities",
-    "check_dtypes", "check_primitive_owners", "def_pure_primitive", "hookimpl", "hookspec",
+    "check_dtypes", "check_primitive_owners", "def_pure_primitive", "gathered_ref_accesses",
+    "hookimpl", "hookspec",
     "interpretable", "kernel_body_fn", "kernel_primitive", "parallel_grid_axes",
     "primitive_owner", "ref_effects", "register_interpret_rule", "required_capabilities",
     "scratch_structs", "trace_body",

@@ -89,7 +89,15 @@ def _batched_mapping(m: BlockMapping, batched: bool, batch_size: int, n_grid: in
         pipeline_mode=m.pipeline_mode)
 
 
+def _refuse_dynamic_grid(kernel: KernelIR, what: str):
+    if kernel.dynamic_grid_axes:
+        raise NotImplementedError(
+            f"{what} of a pallas_call with a dynamic grid (grid {kernel.grid}, kernel "
+            f"'{kernel.name}' at {kernel.source}) is not supported; give static grid sizes.")
+
+
 def _batch_rule(args, dims, *, kernel: KernelIR, interpret, backend):
+    _refuse_dynamic_grid(kernel, "vmap")
     sizes = {a.shape[d] for a, d in zip(args, dims) if d is not None}
     (size,) = sizes
     npf = kernel.num_scalar_prefetch
@@ -141,6 +149,7 @@ def _jvp_rule(primals, tangents, *, kernel: KernelIR, interpret, backend):
     the primal launch free of tangent operands is what lets ``linearize``
     (and so ``jacfwd`` and ``vmap`` of ``jvp`` with unbatched primals) see the
     primal outputs as known and unbatched."""
+    _refuse_dynamic_grid(kernel, "jvp")
     if kernel.input_output_aliases:
         raise NotImplementedError("jvp of a pallas_call with input_output_aliases is not supported.")
     if kernel.num_scalar_prefetch:

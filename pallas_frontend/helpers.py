@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -103,11 +102,16 @@ def when(condition) -> Callable[[Callable[[], None]], None]:
     return decorator
 
 
-def loop(lower, upper, *, init_carry: Any = None, step: int = 1, unroll: int | bool | None = None):
+def loop(lower, upper, *, init_carry: Any = None, step: Any = 1, unroll: int | bool | None = None):
     """``@pl.loop(lo, hi)`` runs ``body(i)`` for i in range(lo, hi, step); with
-    ``init_carry`` it runs ``carry = body(i, carry)`` and returns the carry."""
-    if step == 0:
+    ``init_carry`` it runs ``carry = body(i, carry)`` and returns the carry.
+    ``lo``, ``hi`` and ``step`` may be traced (then ``i`` has their common dtype)."""
+    if isinstance(step, int) and step == 0:
         raise ValueError("pl.loop: step must not be 0")
+    static = all(isinstance(v, int) for v in (lower, upper, step))
+    if not static:
+        dtype = jnp.result_type(lower, upper, step)
+        lower, upper, step = (lax.convert_element_type(v, dtype) for v in (lower, upper, step))
 
     def decorator(body):
         n = _trip_count(lower, upper, step)
@@ -115,21 +119,20 @@ def loop(lower, upper, *, init_carry: Any = None, step: int = 1, unroll: int | b
         def index(k):
             return lower + k * step
 
+        zero = 0 if static else jnp.zeros((), jnp.result_type(n))
         if init_carry is None:
             def fori_body(k, c):
                 body(index(k))
                 return c
-            lax.fori_loop(0, n, fori_body, None, unroll=unroll)
+            lax.fori_loop(zero, n, fori_body, None, unroll=unroll)
             return None
-        return lax.fori_loop(0, n, lambda k, c: body(index(k), c), init_carry, unroll=unroll)
+        return lax.fori_loop(zero, n, lambda k, c: body(index(k), c), init_carry, unroll=unroll)
     return decorator
 
 
 def _trip_count(lower, upper, step):
+    """len(range(lower, upper, step)), for ints or traced values of either sign."""
     if all(isinstance(v, int) for v in (lower, upper, step)):
-        return max(0, math.ceil((upper - lower) / step))
-    lo, hi = jnp.asarray(lower, jnp.int32), jnp.asarray(upper, jnp.int32)
-    if step > 0:
-        return jnp.maximum(0, (hi - lo + step - 1) // step)
-    return jnp.maximum(0, (lo - hi - step - 1) // (-step))
-
+        return len(range(lower, upper, step))
+    # ceil((upper - lower) / step) == -floor((lower - upper) / step), for both signs
+    return jnp.maximum(0, -((lower - upper) // step))

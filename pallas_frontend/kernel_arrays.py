@@ -32,16 +32,19 @@ def kernel_body_fn(kernel: KernelIR) -> Callable[..., list]:
     scratch buffers; blocks have ``BlockMapping.block_shape``, squeezed dims
     removed) and returns the new value of every Ref operand, in the same
     order. Refs and their memory spaces are gone, so ``fn`` traces under
-    ``jax.jit``, ``lax.fori_loop``, ``vmap`` and any lowering.
+    ``jax.jit``, ``lax.fori_loop``, ``vmap`` and any lowering. With a dynamic
+    grid (API 1.4) the program ids are followed by the dynamic axes' sizes.
     """
-    n_grid = len(kernel.grid)
+    n_grid = kernel.num_index_operands
     n_refs = len(kernel.jaxpr.invars) - n_grid
     body = jc.discharge_state(kernel.jaxpr, should_discharge=[False] * n_grid + [True] * n_refs,
                               strip_memory_space=True)
 
     def fn(*args):
         if len(args) != n_grid + n_refs:
-            raise TypeError(f"kernel '{kernel.name}' body takes {n_grid} program ids and "
+            sizes = (f" (with {len(kernel.dynamic_grid_axes)} dynamic grid sizes)"
+                     if kernel.dynamic_grid_axes else "")
+            raise TypeError(f"kernel '{kernel.name}' body takes {n_grid} program ids{sizes} and "
                             f"{n_refs} Ref values, got {len(args)} arguments")
         return list(jc.eval_jaxpr(body, *args))
     return fn

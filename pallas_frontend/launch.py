@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -60,26 +60,31 @@ def pallas_call(
     aliases = dict(input_output_aliases or {})
     normalize_out_shape(out_shape)   # bad shapes are refused here, before any call
 
+    dynamic_axes = [a for a, g in enumerate(gs.grid) if not isinstance(g, int)]
+
     # The debug-checks flag is read while tracing, so it is part of the cache key.
     @functools.partial(jax.jit, inline=True, static_argnums=(0, 1))
-    def traced(mode, debug_checks, *args):
+    def traced(mode, debug_checks, dyn_sizes, *args):
         ir, out_tree = build_kernel_ir(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
             debug=debug)
-        if gs.num_scalar_prefetch == 0:
+        if gs.num_scalar_prefetch == 0 and not dynamic_axes:
             check_block_ranges(ir)
         flat_args = jax.tree.leaves(args)
-        outs = pallas_call_p.bind(*flat_args, kernel=ir, interpret=mode, backend=backend)
+        outs = pallas_call_p.bind(*dyn_sizes, *flat_args, kernel=ir, interpret=mode,
+                                  backend=backend)
         return jax.tree.unflatten(out_tree, outs)
 
     def call(*args):
+        # A dynamic grid's sizes are operands (KernelIR.dynamic_grid_axes).
+        dyn_sizes = [jax.numpy.asarray(gs.grid[a], jax.numpy.int32) for a in dynamic_axes]
         # A backend's own interpret mode (e.g. pallas_tpu.force_tpu_interpret_mode)
         # is read at each call and is part of the trace's cache key.
         mode = registry.effective_interpret(interpret, compiler_params)
         take_kernel_failure()
         try:
-            return traced(mode, enable_debug_checks.value, *args)
+            return traced(mode, enable_debug_checks.value, dyn_sizes, *args)
         except jax.errors.JaxRuntimeError as e:
             failure = take_kernel_failure()   # a check that failed in a host callback
             if failure is not None and str(failure) in str(e):
@@ -95,32 +100,92 @@ def _is_params_dataclass(p) -> bool:
     return isinstance(p, CompilerParams) or hasattr(p, "__dataclass_fields__")
 
 
-def kernel(body: Callable | None = None, out_type: Any = (), *, mesh: Any, scratch_types: Any = (),
-           compiler_params: Any = None, interpret: Any = False, cost_estimate=None,
-           debug: bool = False, name: str | None = None, metadata=None):
+def kernel(body: Callable | Sequence[Callable] | None = None, out_type: Any = (), *, mesh: Any,
+           scratch_types: Any = (), compiler_params: Any = None, interpret: Any = False,
+           cost_estimate=None, debug: bool = False, name: str | None = None, metadata=None):
     """Runs ``body(*in_refs, *out_refs, *scratch_refs)`` once per point of ``mesh``.
 
     Unlike ``pallas_call`` there is no windowing: every Ref is the whole
     array. ``mesh`` is any object with a ``shape`` mapping of axis name to
     size (e.g. a backend's core mesh); its axes become the named grid, so
-    ``pl.program_id("x")`` is this program's coordinate. Without ``body`` it
-    is a decorator.
+    ``pl.program_id("x")`` and ``lax.axis_index("x")`` are this program's
+    coordinate. Without ``body`` it is a decorator.
+
+    Arguments may be Refs (``jax.new_ref``): the body gets a Ref it updates in
+    place. MPMD: ``body`` and ``mesh`` may be parallel sequences; the bodies
+    then run one after the other (each over its own mesh) on the same inputs,
+    outputs and Refs -- one valid schedule of bodies that do not wait on each
+    other.
     """
+    opts = dict(out_type=out_type, scratch_types=scratch_types, compiler_params=compiler_params,
+                interpret=interpret, cost_estimate=cost_estimate, debug=debug, name=name,
+                metadata=metadata)
+    is_seq = isinstance(mesh, (list, tuple))
     if body is None:
-        return functools.partial(kernel, out_type=out_type, mesh=mesh, scratch_types=scratch_types,
-                                 compiler_params=compiler_params, interpret=interpret,
-                                 cost_estimate=cost_estimate, debug=debug, name=name,
-                                 metadata=metadata)
-    grid = _mesh_grid(mesh, "pl.kernel")
+        if is_seq:
+            raise ValueError("mesh cannot be a sequence when using pl.kernel as a decorator.")
+        return lambda fn: kernel(fn, mesh=mesh, **opts)
+    if isinstance(body, (list, tuple)):
+        if not is_seq:
+            raise ValueError("mesh must be a sequence when body is a sequence of callables.")
+        if len(body) != len(mesh):
+            raise ValueError("body and mesh sequences must have the same length.")
+        pairs = list(zip(mesh, body))
+    elif is_seq:
+        raise ValueError("mesh cannot be a sequence when body is a single callable.")
+    else:
+        pairs = [(mesh, body)]
+    grids = [_mesh_grid(m, "pl.kernel") for m, _ in pairs]
 
     def run(*args):
-        return pallas_call(
-            body, out_type, grid=grid, scratch_shapes=scratch_types,
-            compiler_params=compiler_params, interpret=interpret, cost_estimate=cost_estimate,
-            debug=debug, name=name or getattr(body, "__name__", None), metadata=metadata,
-        )(*args)
+        from pallas_frontend import _jax_compat as jc
+        flat, args_tree = jax.tree.flatten(args)
+        is_ref = [isinstance(jax.typeof(a), jc.AbstractRef) for a in flat]
+        values = [a[...] if r else a for a, r in zip(flat, is_ref)]
+        outs = None
+        for (m, fn), grid in zip(pairs, grids):
+            values, outs = _launch_on_mesh(fn, grid, values, args_tree, is_ref, outs, opts)
+        for a, v, r in zip(flat, values, is_ref):
+            if r:
+                a[...] = v
+        return outs
     return run
 
+
+def _launch_on_mesh(body, grid, values, args_tree, is_ref, prev_outs, opts):
+    """One body over one mesh. Returns (new argument values, outputs)."""
+    out_type = opts["out_type"]
+    out_leaves, out_tree = jax.tree.flatten(out_type, is_leaf=lambda x: hasattr(x, "shape"))
+    ref_pos = [i for i, r in enumerate(is_ref) if r]
+    n_in, n_out, n_ref = len(values), len(out_leaves), len(ref_pos)
+    inputs = list(values) + (list(jax.tree.leaves(prev_outs)) if prev_outs is not None else [])
+    aliases = {i: n_out + k for k, i in enumerate(ref_pos)}
+    if prev_outs is not None:       # a later MPMD body continues the outputs
+        aliases.update({n_in + j: j for j in range(n_out)})
+    out_shapes = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out_leaves]
+    out_shapes += [jax.ShapeDtypeStruct(values[i].shape, values[i].dtype) for i in ref_pos]
+
+    def wrapper(*refs):
+        ins, rest = refs[:len(inputs)], refs[len(inputs):]
+        outs, scratch = rest[:n_out + n_ref], rest[n_out + n_ref:]
+        # A Ref argument is the aliased output: updates land in place.
+        user_in = [outs[n_out + ref_pos.index(i)] if is_ref[i] else ins[i] for i in range(n_in)]
+        user_out = jax.tree.unflatten(out_tree, outs[:n_out])
+        user_out = user_out if isinstance(user_out, (tuple, list)) else (user_out,)
+        return body(*jax.tree.unflatten(args_tree, user_in), *user_out, *scratch)
+
+    functools.update_wrapper(wrapper, body, assigned=("__name__", "__qualname__"), updated=())
+    wrapper.__wrapped__ = body       # source_of() reports the body's file:line
+    results = pallas_call(
+        wrapper, tuple(out_shapes), grid=grid, scratch_shapes=opts["scratch_types"],
+        input_output_aliases=aliases, compiler_params=opts["compiler_params"],
+        interpret=opts["interpret"], cost_estimate=opts["cost_estimate"], debug=opts["debug"],
+        name=opts["name"] or getattr(body, "__name__", None), metadata=opts["metadata"],
+    )(*inputs)
+    new_values = list(values)
+    for k, i in enumerate(ref_pos):
+        new_values[i] = results[n_out + k]
+    return new_values, jax.tree.unflatten(out_tree, list(results[:n_out]))
 
 
 def _mesh_grid(mesh: Any, fn_name: str):
@@ -139,8 +204,12 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
     (``jax.new_ref``), which are updated in place."""
     from pallas_frontend import _jax_compat as jc
 
+    grid = _mesh_grid(mesh, "core_map")
+
     def decorator(f):
-        jaxpr, _ = jc.trace_kernel_jaxpr(lambda: (f(), [])[1], [], traced_for="pallas core_map")
+        with jc.extend_axis_env(list(grid)):      # the body may ask lax.axis_index(name)
+            jaxpr, _ = jc.trace_kernel_jaxpr(lambda: (f(), [])[1], [],
+                                             traced_for="pallas core_map")
         refs = list(jaxpr.consts)
         if not all(isinstance(jax.typeof(r), jc.AbstractRef) for r in refs):
             raise ValueError("core_map bodies may close over Refs only (jax.new_ref); "
@@ -154,7 +223,7 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
 
         outs = pallas_call(
             body, [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values],
-            grid=_mesh_grid(mesh, "core_map"), scratch_shapes=scratch_shapes,
+            grid=grid, scratch_shapes=scratch_shapes,
             input_output_aliases={i: i for i in range(n)}, compiler_params=compiler_params,
             interpret=interpret, debug=debug, cost_estimate=cost_estimate,
             name=name or getattr(f, "__name__", None), metadata=metadata)(*values)

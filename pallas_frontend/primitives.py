@@ -74,7 +74,7 @@ def program_id(axis: int | str) -> jax.Array:
 
 
 def num_programs(axis: int | str) -> int:
-    """The grid size along ``axis`` (a static int)."""
+    """The grid size along ``axis``: a static int, or a traced int32 for a dynamic grid dim."""
     ctx = _current_grid("num_programs")
     return ctx.sizes[_axis_position(ctx, axis, "num_programs")]
 
@@ -96,6 +96,23 @@ def multiple_of(x, values: int | tuple[int, ...]):
     """Tells the compiler that ``x`` is a multiple of ``values``; the identity at run time."""
     values = tuple(values) if isinstance(values, (list, tuple)) else (int(values),)
     return multiple_of_p.bind(x, values=values)
+
+
+# --- delay ---------------------------------------------------------------------
+
+delay_p = kernel_primitive("delay", owner=FRONTEND_OWNER, multiple_results=True)
+# An effect keeps the wait in the kernel jaxpr (nothing depends on it); the
+# interpreter runs grid points in order, so waiting changes nothing there.
+delay_p.def_effectful_abstract_eval(lambda nanos: ([], {jc.debug_effect}))
+delay_p.def_impl(lambda nanos: [])
+jc.mlir.register_lowering(delay_p, lambda ctx, nanos: [])
+jc.batching.primitive_batchers[delay_p] = lambda args, dims: (delay_p.bind(args[0]), [])
+
+
+def delay(nanos) -> None:
+    """Waits about ``nanos`` nanoseconds (a hint to hardware backends; the
+    interpreter does not wait)."""
+    delay_p.bind(jnp.asarray(nanos, jnp.int32))
 
 
 # --- debug_print ---------------------------------------------------------------

@@ -14,6 +14,15 @@ from typing import Any
 import numpy as np
 
 
+class PallasUsageError(ValueError):
+    """A pallas_call argument is malformed (raised before tracing the kernel)."""
+
+
+class PallasTypeError(PallasUsageError, TypeError):
+    """A pallas_call argument has the wrong type. Both a ValueError (what JAX
+    raises) and a TypeError (what the frontend raised before)."""
+
+
 # --- block dimensions -------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +77,18 @@ class BoundedSlice:
         object.__setattr__(self, "block_size", _positive_size(self.block_size, "BoundedSlice"))
 
 
-BlockDim = Blocked | Element | Squeezed | BoundedSlice
+@dataclasses.dataclass(frozen=True)
+class Indirect:
+    """A dim indexed by an array of ``block_size`` indices (a gather for
+    inputs, a scatter for outputs). As in JAX, only software pipelines take
+    it (e.g. ``pallas_tpu.emit_pipeline``); ``pallas_call`` block shapes refuse it."""
+    block_size: int
+
+    def __repr__(self):
+        return f"Indirect({self.block_size})"
+
+
+BlockDim = Blocked | Element | Squeezed | BoundedSlice | Indirect
 
 
 def _positive_size(size, kind: str) -> int:
@@ -94,6 +114,11 @@ def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
         return squeezed
     if isinstance(dim, (Blocked, Element, Squeezed, BoundedSlice)):
         return dim
+    if isinstance(dim, Indirect):
+        raise ValueError(
+            f"Block shape for {origin} has {dim!r}: indirect (index-array) block dims are taken "
+            "by software pipelines (pallas_tpu.emit_pipeline), not by pallas_call. Pass the "
+            "indices as an input and gather inside the kernel (x_ref[idx]).")
     if isinstance(dim, (int, np.integer)) and not isinstance(dim, bool):
         if dim <= 0:
             raise ValueError(f"Block shape for {origin} has a non-positive dim {dim}; "
@@ -131,7 +156,7 @@ class MemorySpace(enum.Enum):
         return MemoryRef(tuple(shape), np.dtype(dtype), self)
 
     def __str__(self):
-        return self.name
+        return self.value      # "any", "default", "host": as JAX prints Ref<default>{...}
 
 
 ANY = MemorySpace.ANY
@@ -147,15 +172,22 @@ class RevisitMode(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Buffered:
-    """Multi-buffering depth of a pipelined operand (a backend hint)."""
-    buffer_count: int
+    """Multi-buffering depth of a pipelined operand (a backend hint).
+
+    ``buffer_count`` is an int, or (JAX 0.12) an ``(in_count, out_count)``
+    pair for an operand that is both read and written by a pipeline."""
+    buffer_count: int | tuple[int, int]
     use_lookahead: bool = False
     revisit: RevisitMode | None = None
     prefetched_count: int = 0
 
     def __post_init__(self):
-        if not isinstance(self.buffer_count, int) or self.buffer_count < 1:
-            raise ValueError(f"Buffered.buffer_count must be an int >= 1, got {self.buffer_count!r}")
+        count = self.buffer_count
+        counts = count if isinstance(count, tuple) else (count,)
+        if isinstance(count, list) or len(counts) not in (1, 2) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts):
+            raise ValueError(f"Buffered.buffer_count must be an int >= 1 or a pair of them "
+                             f"(in_count, out_count), got {count!r}")
 
 
 # --- specs ------------------------------------------------------------------
@@ -169,11 +201,19 @@ class BlockSpec:
     """
     block_shape: Sequence[int | None | BlockDim] | None = None
     index_map: Callable[..., Any] | None = None
-    _: dataclasses.KW_ONLY
-    memory_space: Any = None
-    pipeline_mode: Buffered | None = None
+    memory_space: Any = dataclasses.field(default=None, kw_only=True)
+    pipeline_mode: Buffered | None = None      # third positional, as in JAX
 
     replace = dataclasses.replace
+
+    def __post_init__(self):
+        mode = self.pipeline_mode
+        if mode is not None and not hasattr(mode, "buffer_count"):
+            raise TypeError(
+                f"BlockSpec's third positional argument is pipeline_mode (e.g. pl.Buffered(2)), "
+                f"got {mode!r}; memory_space is keyword-only: BlockSpec(..., memory_space=...).")
+
+    # ``to_block_mapping`` is attached by ``tracing`` (it traces the index map).
 
 
 class _NoBlockSpec:
@@ -188,7 +228,8 @@ no_block_spec: Any = _NoBlockSpec()
 class GridSpec:
     """The grid, the in/out BlockSpec trees and the scratch shapes, packed.
 
-    ``grid`` is an int, a tuple of ints, or a named grid ``(("i", 4), ("j", 2))``.
+    ``grid`` is an int, a tuple of ints, or a named grid ``(("i", 4), ("j", 2))``;
+    a size may be a traced integer scalar (a dynamic grid dim, known at run time).
     """
     grid: tuple[int, ...]
     grid_names: tuple[str, ...] | None
@@ -201,8 +242,8 @@ class GridSpec:
                  out_specs: Any = no_block_spec, scratch_shapes: Any = ()):
         self.grid, self.grid_names = normalize_grid(grid)
         if in_specs is not no_block_spec and not isinstance(in_specs, (list, tuple)):
-            raise TypeError(f"`in_specs` must be a tuple or a list (one entry per "
-                            f"kernel input). Found: {in_specs!r}")
+            raise PallasTypeError(f"`in_specs` must be a tuple or a list (one entry per "
+                                  f"kernel input). Found: {in_specs!r}")
         self.in_specs = tuple(in_specs) if isinstance(in_specs, list) else in_specs
         self.out_specs = tuple(out_specs) if isinstance(out_specs, list) else out_specs
         self.scratch_shapes = scratch_shapes
@@ -225,14 +266,31 @@ def normalize_grid(grid: Any) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
         grid = tuple(g[1] for g in grid)
     sizes = []
     for g in grid:
+        if _is_traced_size(g):
+            sizes.append(g)      # a dynamic grid dim: its size is known at run time only
+            continue
+        if hasattr(g, "dtype") and np.shape(g) == () and np.issubdtype(g.dtype, np.integer):
+            g = int(g)           # a concrete array scalar
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
             raise TypeError(
                 f"Grid must be a tuple of integers, got {tuple(grid)!r}: element {g!r} is a "
-                f"{type(g).__name__}. Compute the grid from static shapes (e.g. pl.cdiv(n, block)).")
+                f"{type(g).__name__}. Give Python ints (e.g. pl.cdiv(n, block)) or, for a size "
+                "known only at run time, a traced int32 scalar.")
         if g < 0:
             raise ValueError(f"Grid sizes must be non-negative, got {tuple(grid)!r}.")
         sizes.append(int(g))
     return tuple(sizes), names
+
+
+def _is_traced_size(g) -> bool:
+    """Whether ``g`` is a traced integer scalar (a dynamic grid size)."""
+    import jax   # only reached for grids that are not plain ints
+    if not isinstance(g, jax.core.Tracer):
+        return False
+    aval = g.aval
+    if aval.shape != () or not np.issubdtype(aval.dtype, np.integer):
+        raise TypeError(f"A dynamic grid size must be an integer scalar, got {aval.str_short()}.")
+    return True
 
 
 # --- backend parameters -----------------------------------------------------

@@ -19,12 +19,23 @@ from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.primitives import enable_debug_checks, grid_context, ref_aval_of
 from pallas_frontend.ref_checks import check_ref_accesses, static_slice_errors
 from pallas_frontend.specs import (
-    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, canonicalize_block_dim, check_dims,
-    no_block_spec)
+    BlockSpec, Blocked, BoundedSlice, GridSpec, MemoryRef, MemorySpace, PallasTypeError,
+    PallasUsageError, canonicalize_block_dim, check_dims, no_block_spec)
 
 
-class PallasUsageError(ValueError):
-    """A pallas_call argument is malformed (raised before tracing the kernel)."""
+# PallasUsageError and PallasTypeError live with the specs (a leaf module) and
+# are imported above, so ``pallas_frontend.tracing.PallasUsageError`` still works.
+
+
+def tree_mismatch_message(what1: str, tree1, what2: str, tree2) -> str:
+    """JAX's wording for two pytrees that differ, with every difference."""
+    errs = list(jc.tree_equality_errors(tree1, tree2))
+    lines = [f"Pytree for {what1} and {what2} do not match. "
+             f"There are {len(errs)} mismatches, including:"]
+    for path, thing1, thing2, why in errs:
+        where = f"at {jax.tree_util.keystr(path)}, " if path else ""
+        lines.append(f"    * {where}{what1} is a {thing1} but {what2} is a {thing2}, so {why}")
+    return "\n".join(lines)
 
 
 def source_of(fn: Callable) -> str:
@@ -54,20 +65,29 @@ def _is_spec_leaf(x):
 def flatten_specs(specs: Any, values_tree, what: str, values_name: str) -> list[BlockSpec | None]:
     """Flattens a BlockSpec tree that must match ``values_tree``'s structure.
 
-    ``no_block_spec`` (whole arrays) matches anything.
+    ``no_block_spec`` (whole arrays) matches anything. A ``None`` spec is the
+    whole array, except where the value is ``None`` too (an optional operand,
+    e.g. ``f(q, k, v, None)`` with ``in_specs=[..., None]``): as in JAX, both
+    are empty subtrees and drop out together.
     """
     if specs is no_block_spec:
         return [None] * values_tree.num_leaves
     flat, tree = jax.tree.flatten(specs, is_leaf=_is_spec_leaf)
     if tree != values_tree:
+        # JAX's reading: None is an empty subtree, in specs as in values.
+        jax_flat, jax_tree = jax.tree.flatten(
+            specs, is_leaf=lambda x: x is no_block_spec or isinstance(x, BlockSpec))
+        if jax_tree == values_tree:
+            return [None if s is no_block_spec else s for s in jax_flat]
         # A single spec for a single value is allowed (out_specs=BlockSpec for one output).
         if values_tree.num_leaves == 1 and len(flat) == 1 and isinstance(specs, BlockSpec):
             return flat
         raise PallasUsageError(
-            f"The pytree of `{what}` does not match the pytree of `{values_name}`: `{what}` "
-            f"has structure {tree} ({len(flat)} specs) but `{values_name}` has structure "
-            f"{values_tree} ({values_tree.num_leaves} arrays). Give one BlockSpec (or None "
-            f"for the whole array) per array, in the same nesting.")
+            tree_mismatch_message(f"`{what}`", tree, f"`{values_name}`", values_tree)
+            + f"\n`{what}` has structure {tree} ({len(flat)} specs) but `{values_name}` has "
+            f"structure {values_tree} ({values_tree.num_leaves} arrays). Give one BlockSpec "
+            f"(or None for the whole array) per array, in the same nesting; an operand passed "
+            f"as None takes a None spec.")
     return [None if s is no_block_spec else s for s in flat]
 
 
@@ -81,8 +101,6 @@ def normalize_out_shape(out_shape: Any):
     if isinstance(out_shape, list):
         out_shape = tuple(out_shape)
     leaves, tree = jax.tree.flatten(out_shape, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
-    if not leaves:
-        raise PallasUsageError("out_shape is empty: a pallas_call must have at least one output.")
     avals, spaces = [], []
     for path, leaf in zip(_paths(out_shape, "out_shape"), leaves):
         if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
@@ -122,9 +140,12 @@ def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
         if not isinstance(res, (tuple, list)):
             res = (res,)
         if len(res) != len(dims):
+            block_shape = tuple(spec.block_shape) if spec is not None and \
+                spec.block_shape is not None else tuple(d.block_size for d in dims)
             raise ValueError(
                 f"Index map function {src} for {origin} must return {len(dims)} values to match "
-                f"its block_shape (one per array dim), but returned {len(res)}: {res}.")
+                f"block_shape={block_shape} (one per array dim). Currently returning "
+                f"{len(res)} values: {res}.")
         flat = []
         for i, (v, d) in enumerate(zip(res, dims)):
             if isinstance(d, BoundedSlice):
@@ -143,25 +164,26 @@ def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
 
     in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(prefetch_avals)
     jaxpr, _ = jc.trace_kernel_jaxpr(flat_fn, in_avals, traced_for="pallas index_map")
-    bad = [c for c in jaxpr.consts if np.size(c) > 1]
+    bad = [c for c in jaxpr.consts if np.ndim(c) > 0]
     if bad:
         raise ValueError(
-            f"Index map function {src} for {origin} must not capture array constants "
-            f"(captured {[_type_str(c) for c in bad]}). Compute indices from the grid "
+            f"Index map function {src} for {origin} must not capture constants: captured "
+            f"arrays {[_type_str(c) for c in bad]}. Compute indices from the grid "
             "indices, or pass data through scalar prefetch.")
     assert len(jaxpr.outvars) == n_out
     return jaxpr, src
 
 
 def _as_index(v, src, origin, i):
-    if isinstance(v, bool) or isinstance(v, float):
-        raise TypeError(f"Index map function {src} for {origin} must return integer scalars; "
-                        f"output {i} is {v!r}.")
+    if isinstance(v, (bool, float)):
+        raise PallasTypeError(
+            f"Index map function {src} for {origin} must return integer scalars. Output[{i}] "
+            f"has type {type(v).__name__} ({v!r}). Return one int32 block index per dim.")
     aval = jax.typeof(v) if not isinstance(v, (int, np.integer)) else None
     if aval is not None and (aval.shape != () or not jnp.issubdtype(aval.dtype, jnp.integer)):
-        raise TypeError(
-            f"Index map function {src} for {origin} must return integer scalars; output {i} "
-            f"has type {_type_str(aval)}. Return one int32 block index per dim.")
+        raise PallasTypeError(
+            f"Index map function {src} for {origin} must return integer scalars. Output[{i}] "
+            f"has type {aval.str_short()}. Return one int32 block index per dim.")
     return jnp.asarray(v, jnp.int32)
 
 
@@ -198,32 +220,72 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
         pipeline_mode=None if spec is None else spec.pipeline_mode)
 
 
+def _to_block_mapping(self: BlockSpec, origin: str, array_aval, *, grid=(), index_map_avals=None,
+                      **_ignored) -> BlockMapping:
+    """This spec applied to an array of type ``array_aval`` on ``grid``: the
+    ``BlockMapping`` a backend sees (index map traced over one int32 per grid
+    axis, or over ``index_map_avals``). JAX's other keywords
+    (``index_map_tree``, ``vmapped_dims``, ``debug``) are accepted and unused."""
+    grid = tuple(grid)
+    extra = list(index_map_avals or ())[len(grid):]    # scalar-prefetch Refs
+    n = len(grid) if grid or index_map_avals is None else len(index_map_avals)
+    return block_mapping(self, array_aval, origin, n, extra if grid else ())
+
+
+BlockSpec.to_block_mapping = _to_block_mapping
+
+
 def kernel_ref_aval(m: BlockMapping) -> jc.AbstractRef:
-    return jc.AbstractRef(jc.ShapedArray(m.block_shape, m.dtype), memory_space=m.memory_space)
+    # Without a memory space the Ref is in the backend's default one (printed
+    # Ref<default>{...}, as JAX prints it).
+    space = m.memory_space if m.memory_space is not None else MemorySpace.DEFAULT
+    return jc.AbstractRef(jc.ShapedArray(m.block_shape, m.dtype), memory_space=space)
 
 
 # --- the kernel body ----------------------------------------------------------------
 
 def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, arg_builder
                       ) -> jc.Jaxpr:
-    """Traces ``kernel`` over Refs; ``arg_builder(refs) -> (args, kwargs)``."""
+    """Traces ``kernel`` over Refs; ``arg_builder(refs) -> (args, kwargs)``.
+
+    ``grid`` entries that are None are dynamic: their sizes become int32
+    invars after the program ids (what ``pl.num_programs`` returns)."""
     num_grid = len(grid)
+    dynamic = [a for a, g in enumerate(grid) if g is None]
+    num_index = num_grid + len(dynamic)
 
     def body(*flat):
-        idx, refs = flat[:num_grid], flat[num_grid:]
+        idx, refs = flat[:num_grid], flat[num_index:]
+        sizes = list(grid)
+        for a, v in zip(dynamic, flat[num_grid:num_index]):
+            sizes[a] = v
         args, kwargs = arg_builder(list(refs))
-        with grid_context(idx, grid, grid_names):
+        # Named axes are bound as in JAX: lax.axis_size(name) is the grid size
+        # and lax.axis_index(name) the program id (substituted below).
+        named = [(n, g) for n, g in zip(grid_names or (), grid) if g is not None]
+        with grid_context(idx, sizes, grid_names), jc.extend_axis_env(named), \
+                jc.mutable_array_checks(False):
             out = kernel(*args, **kwargs)
         if out is not None:
             raise ValueError(
-                f"The kernel function {name} should return None: kernels write their results "
+                f"The kernel function in the pallas_call {_fn_name(kernel)} at "
+                f"{source_of(kernel)} should return None: kernels write their results "
                 f"into the output Refs (o_ref[...] = value). It returned {type(out).__name__}: "
                 f"{jax.tree.map(lambda x: _type_str(x) if hasattr(x, 'dtype') else x, out)}.")
         return []
 
-    in_avals = [jc.ShapedArray((), jnp.int32)] * num_grid + list(ref_avals)
+    in_avals = [jc.ShapedArray((), jnp.int32)] * num_index + list(ref_avals)
     with static_slice_errors():
         jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
+    if grid_names and any(e.primitive.name == "axis_index" for e in _iter_eqns(jaxpr.jaxpr)):
+        def with_program_ids(*flat):
+            def index_of(axis):
+                if axis not in grid_names:
+                    raise ValueError(f"lax.axis_index({axis!r}) in kernel {name}: the grid has "
+                                     f"no axis named {axis!r}; its names are {grid_names}.")
+                return flat[grid_names.index(axis)]
+            return _eval_binding_axis_index(jaxpr.jaxpr, jaxpr.consts, flat, index_of, name)
+        jaxpr, _ = jc.trace_kernel_jaxpr(with_program_ids, in_avals, traced_for="pallas kernel")
     bad = [c for c in jaxpr.consts
            if np.size(c) > 1 and not isinstance(jax.typeof(c), jc.AbstractRef)]
     if bad:
@@ -232,6 +294,43 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
             f"{[_type_str(c) for c in bad]}. You should pass them as inputs "
             "(add them to the pallas_call arguments with a BlockSpec).")
     return jaxpr
+
+
+def _iter_eqns(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jc.sub_jaxprs(eqn):
+            yield from _iter_eqns(sub)
+
+
+def _eval_binding_axis_index(jaxpr, consts, args, index_of, kernel_name):
+    """Evaluates ``jaxpr`` (under tracing), replacing ``axis_index`` of a grid
+    axis by that axis's program id."""
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, jc.Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        vals = [read(x) for x in eqn.invars]
+        if eqn.primitive.name == "axis_index":
+            outs = [index_of(eqn.params["axis_name"])]
+        elif any(e.primitive.name == "axis_index" for sub in jc.sub_jaxprs(eqn)
+                 for e in _iter_eqns(sub)):
+            inner = eqn.params.get("jaxpr")
+            if eqn.primitive.name not in ("jit", "pjit", "closed_call") or inner is None:
+                raise NotImplementedError(
+                    f"Kernel {kernel_name}: lax.axis_index inside {eqn.primitive.name} is not "
+                    "supported; use pl.program_id(axis_name), which works anywhere.")
+            outs = _eval_binding_axis_index(inner.jaxpr, inner.consts, vals, index_of,
+                                            kernel_name)
+        else:
+            outs = eqn.primitive.bind(*vals, **eqn.primitive.get_bind_params(eqn.params))
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
 
 
 # --- pallas_call arguments -> KernelIR ---------------------------------------------
@@ -255,7 +354,9 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
                     compiler_params, cost_estimate, metadata, debug):
     """Returns ``(KernelIR, out_tree)``."""
     kname = name or _fn_name(kernel)
-    grid, grid_names = tuple(gs.grid), gs.grid_names
+    # Dynamic sizes (traced) are None in the IR; their values are operands.
+    grid = tuple(g if isinstance(g, int) else None for g in gs.grid)
+    grid_names = gs.grid_names
     num_grid, npf = len(grid), gs.num_scalar_prefetch
 
     flat_args, args_tree = jax.tree.flatten(tuple(args))
@@ -314,7 +415,8 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     ref_avals = [*prefetch_avals, *(kernel_ref_aval(m) for m in in_maps),
                  *(kernel_ref_aval(m) for m in out_maps), *scratch_avals]
     jaxpr = trace_kernel_body(kernel, kname, grid, grid_names, ref_avals, arg_builder)
-    ref_names = ([None] * num_grid + [f"scalar prefetch {k}" for k in range(n_pf)]
+    num_index = num_grid + sum(g is None for g in grid)     # program ids, dynamic sizes
+    ref_names = ([None] * num_index + [f"scalar prefetch {k}" for k in range(n_pf)]
                  + [f"the block Ref of {m.origin}" for m in (*in_maps, *out_maps)]
                  + [f"the Ref of scratch_shapes[{k}]" for k in range(len(scratch_avals))])
     jaxpr = check_ref_accesses(jaxpr, ref_names, debug_checks=enable_debug_checks.value)
@@ -324,7 +426,8 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
         in_mappings=in_maps, out_mappings=out_maps, scratch_avals=scratch_avals,
         num_scalar_prefetch=n_pf, input_output_aliases=alias_pairs,
         compiler_params=compiler_params, cost_estimate=cost_estimate,
-        metadata=tuple(sorted((metadata or {}).items())), debug=bool(debug))
+        metadata=tuple(sorted((metadata or {}).items())), debug=bool(debug),
+        function_name=_fn_name(kernel))
     return ir, out_tree
 
 
@@ -351,8 +454,8 @@ def validate_aliases(aliases, in_avals, in_paths, out_avals, out_paths):
         if a.shape != b.shape or a.dtype != b.dtype:
             raise ValueError(
                 f"input_output_aliases contains the mapping '{i}:{o}' referring to "
-                f"{in_paths[i]} with abstract value {_type_str(a)} and to {out_paths[o]} with a "
-                f"different abstract value {_type_str(b)}. Aliased buffers must match in shape "
-                "and dtype.")
+                f"input[{i}] with abstract value {a.str_short()} ({in_paths[i]}) and to "
+                f"output[{o}] with a different abstract value {b.str_short()} "
+                f"({out_paths[o]}). Aliased buffers must match in shape and dtype.")
         pairs.append((int(i), int(o)))
     return tuple(pairs)

@@ -36,26 +36,26 @@ def test_index_map_wrong_arity(x):
 
 
 def test_index_map_wrong_result_count(x):
-    with pytest.raises(ValueError, match=r"for outputs must return 1 values .* returned 2"):
+    with pytest.raises(ValueError, match=r"for outputs must return 1 values .*Currently returning 2 values"):
         call(x, grid=(4,), in_specs=[pl.BlockSpec((128,), lambda i: (i,))],
              out_specs=pl.BlockSpec((128,), lambda i: (i, 0)))
 
 
 def test_index_map_non_integer_result(x):
-    with pytest.raises(TypeError, match=r"must return integer scalars; output 0 has type f32"):
+    with pytest.raises((TypeError, ValueError), match=r"must return integer scalars. Output\[0\] has type float32"):
         call(x, grid=(4,), in_specs=[pl.BlockSpec((128,), lambda i: (i * 1.0,))],
              out_specs=pl.BlockSpec((128,), lambda i: (i,)))
 
 
 def test_index_map_non_scalar_result(x):
-    with pytest.raises(TypeError, match=r"must return integer scalars; output 0 has type i32\[2\]"):
+    with pytest.raises(ValueError, match=r"must return integer scalars. Output\[0\] has type int32\[2\]"):
         call(x, grid=(4,), in_specs=[pl.BlockSpec((128,), lambda i: (jnp.array([i, i]),))],
              out_specs=pl.BlockSpec((128,), lambda i: (i,)))
 
 
 def test_index_map_captures_array_constant(x):
     table = jnp.arange(4)
-    with pytest.raises(ValueError, match=r"must not capture array constants"):
+    with pytest.raises(ValueError, match=r"must not capture constants"):
         call(x, grid=(4,), in_specs=[pl.BlockSpec((128,), lambda i: (table[i],))],
              out_specs=pl.BlockSpec((128,), lambda i: (i,)))
 
@@ -74,7 +74,7 @@ def test_out_shape_not_shape_dtype_struct(x):
 
 
 def test_in_specs_tree_mismatch(x):
-    with pytest.raises(ValueError, match=r"pytree of `in_specs` does not match the pytree of `inputs`"):
+    with pytest.raises(ValueError, match=r"Pytree for `in_specs` and `inputs` do not match"):
         call(x, in_specs=[None, None])
 
 
@@ -91,14 +91,14 @@ def test_alias_index_out_of_range(x):
 
 
 def test_alias_shape_or_dtype_mismatch(x):
-    with pytest.raises(ValueError, match=r"args\[0\] with abstract value f32\[512\] and to outputs "
-                                         r"with a different abstract value i32\[512\]"):
+    with pytest.raises(ValueError, match=r"input\[0\] with abstract value float32\[512\] \(args\[0\]\) and to output\[0\] "
+                                         r"with a different abstract value int32\[512\]"):
         pl.pallas_call(lambda x_ref, o_ref: None, out_shape=jax.ShapeDtypeStruct((512,), jnp.int32),
                        input_output_aliases={0: 0})(x)
 
 
 def test_kernel_returns_a_value(x):
-    with pytest.raises(ValueError, match=r"should return None: kernels write their results"):
+    with pytest.raises(ValueError, match=r"The kernel function in the pallas_call .* at .*test_errors.py:\d+ should return None: kernels write their results"):
         pl.pallas_call(lambda x_ref, o_ref: x_ref[...],
                        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
@@ -110,7 +110,7 @@ def test_kernel_captures_array_constant(x):
                        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
 
-@pytest.mark.parametrize("grid", [(4.0,), ("4",), (jnp.int32(4),), ((1, 2),)])
+@pytest.mark.parametrize("grid", [(4.0,), ("4",), ((1, 2),)])
 def test_grid_not_ints(x, grid):
     with pytest.raises(TypeError, match=r"Grid must be a tuple of integers|named grid"):
         call(x, grid=grid)

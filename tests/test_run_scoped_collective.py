@@ -31,11 +31,15 @@ def test_collective_axes_travel_in_the_kernel_jaxpr():
             seen.extend(backend_api.scoped_allocation_of(e) for e in kernel.iter_equations()
                         if backend_api.scoped_allocation_of(e) is not None)
             raise backend_api.BackendCapabilityError("recorded")
+    from pallas_frontend import registry
     pl.register_backend(Recorder())
-    f = pl.pallas_call(_kernel(("wg",)), jax.ShapeDtypeStruct((128,), jnp.float32),
-                       backend="recorder_collective")
-    with pytest.raises(NotImplementedError, match="recorded"):
-        f(np.ones(128, np.float32))
+    try:
+        f = pl.pallas_call(_kernel(("wg",)), jax.ShapeDtypeStruct((128,), jnp.float32),
+                           backend="recorder_collective")
+        with pytest.raises(NotImplementedError, match="recorded"):
+            f(np.ones(128, np.float32))
+    finally:     # other tests list the registered backends
+        registry.unregister_backend("recorder_collective")
     (alloc,) = seen
     assert alloc.collective_axes == ("wg",) and alloc.memory_space is pl.MemorySpace.DEFAULT
 

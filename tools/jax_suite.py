@@ -127,7 +127,9 @@ def our_revision() -> str:
 def run_copy(directory: Path, name: str, timeout: float, target: str) -> dict[str, tuple[str, str]]:
     """Runs one test file; returns {test id: (outcome, first failure line)}."""
     report = directory / (name + ".xml")
-    env = dict(os.environ, PALLAS_JAX_SUITE_TARGET=target, PYTHONPATH=str(directory))
+    # The copy's own directory first (its shims), then whatever the caller set (a worktree).
+    pythonpath = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PALLAS_JAX_SUITE_TARGET=target, PYTHONPATH=pythonpath)
     env.setdefault("JAX_PLATFORMS", "cpu")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            f"--junitxml={report}", "-o", "junit_family=xunit1", name]
@@ -244,6 +246,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reuse-jax", action="store_true",
                     help="read JAX's side from the reports an earlier run left in --work "
                          "(its results do not depend on our code)")
+    ap.add_argument("--reuse-ours", nargs="*", default=[], metavar="FILE",
+                    help="files whose side of ours is read from an earlier run's report in --work")
     args = ap.parse_args(argv)
 
     import jax
@@ -259,9 +263,9 @@ def main(argv=None) -> int:
             for name in args.files:
                 jax_res[name] = parse_junit(directory / (name + ".xml"), name)
             continue
-        if directory.exists():
+        if directory.exists() and not args.reuse_ours:
             shutil.rmtree(directory)
-        directory.mkdir(parents=True)
+        directory.mkdir(parents=True, exist_ok=True)
         for shim in SHIMS.glob("*.py"):
             shutil.copy(shim, directory / shim.name)
         for name in args.files:
@@ -270,6 +274,9 @@ def main(argv=None) -> int:
         if args.only and args.only != side:
             continue
         for name in args.files:
+            if side == "ours" and name in args.reuse_ours:
+                our_res[name] = parse_junit(directory / (name + ".xml"), name)
+                continue
             print(f"[{side}] {name} ...", flush=True)
             res = run_copy(directory, name, args.timeout, side)
             (jax_res if side == "jax" else our_res)[name] = res

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pallas_frontend import backend_api
-from pallas_frontend.interpreter import vectorized
+from pallas_frontend.interpreter import dynamic_grid, vectorized
 
 
 class InterpreterBackend(backend_api.Backend):
@@ -15,7 +15,7 @@ class InterpreterBackend(backend_api.Backend):
     capabilities = frozenset({
         "grid", "blocked", "element", "squeezed", "bounded_slice", "scratch", "aliasing",
         "run_scoped", "debug_print", "debug_check", "semaphores", "float64", "loops",
-        "vmap", "jvp",
+        "vmap", "jvp", "dynamic_grid",
     })
 
     def __init__(self):
@@ -27,6 +27,9 @@ class InterpreterBackend(backend_api.Backend):
         return backend_api.interpretable(prim)
 
     def lower(self, kernel, ctx, *args):
+        if kernel.dynamic_grid_axes:
+            n = len(kernel.dynamic_grid_axes)
+            return ctx.lower_fun(lambda *xs: dynamic_grid.run(kernel, xs[:n], *xs[n:]), *args)
         plan = vectorized.make_plan(kernel)
         return ctx.lower_fun(lambda *xs: vectorized.run(plan, *xs), *args)
 

@@ -159,9 +159,21 @@ def _unbatchable(plan: VectorizedPlan) -> str:
     args = _abstract_args(plan)
     try:
         jax.eval_shape(fn, *args)
+        # A lowering that traces Python may still refuse the batched operands
+        # (threefry2x32 with (1, 1) keys and batched counts): lower it here,
+        # apart, so that the kernel falls back to the sequential loop.
+        if any(jc.lowering_traces_python(e.primitive) for e in _iter_eqns(plan.base.body)):
+            jax.jit(fn).trace(*args).lower()
     except Exception as e:  # noqa: BLE001 - any failure means: run sequentially
         return f"{type(e).__name__}: {e}"[:200] or kernel.name
     return ""
+
+
+def _iter_eqns(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jc.sub_jaxprs(eqn):
+            yield from _iter_eqns(sub)
 
 
 def _abstract_args(plan: VectorizedPlan):

@@ -155,11 +155,25 @@ def jvp(rng, **call):
     return (lambda a, b: jax.jvp(f, (a,), (b,))[1]), [x, t], 2 * x64 * t64
 
 
+def dynamic_grid(rng, **call):
+    """The grid's size is an operand: ``n`` blocks, counted from the data."""
+    def f(x, flags):
+        n = jnp.sum(flags).astype(jnp.int32)
+        spec = pl.BlockSpec((B,), lambda i: (i,))
+        return pl.pallas_call(_double, F32, grid=(n,), in_specs=[spec], out_specs=spec,
+                              **call)(x)
+    x = _x(rng)
+    # every block active, so every element is written and checked
+    flags = np.ones(N // B, np.int32)
+    return f, [x, flags], 2.0 * x.astype(np.float64)
+
+
 CAPABILITY_KERNELS = {
     "grid": grid, "blocked": blocked, "element": element, "squeezed": squeezed,
     "bounded_slice": bounded_slice, "scratch": scratch, "aliasing": aliasing,
     "run_scoped": run_scoped, "debug_print": debug_print, "debug_check": debug_check,
     "semaphores": semaphores, "float64": float64, "loops": loops, "vmap": vmap, "jvp": jvp,
+    "dynamic_grid": dynamic_grid,
 }
 
 

@@ -1,10 +1,5 @@
-import os
-
-# two CPU devices for the shard_map test; set before JAX starts its CPU client
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
 
 def pytest_configure(config):

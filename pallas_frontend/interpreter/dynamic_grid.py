@@ -1,0 +1,165 @@
+"""Running a kernel whose grid size is known only at run time.
+
+With a dynamic grid (``grid=(n,)``, ``n`` traced) the index maps cannot be
+evaluated at trace time, so this path evaluates them at each grid point, in
+row-major order, inside a loop whose trip count is the product of the sizes.
+The semantics are those of ``execute.run_sequential``: blocks overhanging the
+array read padding and write back only their in-bounds part; output blocks,
+scratch and aliased outputs carry across points. A block index outside the
+array is reported when the kernel runs (the check cannot happen earlier); the
+run then fails instead of returning data.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from pallas_frontend import _jax_compat as jc
+from pallas_frontend import primitives
+from pallas_frontend.backend_api import BlockMapping, KernelIR
+from pallas_frontend.block_indices import BlockIndexError
+from pallas_frontend.interpreter.execute import padding_value, varying_like
+from pallas_frontend.specs import Blocked, BoundedSlice, Element, Squeezed
+
+
+def _pads(m: BlockMapping):
+    """(low, high) padding per dim: room for any in-range block to overhang."""
+    low, high = [], []
+    for dim in m.block_dims:
+        lo = dim.padding[0] if isinstance(dim, Element) else 0
+        hi = dim.padding[1] if isinstance(dim, Element) else 0
+        low.append(lo)
+        high.append(hi + dim.block_size)
+    return low, high
+
+
+def _pad(x, m: BlockMapping):
+    low, high = _pads(m)
+    return lax.pad(x, padding_value(x.dtype), [(lo, hi, 0) for lo, hi in zip(low, high)])
+
+
+def _unpad(x, m: BlockMapping):
+    low, _ = _pads(m)
+    return x[tuple(slice(lo, lo + n) for lo, n in zip(low, m.array_shape))]
+
+
+def _starts(m: BlockMapping, idx):
+    """Element starts (padded coordinates), valid sizes and an in-range flag."""
+    outs = iter(jc.eval_jaxpr(m.index_map, *idx))
+    starts, sizes, ok = [], [], jnp.bool_(True)
+    for d, dim in enumerate(m.block_dims):
+        v = jnp.asarray(next(outs), jnp.int32)
+        extent = m.array_shape[d]
+        size = jnp.int32(dim.block_size)
+        if isinstance(dim, Blocked):
+            v = v * dim.block_size
+        elif isinstance(dim, Element):
+            extent += dim.padding[0] + dim.padding[1]
+        elif isinstance(dim, BoundedSlice):
+            size = jnp.asarray(next(outs), jnp.int32)
+            ok &= (size >= 0) & (size <= dim.block_size)
+        if extent > 0:
+            ok &= (v >= 0) & (v < extent)
+        starts.append(v)
+        sizes.append(size)
+    return starts, sizes, ok
+
+
+def _read(buf, m: BlockMapping, starts):
+    block = lax.dynamic_slice(buf, starts, [d.block_size for d in m.block_dims])
+    squeezed = tuple(i for i, d in enumerate(m.block_dims) if isinstance(d, Squeezed))
+    return lax.squeeze(block, squeezed) if squeezed else block
+
+
+def _write(buf, m: BlockMapping, starts, sizes, block):
+    squeezed = tuple(i for i, d in enumerate(m.block_dims) if isinstance(d, Squeezed))
+    if squeezed:
+        block = lax.expand_dims(block, squeezed)
+    bounded = [i for i, d in enumerate(m.block_dims) if isinstance(d, BoundedSlice)]
+    if bounded:
+        old = lax.dynamic_slice(buf, starts, block.shape)
+        keep = jnp.ones(block.shape, bool)
+        for ax in bounded:
+            keep &= lax.broadcasted_iota(jnp.int32, block.shape, ax) < sizes[ax]
+        block = jnp.where(keep, block, old)
+    return lax.dynamic_update_slice(buf, block, starts)
+
+
+def _raise_out_of_range(bad, point, kernel_name, origins):
+    bad = np.asarray(bad)
+    if bad.any():
+        k = int(np.argmax(bad))
+        # recorded, so that pallas_call re-raises it with its own type
+        primitives._fail(BlockIndexError(
+            f"Kernel '{kernel_name}' (dynamic grid): the index_map of {origins[k]} selected a "
+            f"block outside the array at grid point {tuple(int(c) for c in np.asarray(point))}"
+            ". Keep block indices within the array for every point of the grid."))
+
+
+def run(kernel: KernelIR, dyn_sizes, *operands):
+    """``dyn_sizes`` are the run-time sizes of ``kernel.dynamic_grid_axes``."""
+    if kernel.num_scalar_prefetch:
+        raise NotImplementedError(
+            "The frontend interpreter does not run scalar-prefetch kernels; use a backend "
+            "that provides them (e.g. interpret=pallas_tpu.InterpretParams()).")
+    n_in, n_out = len(kernel.in_mappings), len(kernel.out_mappings)
+    n_grid = len(kernel.grid)
+    dyn = iter(jnp.asarray(s, jnp.int32) for s in dyn_sizes)
+    sizes = [jnp.int32(g) if g is not None else next(dyn) for g in kernel.grid]
+    dyn_values = [sizes[a] for a in kernel.dynamic_grid_axes]
+    total = jnp.int32(1)
+    for s in sizes:
+        total = total * jnp.maximum(s, 0)
+
+    n_refs = len(kernel.jaxpr.invars) - kernel.num_index_operands
+    body = jc.discharge_state(
+        kernel.jaxpr, should_discharge=[False] * kernel.num_index_operands + [True] * n_refs,
+        strip_memory_space=True)
+    inputs = operands
+    padded_in = [_pad(x, m) for x, m in zip(inputs, kernel.in_mappings)]
+    aliased = {o: i for i, o in kernel.input_output_aliases}
+    outs = []
+    for k, m in enumerate(kernel.out_mappings):
+        base = inputs[aliased[k]] if k in aliased else jnp.full(
+            m.array_shape, padding_value(m.dtype), m.dtype)
+        outs.append(varying_like(_pad(base, m), inputs))
+    scratch = [varying_like(jnp.full(a.inner_aval.shape, padding_value(a.inner_aval.dtype),
+                                     a.inner_aval.dtype), inputs)
+               for a in kernel.scratch_avals]
+    origins = [m.origin for m in kernel.mappings]
+
+    def coords_of(p):
+        idx, rest = [], p
+        for a in reversed(range(n_grid)):
+            idx.append(lax.rem(rest, jnp.maximum(sizes[a], 1)))
+            rest = lax.div(rest, jnp.maximum(sizes[a], 1))
+        return idx[::-1]
+
+    def step(p, carry):
+        outs, scratch, bad = carry
+        idx = coords_of(p)
+        places = [_starts(m, idx) for m in kernel.mappings]
+        oks = jnp.stack([ok for _, _, ok in places]) if places else jnp.ones((0,), bool)
+        ok_so_far, point = bad
+        fresh = jnp.all(ok_so_far) & ~jnp.all(oks)     # the first failing point
+        bad = (jnp.where(fresh, oks, ok_so_far),
+               jnp.where(fresh, jnp.stack(idx), point) if idx else point)
+        in_blocks = [_read(x, m, st) for x, m, (st, _, _) in
+                     zip(padded_in, kernel.in_mappings, places)]
+        out_blocks = [_read(x, m, st) for x, m, (st, _, _) in
+                      zip(outs, kernel.out_mappings, places[n_in:])]
+        new = jc.eval_jaxpr(body, *idx, *dyn_values, *in_blocks, *out_blocks, *scratch)
+        outs = [_write(buf, m, st, sz, blk) for buf, m, (st, sz, _), blk in
+                zip(outs, kernel.out_mappings, places[n_in:], new[n_in:n_in + n_out])]
+        return outs, list(new[n_in + n_out:]), bad
+
+    no_bad = (jnp.ones((len(origins),), bool), jnp.zeros((n_grid,), jnp.int32))
+    outs, _, (ok, point) = lax.fori_loop(0, total, step, (outs, scratch, no_bad))
+    jax.debug.callback(functools.partial(_raise_out_of_range, kernel_name=kernel.name,
+                                         origins=origins), ~ok, point)
+    return [_unpad(o, m) for o, m in zip(outs, kernel.out_mappings)]

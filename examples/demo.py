@@ -3,14 +3,20 @@
 Run: python examples/demo.py
 """
 
-import functools
-import time
+import sys
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+if sys.version_info < (3, 12):   # before importing jax: one line, not an ImportError
+    sys.exit("pallas-frontend needs Python >= 3.12 (JAX 0.12); this is Python %s. "
+             "Install Python 3.12+ and rerun." % sys.version.split()[0])
 
-import pallas_frontend as pl
+import functools  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import pallas_frontend as pl  # noqa: E402
 
 
 # --- vector add: the seed's example, with block *indices* in the index_map ----

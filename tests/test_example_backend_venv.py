@@ -3,12 +3,15 @@ NEW virtual environment from their own directories; the backend must then be
 discovered, listed by `pallas backends`, selected by its compiler params, and
 pass its own tests and the conformance suite there.
 
-Dependencies come from the package index (a local cache or mirror makes it
-fast); the two local projects are installed with --no-deps.
+Dependencies come from the package index; the two local projects are
+installed with --no-deps. With uv on PATH (tox installs it) the venv is made
+by uv from its shared cache in seconds; pip re-unpacking jax and jaxlib into
+a fresh venv was most of this suite's time inside tox.
 """
 
 import importlib.metadata as md
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,11 +31,16 @@ def _run(args, **kw):
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     root = tmp_path_factory.mktemp("example-venv")
-    _run([sys.executable, "-m", "venv", str(root / "venv")])
     bindir = root / "venv" / ("Scripts" if os.name == "nt" else "bin")
     py = bindir / "python"
+    uv = shutil.which("uv")
+    if uv:
+        _run([uv, "venv", "-q", "--python", sys.executable, str(root / "venv")])
+        pip = [uv, "pip", "install", "-q", "--python", str(py)]
+    else:
+        _run([sys.executable, "-m", "venv", str(root / "venv")])
+        pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     pins = [f"{d}=={md.version(d)}" for d in ("jax", "jaxlib", "numpy", "pluggy", "pytest")]
-    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     _run(pip + pins)
     _run(pip + ["--no-deps", str(REPO), str(EXAMPLE)])
     env = {k: v for k, v in os.environ.items()

@@ -1,7 +1,8 @@
 """pytest plugin of the conformance suite, loaded in every pytest run (pytest11).
 
 It is a no-op unless a backend is named: ``--pallas-backend NAME`` or env
-``PALLAS_FRONTEND_TEST_BACKEND``. Then it
+``PALLAS_FRONTEND_TEST_BACKEND``. Then it:
+
 - skips tests whose ``@pytest.mark.requires(*tags)`` the backend lacks,
 - skips tests matched by the backend's ``conformance_unsupported`` manifest,
 - marks tests matched by its ``conformance_xfail`` manifest as strict xfail

@@ -53,7 +53,10 @@ class ExampleBackend(backend_api.Backend):
     priority = 10
     compiler_params_type = CompilerParams
     pip_extra = "example"
-    capabilities = frozenset({"grid", "blocked", "scratch", "aliasing", "vmap", "jvp"})
+    # It lowers through the reference interpreter, so it has what that has; vmap's
+    # batched kernels use a squeezed leading dim, so "vmap" needs "squeezed".
+    capabilities = frozenset({"grid", "blocked", "squeezed", "scratch", "aliasing", "vmap",
+                              "jvp", "float64"})
     # Manifests read by pallas_frontend.testing (see docs/backend-authors.md).
     # Nothing to declare: it passes the whole suite. A real backend lists
     # e.g. {"test_jvp_*": "no jvp lowering yet (issue #12)"}.

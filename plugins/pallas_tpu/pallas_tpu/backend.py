@@ -18,7 +18,7 @@ class TpuBackend(Backend):
     name = "tpu"
     distribution = "pallas-tpu"
     version = __version__
-    api_version = (1, 2)      # needs Backend.forced_interpret_params
+    api_version = (1, 5)      # needs dynamic grids (KernelIR.dynamic_grid_axes)
     platforms = ("tpu",)
     priority = 10
     compiler_params_type = CompilerParams
@@ -31,7 +31,7 @@ class TpuBackend(Backend):
     capabilities = frozenset({
         "grid", "blocked", "squeezed", "scratch", "aliasing", "run_scoped", "scalar_prefetch",
         "semaphores", "dma", "remote_dma", "multi_device", "pipeline", "prng", "debug_print",
-        "debug_check", "loops", "vmap", "jvp", "interpret_mode",
+        "debug_check", "loops", "vmap", "jvp", "interpret_mode", "dynamic_grid",
     })
     conformance_unsupported = manifest.UNSUPPORTED
     conformance_xfail = manifest.XFAIL

@@ -4,7 +4,9 @@ Everything is derived from the KernelIR: BlockSpecs from the BlockMappings
 (index maps evaluate their jaxprs), scratch types from the scratch avals,
 ``pltpu.CompilerParams`` from ours, and the kernel body replays the kernel
 jaxpr (``evaluate.py``) with program ids from ``pl.program_id``. Grid axes
-added by the frontend's ``vmap`` are ordinary grid axes here.
+added by the frontend's ``vmap`` are ordinary grid axes here. A dynamic grid
+axis (``KernelIR.grid[a] is None``) gets its traced size, the call's leading
+operand, as JAX's grid dim; the kernel reads it back with ``pl.num_programs``.
 """
 
 from __future__ import annotations
@@ -78,9 +80,12 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool):
     """``prng_state``: the last Ref is the hidden PRNG state of interpret mode."""
     from jax.experimental import pallas as pl
     jaxpr, n_grid = kernel.jaxpr, len(kernel.grid)
+    dynamic_axes = kernel.dynamic_grid_axes
 
     def body(*refs):
+        # the kernel jaxpr takes program ids, then the dynamic axes' sizes
         ids = [pl.program_id(a) for a in range(n_grid)]
+        ids += [pl.num_programs(a) for a in dynamic_axes]
         if not interpreting:
             evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs)
             return
@@ -127,8 +132,13 @@ def _simulated_cores(kernel: KernelIR, params, jax_interpret):
     if not sem or not any(str(getattr(d, "value", d)) == "core_parallel" for d in sem):
         return params, jax_interpret
     cores = 1
-    for d, size in zip(sem, kernel.grid):
+    for a, (d, size) in enumerate(zip(sem, kernel.grid)):
         if str(getattr(d, "value", d)) == "core_parallel":
+            if size is None:
+                raise ValueError(
+                    f"Kernel '{kernel.name}': grid axis {a} is \"core_parallel\" but its size is "
+                    "known only at run time; interpret mode needs a static number of cores. "
+                    "Give that axis a Python int size.")
             cores *= size
     sem = tuple("parallel" if str(getattr(d, "value", d)) == "core_parallel" else d for d in sem)
     params = dataclasses.replace(params, dimension_semantics=sem)
@@ -137,7 +147,8 @@ def _simulated_cores(kernel: KernelIR, params, jax_interpret):
 
 
 def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: InterpretParams | None):
-    """The JAX pallas_call equivalent to ``kernel``; call it on the flat operands."""
+    """The JAX pallas_call equivalent to ``kernel``; call it on the flat operands
+    (for a dynamic grid, its sizes first, as ``pallas_call_p`` has them)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
     in_specs = [block_spec(m) for m in kernel.in_mappings]
@@ -150,28 +161,47 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
     jax_interpret = False
     if interpret is not None:
         params, jax_interpret = _simulated_cores(kernel, params, interpret.to_jax())
-    grid = tuple(kernel.grid)
-    if kernel.grid_names:   # lax.axis_index(name) in the body reads them
-        grid = tuple(zip(kernel.grid_names, grid))
-    grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=kernel.num_scalar_prefetch, grid=grid,
-        in_specs=in_specs, out_specs=out_specs, scratch_shapes=scratch)
-    cost = None
-    if kernel.cost_estimate is not None:
-        c = kernel.cost_estimate
-        cost = pl.CostEstimate(flops=c.flops, transcendentals=c.transcendentals,
-                               bytes_accessed=c.bytes_accessed)
-    # Our interpret choice was made above: JAX's forced mode (which our
-    # force_tpu_interpret_mode also sets, for jit's cache key) must not override it.
-    with pltpu.force_tpu_interpret_mode(None):
-        call = pl.pallas_call(
-            _kernel_body(kernel, interpret is not None, prng_state),
-            out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
-            input_output_aliases=dict(kernel.input_output_aliases),
-            compiler_params=params, cost_estimate=cost, interpret=jax_interpret,
-            name=kernel.name, metadata=dict(kernel.metadata) or None)
+    n_dynamic = len(kernel.dynamic_grid_axes)
+
+    def call_with_grid(sizes):
+        grid = _grid_with_sizes(kernel.grid, sizes)
+        if kernel.grid_names:   # lax.axis_index(name) in the body reads them
+            grid = tuple(zip(kernel.grid_names, grid))
+        grid_spec = pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=kernel.num_scalar_prefetch, grid=grid,
+            in_specs=in_specs, out_specs=out_specs, scratch_shapes=scratch)
+        # Our interpret choice was made above: JAX's forced mode (which our
+        # force_tpu_interpret_mode also sets, for jit's cache key) must not override it.
+        with pltpu.force_tpu_interpret_mode(None):
+            return pl.pallas_call(
+                _kernel_body(kernel, interpret is not None, prng_state),
+                out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
+                input_output_aliases=dict(kernel.input_output_aliases),
+                compiler_params=params, cost_estimate=_cost_estimate(kernel), interpret=jax_interpret,
+                name=kernel.name, metadata=dict(kernel.metadata) or None)
+
+    if not n_dynamic:
+        call = call_with_grid(())
 
     def run(*args):
+        # JAX takes a dynamic grid dim as a traced scalar: the call is built here,
+        # inside the lowering's trace, where the sizes are.
+        this_call = call_with_grid(args[:n_dynamic]) if n_dynamic else call
         with pltpu.force_tpu_interpret_mode(None):
-            return list(call(*args))
+            return list(this_call(*args[n_dynamic:]))
     return run
+
+
+def _grid_with_sizes(grid, sizes):
+    """``grid`` with its ``None`` entries (dynamic axes) replaced, in order, by ``sizes``."""
+    sizes = iter(sizes)
+    return tuple(next(sizes) if g is None else g for g in grid)
+
+
+def _cost_estimate(kernel: KernelIR):
+    from jax.experimental import pallas as pl
+    c = kernel.cost_estimate
+    if c is None:
+        return None
+    return pl.CostEstimate(flops=c.flops, transcendentals=c.transcendentals,
+                           bytes_accessed=c.bytes_accessed)

@@ -150,3 +150,24 @@ def test_dynamic_arbitrary_dimension_runs_to_the_traced_size():
 
     size = int(np.random.default_rng().integers(2, 9))
     np.testing.assert_array_equal(np.asarray(call(jnp.int32(size))), np.full((8, 128), size))
+
+
+def test_dynamic_core_parallel_dimension_is_refused_naming_the_axis():
+    """Interpret mode runs a "core_parallel" axis as that many simulated cores,
+    which it must know before running: refused, naming the axis and the fix."""
+    def kernel(o_ref):
+        o_ref[...] = jnp.ones_like(o_ref)
+
+    @jax.jit
+    def call(dim_size):
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            grid=(dim_size,),
+            out_specs=pl.BlockSpec((8, 128), lambda _: (0, 0)),
+            interpret=pltpu.InterpretParams(),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("core_parallel",)),
+        )()
+
+    with pytest.raises(ValueError, match=r"grid axis 0 is \"core_parallel\".*Python int size"):
+        call(jnp.int32(2))

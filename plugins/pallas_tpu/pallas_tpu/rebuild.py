@@ -177,7 +177,8 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
                 _kernel_body(kernel, interpret is not None, prng_state),
                 out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
                 input_output_aliases=dict(kernel.input_output_aliases),
-                compiler_params=params, cost_estimate=_cost_estimate(kernel), interpret=jax_interpret,
+                compiler_params=params, cost_estimate=_cost_estimate(kernel),
+                interpret=jax_interpret,
                 name=kernel.name, metadata=dict(kernel.metadata) or None)
 
     if not n_dynamic:

@@ -18,7 +18,7 @@ class TpuBackend(Backend):
     name = "tpu"
     distribution = "pallas-tpu"
     version = __version__
-    api_version = (1, 2)      # needs Backend.forced_interpret_params
+    api_version = (1, 6)      # needs backend_api.replay_equations (1.2: forced_interpret_params)
     platforms = ("tpu",)
     priority = 10
     compiler_params_type = CompilerParams

@@ -30,6 +30,7 @@ ShapedArray = core.ShapedArray
 Jaxpr = core.Jaxpr
 Primitive = core.Primitive
 Literal = core.Literal
+DropVar = core.DropVar
 Var = core.Var
 Slice = state_indexing.Slice
 NDIndexer = state_indexing.NDIndexer

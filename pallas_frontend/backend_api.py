@@ -24,8 +24,8 @@ from pallas_frontend.specs import BlockDim, Blocked, BoundedSlice, Buffered, Ele
 # kernel_body_fn, block_window, scratch_structs, CAPABILITY_TAGS; 1.4: ScopedAllocation
 # (run_scoped collective_axes), capability collective_run_scoped; 1.5: dynamic grids
 # (KernelIR.grid entries None, dynamic_grid_axes, num_index_operands, tag "dynamic_grid"),
-# gathered_ref_accesses, KernelIR.function_name / name_and_src_info
-API_VERSION: tuple[int, int] = (1, 5)
+# gathered_ref_accesses, KernelIR.function_name / name_and_src_info; 1.6: replay_equations
+API_VERSION: tuple[int, int] = (1, 6)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 
@@ -202,6 +202,45 @@ def scoped_allocation_of(eqn) -> ScopedAllocation | None:
 
 FRONTEND_OWNER = "pallas_frontend"
 _primitive_owners: dict[jc.Primitive, str] = {}
+
+
+def replay_equations(jaxpr, env: dict, rule: Callable, *, start: int = 0,
+                     open_scope: Callable | None = None) -> list:
+    """Evaluates ``jaxpr.eqns[start:]`` one equation at a time and returns the
+    values of ``jaxpr.outvars``: the loop a backend that re-emits a kernel
+    jaxpr in another Pallas dialect needs, with what it does per equation left
+    to it. (API 1.6)
+
+    ``env`` maps the variables already bound (the caller binds constvars and
+    invars) to values and receives every result. ``rule(eqn, invals)`` returns
+    the equation's results as ``eqn.primitive.bind`` would (a list when the
+    primitive has multiple results). Results bound to a ``DropVar`` are not
+    kept. A scoped allocation (``empty_ref``) hands over the rest of the body:
+    the result of ``open_scope(jaxpr, k, env)`` (``k`` its equation index; it
+    typically binds the buffer and calls back with ``start=k + 1``) is
+    returned; the matching ``free_ref`` equations are skipped."""
+    def read(atom):
+        return atom.val if isinstance(atom, jc.Literal) else env[atom]
+
+    eqns = jaxpr.eqns
+    for k in range(start, len(eqns)):
+        eqn = eqns[k]
+        name = eqn.primitive.name
+        if name == "free_ref":
+            continue
+        if name == "empty_ref":
+            if open_scope is None:
+                raise NotImplementedError(
+                    "replay_equations met a scoped allocation (empty_ref) but no open_scope "
+                    "was given: pass open_scope to lower pl.run_scoped.")
+            return open_scope(jaxpr, k, env)
+        outs = rule(eqn, [read(a) for a in eqn.invars])
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for v, x in zip(eqn.outvars, outs):
+            if not isinstance(v, jc.DropVar):
+                env[v] = x
+    return [read(a) for a in jaxpr.outvars]
 
 
 def kernel_primitive(name: str, *, owner: str, multiple_results: bool = False) -> jc.Primitive:
@@ -593,6 +632,7 @@ __all__ = [
     "check_dtypes", "check_primitive_owners", "def_pure_primitive", "gathered_ref_accesses",
     "hookimpl", "hookspec",
     "interpretable", "kernel_body_fn", "kernel_primitive", "parallel_grid_axes",
-    "primitive_owner", "ref_effects", "register_interpret_rule", "required_capabilities",
+    "primitive_owner", "ref_effects", "register_interpret_rule", "replay_equations",
+    "required_capabilities",
     "scratch_structs", "trace_body",
 ]

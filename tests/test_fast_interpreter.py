@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import pallas_frontend as pl
-from fast_interp_helpers import kernel_ir, run_both
+from fast_interp_helpers import carried_cumsum_kernel, kernel_ir, run_both
 from pallas_frontend import grid_analysis
 from pallas_frontend.interpreter import vectorized
 
@@ -64,15 +64,9 @@ def test_matmul_with_ragged_edges():
 
 
 def _cumsum_call(n, block, *, dims=None):
-    def kernel(x_ref, o_ref, total_ref):
-        @pl.when(pl.program_id(0) == 0)
-        def _():
-            total_ref[...] = jnp.zeros_like(total_ref)
-        c = jnp.cumsum(x_ref[...]) + total_ref[0]
-        o_ref[...] = c
-        total_ref[...] = jnp.full_like(total_ref, c[-1])
     params = _Params(dimension_semantics=dims) if dims else None
-    return pl.pallas_call(kernel, jax.ShapeDtypeStruct((n,), jnp.float32), grid=(n // block,),
+    return pl.pallas_call(carried_cumsum_kernel, jax.ShapeDtypeStruct((n,), jnp.float32),
+                          grid=(n // block,),
                           in_specs=[pl.BlockSpec((block,), lambda i: (i,))],
                           out_specs=pl.BlockSpec((block,), lambda i: (i,)),
                           scratch_shapes=[pl.ANY((1,), jnp.float32)], compiler_params=params)

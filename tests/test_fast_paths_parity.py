@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import pallas_frontend as pl
+from fast_interp_helpers import carried_cumsum_kernel
 from pallas_frontend.interpreter import accumulate, vectorized
 
 
@@ -105,15 +106,7 @@ def test_accumulator_that_reads_itself_keeps_the_sequential_loop(rng, contractio
 def test_peeled_cumsum_with_carry_matches_numpy(rng, steps):
     b = 32
     x = rng.standard_normal(steps * b).astype(np.float32)
-
-    def kernel(x_ref, o_ref, total_ref):
-        @pl.when(pl.program_id(0) == 0)
-        def _():
-            total_ref[...] = jnp.zeros_like(total_ref)
-        c = jnp.cumsum(x_ref[...]) + total_ref[0]
-        o_ref[...] = c
-        total_ref[...] = c[-1:]
-    f = pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((steps * b,), jnp.float32),
+    f = pl.pallas_call(carried_cumsum_kernel, out_shape=(jax.ShapeDtypeStruct((steps * b,), jnp.float32),
                                           jax.ShapeDtypeStruct((1,), jnp.float32)),
                        grid=(steps,), in_specs=[pl.BlockSpec((b,), lambda i: (i,))],
                        out_specs=(pl.BlockSpec((b,), lambda i: (i,)),

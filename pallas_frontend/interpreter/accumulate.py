@@ -22,6 +22,7 @@ from jax import lax
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.interpreter.batched_blocks import batched_access
+from pallas_frontend.interpreter.equation_eval import bind_read, eval_equations, live_equations
 from pallas_frontend.interpreter import specialize
 from pallas_frontend.interpreter.specialize import body_for_steps
 
@@ -66,34 +67,10 @@ def _tainted_by(jaxpr, source):
     return tainted
 
 
-def _live(jaxpr, wanted, deps=lambda eqn: eqn.invars) -> set[int]:
-    """ids of the equations ``wanted`` needs (``deps(eqn)``: what an equation reads)."""
-    need = {id(v) for v in wanted if not isinstance(v, jc.Literal)}
-    live = set()
-    for eqn in reversed(jaxpr.eqns):
-        if any(id(v) in need for v in eqn.outvars):
-            live.add(id(eqn))
-            need.update(id(x) for x in deps(eqn) if not isinstance(x, jc.Literal))
-    return live
-
-
 def _eval_vars(jaxpr, consts, args, wanted):
     """The values of ``wanted``, evaluating only the equations they need."""
-    env = {}
-
-    def read(a):
-        return a.val if isinstance(a, jc.Literal) else env[a]
-
-    for v, c in zip(jaxpr.constvars, consts):
-        env[v] = c
-    for v, a in zip(jaxpr.invars, args):
-        env[v] = a
-    live = _live(jaxpr, wanted)
-    for eqn in jaxpr.eqns:
-        if id(eqn) in live:
-            for v, o in zip(eqn.outvars, jc.bind_equation(eqn, [read(x) for x in eqn.invars])):
-                env[v] = o
-    return [read(v) for v in wanted]
+    return eval_equations(jaxpr, consts, args, bind_read, wanted=wanted,
+                          live=live_equations(jaxpr, wanted))
 
 
 def initial_parts(plan, in_blocks, held, terms):
@@ -246,25 +223,12 @@ class _ContractedSums:
         return plan[0].invars if plan else eqn.invars
 
     def __call__(self, consts, args):
-        env = {}
-
-        def read(a):
-            return a.val if isinstance(a, jc.Literal) else env[a]
-
-        for v, c in zip(self.jaxpr.constvars, consts):
-            env[v] = c
-        for v, a in zip(self.jaxpr.invars, args):
-            env[v] = a
-        live = _live(self.jaxpr, self.jaxpr.outvars, self._deps)
-        for eqn in self.jaxpr.eqns:
-            if id(eqn) not in live:
-                continue
+        def rule(eqn, read):
             plan = self.plans.get(id(eqn))
-            outs = [_contracted(eqn, plan, read)] if plan else \
-                jc.bind_equation(eqn, [read(x) for x in eqn.invars])
-            for v, o in zip(eqn.outvars, outs):
-                env[v] = o
-        return [read(v) for v in self.jaxpr.outvars]
+            return [_contracted(eqn, plan, read)] if plan else bind_read(eqn, read)
+
+        live = live_equations(self.jaxpr, self.jaxpr.outvars, self._deps)
+        return eval_equations(self.jaxpr, consts, args, rule, live=live)
 
 
 def _contraction_plan(eqn, producer):

@@ -16,6 +16,7 @@ the batched evaluation.
 from __future__ import annotations
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend.interpreter.equation_eval import eval_equations
 
 _ELEMENTWISE = frozenset("""
     add sub mul div rem max min neg abs sign exp exp2 log log1p expm1 sqrt rsqrt cbrt pow
@@ -139,26 +140,14 @@ def evaluate_merged(body, args, total_rows: int, rows: int):
 
 
 def _eval(jaxpr, consts, args, total, rows):
-    env = {}
-
-    def read(a):
-        return a.val if isinstance(a, jc.Literal) else env[a]
-
-    for v, c in zip(jaxpr.constvars, consts):
-        env[v] = c
-    for v, a in zip(jaxpr.invars, args):
-        env[v] = a
-    for eqn in jaxpr.eqns:
+    def rule(eqn, read):
         vals = [read(x) for x in eqn.invars]
-        name = eqn.primitive.name
-        if name in ("pjit", "jit", "closed_call"):
+        if eqn.primitive.name in ("pjit", "jit", "closed_call"):
             inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
-            outs = _eval(inner.jaxpr, inner.consts, vals, total, rows)
-        else:
-            outs = jc.bind_equation(_widened(eqn, total, rows), vals)
-        for v, o in zip(eqn.outvars, outs):
-            env[v] = o
-    return [read(v) for v in jaxpr.outvars]
+            return _eval(inner.jaxpr, inner.consts, vals, total, rows)
+        return jc.bind_equation(_widened(eqn, total, rows), vals)
+
+    return eval_equations(jaxpr, consts, args, rule)
 
 
 class _Eqn:

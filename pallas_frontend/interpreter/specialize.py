@@ -18,6 +18,7 @@ import operator
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend.interpreter.equation_eval import eval_equations, live_equations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,40 +61,18 @@ def evaluate(body, args, ranges: dict[int, tuple[int, int]], wanted):
     return [_plain(v) for v in _eval(body.jaxpr, body.consts, vals, wanted)]
 
 
-def _live(jaxpr, wanted) -> set[int]:
-    need = {id(v) for v in wanted if not isinstance(v, jc.Literal)}
-    live = set()
-    for eqn in reversed(jaxpr.eqns):
-        if any(id(v) in need for v in eqn.outvars):
-            live.add(id(eqn))
-            need.update(id(x) for x in eqn.invars if not isinstance(x, jc.Literal))
-    return live
+def _ranged_literal(lit):
+    val = np.asarray(lit.val)
+    if val.ndim == 0 and (np.issubdtype(val.dtype, np.integer) or val.dtype == bool):
+        return _Ranged(lit.val, int(val), int(val))
+    return lit.val
 
 
 def _eval(jaxpr, consts, args, wanted=None):
-    env = {}
-    live = _live(jaxpr, wanted) if wanted is not None else None
-
-    def read(a):
-        if isinstance(a, jc.Literal):
-            val = np.asarray(a.val)
-            if val.ndim == 0 and (np.issubdtype(val.dtype, np.integer) or val.dtype == bool):
-                return _Ranged(a.val, int(val), int(val))
-            return a.val
-        return env[a]
-
-    for v, c in zip(jaxpr.constvars, consts):
-        env[v] = c
-    for v, a in zip(jaxpr.invars, args):
-        env[v] = a
-    for eqn in jaxpr.eqns:
-        if live is not None and id(eqn) not in live:
-            continue
-        vals = [read(x) for x in eqn.invars]
-        outs = _rule(eqn, vals)
-        for v, o in zip(eqn.outvars, outs):
-            env[v] = o
-    return [read(v) for v in (jaxpr.outvars if wanted is None else wanted)]
+    live = live_equations(jaxpr, wanted) if wanted is not None else None
+    return eval_equations(jaxpr, consts, args,
+                          lambda eqn, read: _rule(eqn, [read(x) for x in eqn.invars]),
+                          wanted=wanted, live=live, literal=_ranged_literal)
 
 
 def _rule(eqn, vals):

@@ -18,7 +18,7 @@ class TpuBackend(Backend):
     name = "tpu"
     distribution = "pallas-tpu"
     version = __version__
-    api_version = (1, 5)      # needs dynamic grids (KernelIR.dynamic_grid_axes)
+    api_version = (1, 6)      # needs backend_api.replay_equations (1.5: dynamic grids)
     platforms = ("tpu",)
     priority = 10
     compiler_params_type = CompilerParams

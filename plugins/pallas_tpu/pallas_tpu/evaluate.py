@@ -21,7 +21,7 @@ import jax
 from jax import lax
 from jax.extend import core as jex
 
-from pallas_frontend.backend_api import FRONTEND_OWNER, primitive_owner
+from pallas_frontend.backend_api import FRONTEND_OWNER, primitive_owner, replay_equations
 
 from pallas_tpu import interpret_mode, layout_ops
 from pallas_tpu import primitives as tpu_prims
@@ -76,43 +76,27 @@ def eval_closed(closed, *args):
     return eval_jaxpr(closed.jaxpr, closed.consts, *args)
 
 
-def _read(env, atom):
-    return atom.val if isinstance(atom, jex.Literal) else env[atom]
-
-
 def _eval_from(jaxpr, start: int, env: dict):
-    eqns = jaxpr.eqns
-    for k in range(start, len(eqns)):
-        eqn = eqns[k]
-        invals = [_read(env, a) for a in eqn.invars]
-        name = eqn.primitive.name
-        if name == _SCOPE_END:
-            continue
-        if name == _SCOPE_START:
-            return _open_scope(jaxpr, k, env)
-        if name in _TYPE_ONLY:
-            outs = invals if eqn.primitive.multiple_results else invals[0]
-        elif eqn.primitive in _RULES:
-            outs = _RULES[eqn.primitive](eqn, invals)
-        elif primitive_owner(eqn.primitive) == FRONTEND_OWNER:
-            rule = _FRONTEND_RULES.get(name)
-            if rule is None:
-                raise NotImplementedError(
-                    f"pallas_tpu cannot lower the frontend primitive '{name}' yet.")
-            outs = rule(eqn, invals)
-        elif name in _REF_ACCESS and _is_view(invals[0]):
-            outs = _access_through_view(eqn, invals)
-        elif name in _REPLAYED or any(jaxpr_needs_replay(j)
-                                      for j in jex.jaxprs_in_params(eqn.params)):
-            outs = _replay_control_flow(eqn, invals)
-        else:
-            outs = eqn.primitive.bind(*invals, **eqn.params)
-        if not eqn.primitive.multiple_results:
-            outs = [outs]
-        for v, x in zip(eqn.outvars, outs):
-            if not isinstance(v, jex.DropVar):
-                env[v] = x
-    return [_read(env, a) for a in jaxpr.outvars]
+    return replay_equations(jaxpr, env, _replay_equation, start=start, open_scope=_open_scope)
+
+
+def _replay_equation(eqn, invals):
+    name = eqn.primitive.name
+    if name in _TYPE_ONLY:
+        return invals if eqn.primitive.multiple_results else invals[0]
+    if eqn.primitive in _RULES:
+        return _RULES[eqn.primitive](eqn, invals)
+    if primitive_owner(eqn.primitive) == FRONTEND_OWNER:
+        rule = _FRONTEND_RULES.get(name)
+        if rule is None:
+            raise NotImplementedError(
+                f"pallas_tpu cannot lower the frontend primitive '{name}' yet.")
+        return rule(eqn, invals)
+    if name in _REF_ACCESS and _is_view(invals[0]):
+        return _access_through_view(eqn, invals)
+    if name in _REPLAYED or any(jaxpr_needs_replay(j) for j in jex.jaxprs_in_params(eqn.params)):
+        return _replay_control_flow(eqn, invals)
+    return eqn.primitive.bind(*invals, **eqn.params)
 
 
 def _open_scope(jaxpr, k: int, env: dict):

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend.kernel_arrays import block_window, kernel_body_fn, scratch_structs
+from pallas_frontend.kernel_arrays import (block_window, kernel_body_fn, replay_equations,
+                                           scratch_structs)
 from pallas_frontend.specs import BlockDim, Blocked, BoundedSlice, Buffered, Element, Squeezed
 
 # 1.1: parallel_grid_axes; 1.2: forced_interpret_params; 1.3: conformance_compiler_params,
@@ -202,45 +203,6 @@ def scoped_allocation_of(eqn) -> ScopedAllocation | None:
 
 FRONTEND_OWNER = "pallas_frontend"
 _primitive_owners: dict[jc.Primitive, str] = {}
-
-
-def replay_equations(jaxpr, env: dict, rule: Callable, *, start: int = 0,
-                     open_scope: Callable | None = None) -> list:
-    """Evaluates ``jaxpr.eqns[start:]`` one equation at a time and returns the
-    values of ``jaxpr.outvars``: the loop a backend that re-emits a kernel
-    jaxpr in another Pallas dialect needs, with what it does per equation left
-    to it. (API 1.6)
-
-    ``env`` maps the variables already bound (the caller binds constvars and
-    invars) to values and receives every result. ``rule(eqn, invals)`` returns
-    the equation's results as ``eqn.primitive.bind`` would (a list when the
-    primitive has multiple results). Results bound to a ``DropVar`` are not
-    kept. A scoped allocation (``empty_ref``) hands over the rest of the body:
-    the result of ``open_scope(jaxpr, k, env)`` (``k`` its equation index; it
-    typically binds the buffer and calls back with ``start=k + 1``) is
-    returned; the matching ``free_ref`` equations are skipped."""
-    def read(atom):
-        return atom.val if isinstance(atom, jc.Literal) else env[atom]
-
-    eqns = jaxpr.eqns
-    for k in range(start, len(eqns)):
-        eqn = eqns[k]
-        name = eqn.primitive.name
-        if name == "free_ref":
-            continue
-        if name == "empty_ref":
-            if open_scope is None:
-                raise NotImplementedError(
-                    "replay_equations met a scoped allocation (empty_ref) but no open_scope "
-                    "was given: pass open_scope to lower pl.run_scoped.")
-            return open_scope(jaxpr, k, env)
-        outs = rule(eqn, [read(a) for a in eqn.invars])
-        if not eqn.primitive.multiple_results:
-            outs = [outs]
-        for v, x in zip(eqn.outvars, outs):
-            if not isinstance(v, jc.DropVar):
-                env[v] = x
-    return [read(a) for a in jaxpr.outvars]
 
 
 def kernel_primitive(name: str, *, owner: str, multiple_results: bool = False) -> jc.Primitive:

@@ -6,7 +6,9 @@ Refs, the frontend's memory spaces or any ``jax._src`` module:
 
 - ``kernel_body_fn(kernel)``: the body as a pure function of block arrays;
 - ``block_window(mapping, *grid_ids)``: where a block sits at a grid point;
-- ``scratch_structs(kernel)``: the scratch buffers as plain shapes and dtypes.
+- ``scratch_structs(kernel)``: the scratch buffers as plain shapes and dtypes;
+- ``replay_equations(jaxpr, env, rule)``: the equation loop of a backend that
+  re-emits a kernel jaxpr in another Pallas dialect.
 
 It imports no backend_api at run time (the contract imports this module).
 """
@@ -77,3 +79,42 @@ def scratch_structs(kernel: KernelIR) -> list:
     import jax
     return [jax.ShapeDtypeStruct(a.inner_aval.shape, a.inner_aval.dtype)
             for a in kernel.scratch_avals]
+
+
+def replay_equations(jaxpr, env: dict, rule: Callable, *, start: int = 0,
+                     open_scope: Callable | None = None) -> list:
+    """Evaluates ``jaxpr.eqns[start:]`` one equation at a time and returns the
+    values of ``jaxpr.outvars``: the loop a backend that re-emits a kernel
+    jaxpr in another Pallas dialect needs, with what it does per equation left
+    to it. (API 1.6)
+
+    ``env`` maps the variables already bound (the caller binds constvars and
+    invars) to values and receives every result. ``rule(eqn, invals)`` returns
+    the equation's results as ``eqn.primitive.bind`` would (a list when the
+    primitive has multiple results). Results bound to a ``DropVar`` are not
+    kept. A scoped allocation (``empty_ref``) hands over the rest of the body:
+    the result of ``open_scope(jaxpr, k, env)`` (``k`` its equation index; it
+    typically binds the buffer and calls back with ``start=k + 1``) is
+    returned; the matching ``free_ref`` equations are skipped."""
+    def read(atom):
+        return atom.val if isinstance(atom, jc.Literal) else env[atom]
+
+    eqns = jaxpr.eqns
+    for k in range(start, len(eqns)):
+        eqn = eqns[k]
+        name = eqn.primitive.name
+        if name == "free_ref":
+            continue
+        if name == "empty_ref":
+            if open_scope is None:
+                raise NotImplementedError(
+                    "replay_equations met a scoped allocation (empty_ref) but no open_scope "
+                    "was given: pass open_scope to lower pl.run_scoped.")
+            return open_scope(jaxpr, k, env)
+        outs = rule(eqn, [read(a) for a in eqn.invars])
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for v, x in zip(eqn.outvars, outs):
+            if not isinstance(v, jc.DropVar):
+                env[v] = x
+    return [read(a) for a in jaxpr.outvars]

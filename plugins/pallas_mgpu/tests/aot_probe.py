@@ -15,7 +15,6 @@ import os
 import re
 import sys
 
-CUDA_HOME = "/usr/local/cuda-13.0"
 
 
 def _cases():

@@ -162,6 +162,8 @@ def _disjoint_across(table: BlockTable, axes, grid) -> bool:
     """Whether points that differ along ``axes`` touch disjoint regions of the operand."""
     if table.is_affine and _owned_by_axes(table, axes, grid):
         return True
+    if table.is_affine and _revisited_along(table, axes, grid):
+        return False
     if table.num_points > _MAX_ENUMERATED_POINTS:
         return False  # too many points to enumerate: keep the axes sequential (sound)
     groups = _group_ids(grid, axes).reshape(-1)
@@ -201,6 +203,17 @@ def _owned_by_axes(table: BlockTable, axes, grid) -> bool:
         if not owned:
             return False
     return True
+
+
+def _revisited_along(table: BlockTable, axes, grid) -> bool:
+    """Closed-form sufficient condition for the opposite: some axis in ``axes``
+    (of size > 1) moves no dim of an aligned, non-empty block, so two points one
+    step apart along it touch the very same block (a matmul's k over its output)."""
+    dims = table.mapping.block_dims
+    if not all(isinstance(d, (Blocked, Squeezed)) for d in dims) or \
+            any(b < 1 for b in table.block_sizes):
+        return False
+    return any(grid[a] > 1 and all(m.coefs[a] == 0 for m in table.start_maps) for a in axes)
 
 
 def _padded_extent(table: BlockTable, starts) -> tuple[int, ...]:

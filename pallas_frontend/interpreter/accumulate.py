@@ -73,9 +73,11 @@ def _eval_vars(jaxpr, consts, args, wanted):
                           live=live_equations(jaxpr, wanted))
 
 
-def initial_parts(plan, in_blocks, held, terms):
-    """``X(first step, o_init)`` per output, batched over the plan's batch axes (the
-    first step's blocks ``in_blocks`` and the incoming output blocks ``held``)."""
+def initial_parts(plan, terms, held_avals, *, first_blocks, held_blocks):
+    """``X(first step, o_init)`` per output, batched over the plan's batch axes
+    (shaped as ``held_avals``) or, when no batch point differs, one block. ``first_blocks()`` and ``held_blocks()`` give the
+    first step's input blocks and the incoming output blocks; they are called
+    only when ``X`` depends on them."""
     kernel = plan.kernel
     n_grid, n_in = len(kernel.grid), len(kernel.in_mappings)
     body = plan.base.body
@@ -100,12 +102,13 @@ def initial_parts(plan, in_blocks, held, terms):
         for j in reversed(range(len(plan.batch_axes))):
             axes = [0 if a == plan.batch_axes[j] else None for a in range(n_grid)]
             axes += [0 if acc.batch_levels[j] else None for acc in plan.accesses[:n_in]]
-            axes += [0] * len(held)
+            axes += [0] * len(held_avals)
             fn = jax.vmap(fn, in_axes=axes)
         idx = [jnp.arange(kernel.grid[a], dtype=jnp.int32) if a in plan.batch_axes else
                jnp.int32(0) for a in range(n_grid)]
-        outs = fn(*idx, *in_blocks, *held)
-    return [jnp.broadcast_to(o, h.shape).astype(h.dtype) for o, h in zip(outs, held)]
+        outs = fn(*idx, *first_blocks(), *held_blocks())
+    # A value shared by every batch point keeps its block shape (the caller broadcasts).
+    return [o.astype(h.dtype) for o, h in zip(outs, held_avals)]
 
 
 class _Unused:
@@ -116,7 +119,9 @@ class _Unused:
 def slab_contraction(plan, inputs_padded, terms, axis: int):
     """``sum_k t(k)`` per output when each ``t`` is one ``dot_general`` of two input
     blocks: a single dot of the inputs' slabs (all blocks as one slice), with the
-    block dims tiled by ``k`` contracted in natural order. None if not that case."""
+    block dims tiled by ``k`` contracted in natural order. Each sum is returned as
+    the output's slab (``BatchedAccess.slab`` layout; ``split`` makes it blocks).
+    None if not that case."""
     kernel = plan.kernel
     grid = tuple(kernel.grid)
     n_grid, n_in = len(grid), len(kernel.in_mappings)
@@ -161,7 +166,7 @@ def slab_contraction(plan, inputs_padded, terms, axis: int):
         out = lax.dot_general(*slabs, ((tuple(lc), tuple(rc)), ((), ())),
                               precision=eqn.params.get("precision"),
                               preferred_element_type=eqn.params.get("preferred_element_type"))
-        results.append(out_acc.split(out.astype(t.aval.dtype)))
+        results.append(out.astype(t.aval.dtype))
     return results
 
 

@@ -55,6 +55,20 @@ class BatchedAccess:
             return tuple(j in self.tiled for j in range(len(self.batch_shape)))
         return (True,) * len(self.batch_shape)
 
+    def blocks_aval(self, *, every_batch_axis: bool) -> jax.ShapeDtypeStruct:
+        """The shape and dtype ``read`` returns: the batch axes this operand varies
+        along (all of them with ``every_batch_axis``, as for outputs), then the
+        kernel-visible block."""
+        m = self.layout.table.mapping
+        lead = tuple(g for g, on in zip(self.batch_shape, self.batch_levels)
+                     if on or every_batch_axis)
+        return jax.ShapeDtypeStruct(lead + tuple(m.block_shape), m.dtype)
+
+    def covers(self, shape) -> bool:
+        """Whether one step's blocks are the whole (padded) buffer of ``shape``:
+        ``write`` then ignores what the buffer held."""
+        return self.is_view and list(shape) == self._view_sizes()
+
     def batched_bytes(self) -> int:
         """Bytes one step's batch of blocks occupies."""
         item = np.dtype(self.layout.table.mapping.dtype).itemsize
@@ -135,6 +149,12 @@ class BatchedAccess:
         n_batch = sum(j is not None for j in self.tiled)
         squeezed = [n_batch + d for d in self.layout.squeezed_axes]
         return lax.squeeze(view, squeezed) if squeezed else view
+
+    def tile(self, block):
+        """One kernel-visible block repeated over the batch, as a slab (see ``slab``)."""
+        if self.layout.squeezed_axes:
+            block = lax.expand_dims(block, self.layout.squeezed_axes)
+        return jnp.tile(block, [self.batch_shape[j] if j is not None else 1 for j in self.tiled])
 
     def read(self, buf, s):
         """The batch of kernel-visible blocks at step ``s``; batch axes lead."""

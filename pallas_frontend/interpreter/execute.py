@@ -49,6 +49,13 @@ class OperandLayout:
     pad_low: tuple[int, ...]
     pad_high: tuple[int, ...]
 
+    @property
+    def padded_aval(self) -> jax.ShapeDtypeStruct:
+        """The padded buffer's shape and dtype."""
+        m = self.table.mapping
+        shape = tuple(lo + n + hi for lo, n, hi in zip(self.pad_low, m.array_shape, self.pad_high))
+        return jax.ShapeDtypeStruct(shape, m.dtype)
+
     @functools.cached_property
     def starts(self) -> np.ndarray:
         """(num_points, ndim) int32 block starts in padded coordinates (built on demand)."""

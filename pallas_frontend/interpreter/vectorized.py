@@ -182,10 +182,7 @@ def _abstract_args(plan: VectorizedPlan):
     for a in range(len(kernel.grid)):
         shape = (kernel.grid[a],) if a in plan.batch_axes else ()
         args.append(jax.ShapeDtypeStruct(shape, jnp.int32))
-    for k, acc in enumerate(plan.accesses):
-        m = acc.layout.table.mapping
-        lead = tuple(g for g, on in zip(acc.batch_shape, acc.batch_levels) if on or k >= n_in)
-        args.append(jax.ShapeDtypeStruct(lead + m.block_shape, m.dtype))
+    args += [acc.blocks_aval(every_batch_axis=k >= n_in) for k, acc in enumerate(plan.accesses)]
     for s in kernel.scratch_avals:
         args.append(jax.ShapeDtypeStruct(s.inner_aval.shape, s.inner_aval.dtype))
     return args
@@ -249,6 +246,14 @@ def run(plan: VectorizedPlan, *inputs):
         held = [blk if c else None for blk, c in zip(new, carried)]
         return outs, held, list(scr)
 
+    if plan.accumulation is not None:
+        try:
+            outs = _accumulated(plan, padded_in, inputs)
+        except Exception:  # noqa: BLE001 - e.g. no vmap rule: the checked loop decides
+            outs = None
+        if outs is not None:
+            return outs
+        return run(_checked_batchable(dataclasses.replace(plan, accumulation=None)), *inputs)
     outs = execute.initial_outputs(base, inputs)
     held = [acc.read(buf, 0) if c else None for acc, buf, c in zip(out_acc, outs, carried)]
     state = (outs, held, scratch)
@@ -256,15 +261,6 @@ def run(plan: VectorizedPlan, *inputs):
     if plan.merged_rows:
         outs = _run_merged(plan, padded_in, outs)
         return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
-    if plan.accumulation is not None:
-        try:
-            summed = _accumulated(plan, padded_in, held)
-        except Exception:  # noqa: BLE001 - e.g. no vmap rule: the checked loop decides
-            summed = None
-        if summed is not None:
-            outs = [acc.write(buf, 0, h) for acc, buf, h in zip(out_acc, outs, summed)]
-            return [acc.layout.unpad(o) for acc, o in zip(out_acc, outs)]
-        return run(_checked_batchable(dataclasses.replace(plan, accumulation=None)), *inputs)
     axis = _single_step_axis(plan)
     if axis is not None:
         # Peel the first step; the loop body then knows its index is >= 1, which
@@ -302,19 +298,40 @@ def _accumulation_terms(plan: VectorizedPlan):
                                          _step_ranges(plan, axis, 1, plan.num_steps - 1))
 
 
-def _accumulated(plan: VectorizedPlan, padded_in, held):
-    """The final output blocks when the looped axis is a sum of contractions
-    (see ``accumulate``), else None."""
+def _accumulated(plan: VectorizedPlan, padded_in, inputs):
+    """The unpadded outputs when the looped axis is a sum of contractions (see
+    ``accumulate``), else None. Nothing that XLA would only discard is emitted
+    (the first call pays for every traced op): the first step's input blocks and
+    the outputs' initial buffers are built only when needed."""
     terms, n_in = plan.accumulation, len(plan.kernel.in_mappings)
+    out_acc = plan.accesses[n_in:]
     axis = _single_step_axis(plan)
-    total = accumulate.slab_contraction(plan, padded_in, terms, axis)
-    if total is None:
-        total = accumulate.summed_terms(plan, plan.base.layouts, padded_in, terms, axis)
+    slabs = accumulate.slab_contraction(plan, padded_in, terms, axis)
+    total = [acc.split(t) for acc, t in zip(out_acc, slabs)] if slabs is not None else \
+        accumulate.summed_terms(plan, plan.base.layouts, padded_in, terms, axis)
     if total is None:
         return None
-    first = [acc.read(x, 0) for acc, x in zip(plan.accesses[:n_in], padded_in)]
-    start = accumulate.initial_parts(plan, first, held, terms)
-    return [x + t.astype(x.dtype) for x, t in zip(start, total)]
+    initial = functools.cache(lambda: execute.initial_outputs(plan.base, inputs))
+    blocks = [acc.blocks_aval(every_batch_axis=True) for acc in out_acc]
+    start = accumulate.initial_parts(
+        plan, terms, blocks,
+        first_blocks=lambda: [acc.read(x, 0) for acc, x in zip(plan.accesses[:n_in], padded_in)],
+        held_blocks=lambda: [acc.read(buf, 0) for acc, buf in zip(out_acc, initial())])
+    outs = []
+    for k, (acc, x, t, b) in enumerate(zip(out_acc, start, total, blocks)):
+        aval = acc.layout.padded_aval
+        if acc.covers(aval.shape):
+            if slabs is not None and x.ndim < b.ndim:
+                # One block for every batch point: add it in the slab's layout
+                # (no split and merge of the result).
+                outs.append(acc.layout.unpad(acc.tile(x) + slabs[k].astype(x.dtype)))
+                continue
+            buf = aval     # write reads only its shape
+        else:
+            buf = initial()[k]
+        outs.append(acc.layout.unpad(acc.write(buf, 0, jnp.broadcast_to(x, b.shape)
+                                               + t.astype(x.dtype))))
+    return outs
 
 
 def _single_step_axis(plan: VectorizedPlan):

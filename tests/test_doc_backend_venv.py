@@ -5,20 +5,16 @@ pass the conformance suite; and the suite must catch its faulty variants (one
 ignoring input_output_aliases, one computing float64 in float32, one
 unavailable on this machine).
 
-Dependencies come from the package index (a local cache or mirror makes it
-fast); the frontend and the backend are installed with --no-deps.
+The venv is made by ``fresh_venv`` (uv when on PATH; the frontend and the
+backend with --no-deps, the backend editable so that the variants can rewrite it).
 """
 
-import importlib.metadata as md
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from fresh_venv import REPO, make, run as _run
+
 GUIDE = REPO / "docs" / "backend-authors.md"
 MODULE = "pallas_looped/__init__.py"
 
@@ -27,13 +23,6 @@ def guide_files() -> dict[str, str]:
     """``<!-- file: PATH -->`` followed by a fenced block -> {PATH: contents}."""
     pattern = re.compile(r"<!-- file: (\S+) -->\n```[a-z]*\n(.*?)```", re.S)
     return dict(pattern.findall(GUIDE.read_text()))
-
-
-def _run(args, ok=True, **kw):
-    out = subprocess.run(args, capture_output=True, text=True, timeout=900, **kw)
-    if ok:
-        assert out.returncode == 0, f"{args}\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +34,7 @@ def looped(tmp_path_factory):
     for rel, text in files.items():
         (project / rel).parent.mkdir(parents=True, exist_ok=True)
         (project / rel).write_text(text)
-    _run([sys.executable, "-m", "venv", str(root / "venv")])
-    bindir = root / "venv" / ("Scripts" if os.name == "nt" else "bin")
-    py = bindir / "python"
-    pins = [f"{d}=={md.version(d)}" for d in ("jax", "jaxlib", "numpy", "pluggy", "pytest")]
-    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _run(pip + pins + ["setuptools"])
-    _run(pip + ["--no-deps", str(REPO)])
-    _run(pip + ["--no-deps", "--no-build-isolation", "-e", str(project)])
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PALLAS_FRONTEND_") and k != "PYTHONPATH"}
+    py, bindir, env = make(root, extra=["setuptools"], editable=[project])
     return py, bindir, env, root, project
 
 

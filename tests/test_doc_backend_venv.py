@@ -15,6 +15,9 @@ import pytest
 
 from fresh_venv import REPO, make, run as _run
 
+# one worker makes the venv once (a module-scoped fixture)
+pytestmark = pytest.mark.xdist_group("looped-venv")
+
 GUIDE = REPO / "docs" / "backend-authors.md"
 MODULE = "pallas_looped/__init__.py"
 

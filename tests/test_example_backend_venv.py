@@ -11,6 +11,9 @@ import pytest
 
 from fresh_venv import REPO, make, run as _run
 
+# one worker makes the venv once (a module-scoped fixture)
+pytestmark = pytest.mark.xdist_group("example-venv")
+
 EXAMPLE = REPO / "examples" / "example_backend"
 
 

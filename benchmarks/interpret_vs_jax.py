@@ -40,6 +40,8 @@ SECTION = "interpret_vs_jax"
 JAX_INTERPRET_ONE_CALL_S = 5.0
 # ... and not at all here (about 90 s per call on 2 cores; scaling.py extrapolates).
 SKIP_JAX_INTERPRET = {"matmul 2048^3 (128-blocks, k on the grid)"}
+# A first call is one noisy sample of tens of ms: enough pairs for a stable median.
+FIRST_CALL_PAIRS = 9
 
 KERNELS = {
     "vector add 1M (1024-blocks)": lambda: K.vector_add(1 << 20),
@@ -76,7 +78,7 @@ def measure(name, factory, pairs):
     same = pt.same_program(ours, xla, args)
     run = pt.paired(ours, xla, args, pairs)
     aa = pt.paired(xla_copy, xla, args, pairs)
-    first = pt.paired_first_call(lambda: build(our_pl), lambda: ref, args, 3)
+    first = pt.paired_first_call(lambda: build(our_pl), lambda: ref, args, FIRST_CALL_PAIRS)
     if name in SKIP_JAX_INTERPRET:
         return {"run": run, "aa": aa, "first": first, "interp": None, "interp_once": False,
                 "same": same}
@@ -180,7 +182,7 @@ def main(argv=None):
             "\"same XLA program\": XLA compiled ours and the jax.numpy version to the same "
             "optimized HLO (names and metadata aside), so any difference in their times is "
             "noise. First call = trace + lower + compile of a freshly built call with JAX's "
-            "caches cleared (3 alternating pairs). \"ours\" is plain "
+            f"caches cleared ({FIRST_CALL_PAIRS} alternating pairs, median of per-pair ratios). \"ours\" is plain "
             "`pallas_frontend.pallas_call` (the default CPU path, no flags).\n\n" + table(results))
     print(text)
     sections = [(SECTION, text)]

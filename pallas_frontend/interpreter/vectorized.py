@@ -307,7 +307,7 @@ def _accumulated(plan: VectorizedPlan, padded_in, inputs):
     out_acc = plan.accesses[n_in:]
     axis = _single_step_axis(plan)
     slabs = accumulate.slab_contraction(plan, padded_in, terms, axis)
-    total = [acc.split(t) for acc, t in zip(out_acc, slabs)] if slabs is not None else \
+    total = slabs if slabs is not None else \
         accumulate.summed_terms(plan, plan.base.layouts, padded_in, terms, axis)
     if total is None:
         return None
@@ -324,11 +324,13 @@ def _accumulated(plan: VectorizedPlan, padded_in, inputs):
             if slabs is not None and x.ndim < b.ndim:
                 # One block for every batch point: add it in the slab's layout
                 # (no split and merge of the result).
-                outs.append(acc.layout.unpad(acc.tile(x) + slabs[k].astype(x.dtype)))
+                outs.append(acc.layout.unpad(acc.tile(x) + t.astype(x.dtype)))
                 continue
             buf = aval     # write reads only its shape
         else:
             buf = initial()[k]
+        if slabs is not None:
+            t = acc.split(t)
         outs.append(acc.layout.unpad(acc.write(buf, 0, jnp.broadcast_to(x, b.shape)
                                                + t.astype(x.dtype))))
     return outs

@@ -182,7 +182,8 @@ def main(argv=None):
             "\"same XLA program\": XLA compiled ours and the jax.numpy version to the same "
             "optimized HLO (names and metadata aside), so any difference in their times is "
             "noise. First call = trace + lower + compile of a freshly built call with JAX's "
-            f"caches cleared ({FIRST_CALL_PAIRS} alternating pairs, median of per-pair ratios). \"ours\" is plain "
+            f"caches cleared ({FIRST_CALL_PAIRS} alternating pairs, median of per-pair "
+            "ratios). \"ours\" is plain "
             "`pallas_frontend.pallas_call` (the default CPU path, no flags).\n\n" + table(results))
     print(text)
     sections = [(SECTION, text)]

@@ -27,10 +27,11 @@ def run(args, ok=True, timeout=900, **kw):
     return out
 
 
-def make(root: Path, *, extra=(), local=(), editable=()):
+def make(root: Path, *, extra=(), local=(), editable=(), timeout=900):
     """A venv at ``root/venv`` with the pins, ``extra`` requirements, the frontend
     and the ``local`` projects (--no-deps), and the ``editable`` ones (-e,
-    --no-deps, no build isolation: setuptools comes with ``extra``).
+    --no-deps, no build isolation: setuptools comes with ``extra``); each
+    command within ``timeout`` seconds.
     Returns ``(python, bindir, env)``; ``env`` is os.environ without the
     frontend's selection variables and PYTHONPATH, so only the venv counts."""
     venv = root / "venv"
@@ -38,15 +39,15 @@ def make(root: Path, *, extra=(), local=(), editable=()):
     py = bindir / "python"
     uv = shutil.which("uv")
     if uv:
-        run([uv, "venv", "-q", "--python", sys.executable, str(venv)])
+        run([uv, "venv", "-q", "--python", sys.executable, str(venv)], timeout=timeout)
         pip = [uv, "pip", "install", "-q", "--python", str(py)]
     else:
-        run([sys.executable, "-m", "venv", str(venv)])
+        run([sys.executable, "-m", "venv", str(venv)], timeout=timeout)
         pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    run(pip + [f"{d}=={md.version(d)}" for d in PINNED] + list(extra))
-    run(pip + ["--no-deps", str(REPO), *map(str, local)])
+    run(pip + [f"{d}=={md.version(d)}" for d in PINNED] + list(extra), timeout=timeout)
+    run(pip + ["--no-deps", str(REPO), *map(str, local)], timeout=timeout)
     for project in editable:
-        run(pip + ["--no-deps", "--no-build-isolation", "-e", str(project)])
+        run(pip + ["--no-deps", "--no-build-isolation", "-e", str(project)], timeout=timeout)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PALLAS_FRONTEND_") and k != "PYTHONPATH"}
     return py, bindir, env

@@ -7,20 +7,24 @@ The venv is made by ``fresh_venv`` (uv when on PATH; the local projects with
 --no-deps).
 """
 
+import functools
+
 import pytest
 
-from fresh_venv import REPO, make, run as _run
+from fresh_venv import REPO, make, run
 
 # one worker makes the venv once (a module-scoped fixture)
 pytestmark = pytest.mark.xdist_group("example-venv")
 
 EXAMPLE = REPO / "examples" / "example_backend"
+TIMEOUT = 600   # seconds per command in the venv
+_run = functools.partial(run, timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     root = tmp_path_factory.mktemp("example-venv")
-    py, bindir, env = make(root, local=[EXAMPLE])
+    py, bindir, env = make(root, local=[EXAMPLE], timeout=TIMEOUT)
     return py, bindir, env, root
 
 

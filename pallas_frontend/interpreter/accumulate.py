@@ -75,9 +75,9 @@ def _eval_vars(jaxpr, consts, args, wanted):
 
 def initial_parts(plan, terms, held_avals, *, first_blocks, held_blocks):
     """``X(first step, o_init)`` per output, batched over the plan's batch axes
-    (shaped as ``held_avals``) or, when no batch point differs, one block. ``first_blocks()`` and ``held_blocks()`` give the
-    first step's input blocks and the incoming output blocks; they are called
-    only when ``X`` depends on them."""
+    (shaped as ``held_avals``) or, when no batch point differs, one block.
+    ``first_blocks()`` and ``held_blocks()`` give the first step's input blocks
+    and the incoming output blocks; they are called only when ``X`` depends on them."""
     kernel = plan.kernel
     n_grid, n_in = len(kernel.grid), len(kernel.in_mappings)
     body = plan.base.body

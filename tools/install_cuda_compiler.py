@@ -1,6 +1,7 @@
 """Installs the XLA:GPU compiler (jax-cuda12-plugin, jax-cuda12-pjrt) at exactly
 the installed jaxlib's version, into the running interpreter's environment.
-Used by the triton-cuda-aot tox env; a mismatched plugin would pull another jaxlib."""
+Used by the tox envs triton-cuda-aot and mgpu-cuda-aot (device-less compiles);
+a mismatched plugin would pull another jaxlib."""
 
 import subprocess
 import sys
@@ -8,5 +9,5 @@ import sys
 import jaxlib
 
 version = jaxlib.__version__
-subprocess.run([sys.executable, "-m", "pip", "install", f"jax-cuda12-plugin=={version}",
+subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"jax-cuda12-plugin=={version}",
                 f"jax-cuda12-pjrt=={version}"], check=True)

@@ -15,7 +15,9 @@ import pytest
 
 from fresh_venv import REPO, make, run as _run
 
-# one worker makes the venv once (a module-scoped fixture)
+# one worker runs these tests and makes the venv once: session scope, since
+# xdist may hand that worker other modules' tests in between, and a
+# module-scoped fixture would be torn down and rebuilt after each of them
 pytestmark = pytest.mark.xdist_group("looped-venv")
 
 GUIDE = REPO / "docs" / "backend-authors.md"
@@ -28,7 +30,7 @@ def guide_files() -> dict[str, str]:
     return dict(pattern.findall(GUIDE.read_text()))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def looped(tmp_path_factory):
     root = tmp_path_factory.mktemp("looped")
     project = root / "pallas-looped"

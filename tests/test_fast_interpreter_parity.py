@@ -3,6 +3,8 @@ element (NaN where the sequential path leaves NaN), on random kernels."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,7 +76,13 @@ def _visible_shape(spec):
     return tuple(out)
 
 
-@settings(max_examples=150, deadline=None,
+# Random kernels per run (fresh ones each run: not derandomized); each compiles
+# both interpreters, about a quarter second. PALLAS_PARITY_EXAMPLES=500 for a
+# longer hunt.
+EXAMPLES = int(os.environ.get("PALLAS_PARITY_EXAMPLES", "60"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_vectorized_equals_sequential(data):

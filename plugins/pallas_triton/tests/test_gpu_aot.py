@@ -23,7 +23,9 @@ HERE = Path(__file__).parent
 CAPABILITY = {"H100": 90, "A100": 80}
 
 
-@pytest.fixture(scope="module", params=sorted(CAPABILITY))
+# each GPU's tests in one xdist group: its compile subprocess runs once, on one worker
+@pytest.fixture(scope="module", params=[pytest.param(gpu, marks=pytest.mark.xdist_group(gpu))
+                                        for gpu in sorted(CAPABILITY)])
 def report(request):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))

@@ -1,12 +1,13 @@
 """Lightweight fake plugin distributions: a module plus a ``*.dist-info`` with
-``entry_points.txt`` in a directory that is put on ``sys.path`` of a
-subprocess, so importlib.metadata discovers them like installed wheels."""
+``entry_points.txt`` in a directory put on ``sys.path`` (of a subprocess, or of
+this process for ``probe``), so importlib.metadata discovers them like
+installed wheels."""
 
-import json
 import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 
@@ -51,31 +52,6 @@ def backend_source(name: str, api=(1, 0), extra: str = "", platforms=("cpu",),
     """
 
 
-PROBE = """
-import json, sys, warnings
-warnings.simplefilter("always")
-with warnings.catch_warnings(record=True) as caught:
-    from pallas_frontend import registry
-    try:
-        names = sorted(registry.backends())
-        failures = {k: [f.origin.distribution, f.origin.version, f.reason]
-                    for k, f in registry.load_failures().items()}
-        error = None
-    except Exception as e:
-        names, failures, error = None, None, f"{type(e).__name__}: {e}"
-uses = {}
-for name in sys.argv[1:]:
-    try:
-        registry.get_backend(name)
-        uses[name] = "ok"
-    except Exception as e:
-        uses[name] = f"{type(e).__name__}: {e} | cause: {e.__cause__!r}"
-print(json.dumps({"names": names, "failures": failures, "error": error, "uses": uses,
-                  "warnings": [str(w.message) for w in caught
-                               if "BackendLoadWarning" in type(w.message).__name__]}))
-"""
-
-
 def site_env(path: Path, env=None) -> dict:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PALLAS_FRONTEND_")}
     full_env["PYTHONPATH"] = os.pathsep.join([str(path), full_env.get("PYTHONPATH", "")])
@@ -90,7 +66,43 @@ def run_code(path: Path, code: str, *args, env=None, timeout=120):
                           timeout=timeout)
 
 
-def probe(path: Path, *use, env=None) -> dict:
-    out = run_code(path, PROBE, *use, env=env)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def probe(monkeypatch, path: Path, *use, env=None) -> dict:
+    """Discovery as a fresh process would see it with the fake distributions
+    under ``path`` on sys.path and only ``env`` of the frontend's variables, run
+    in this process (a jax import per probe would cost more than the test):
+    the backends, the load failures (or the error), what using each of ``use``
+    gives, the load warnings. Everything is restored afterwards."""
+    from pallas_frontend import discovery, registry
+    with monkeypatch.context() as m:
+        for key in [k for k in os.environ if k.startswith("PALLAS_FRONTEND_")]:
+            m.delenv(key)
+        for key, value in (env or {}).items():
+            m.setenv(key, value)
+        m.syspath_prepend(str(path))          # also empties importlib's path caches
+        m.setattr(discovery, "_warned", set())
+        fakes = {p.stem for p in path.glob("*.py")}
+        registry.reload()
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    names = sorted(registry.backends())
+                    failures = {k: [f.origin.distribution, f.origin.version, f.reason]
+                                for k, f in registry.load_failures().items()}
+                    error = None
+                except Exception as e:
+                    names, failures, error = None, None, f"{type(e).__name__}: {e}"
+                uses = {}
+                for name in use:
+                    try:
+                        registry.get_backend(name)
+                        uses[name] = "ok"
+                    except Exception as e:
+                        uses[name] = f"{type(e).__name__}: {e} | cause: {e.__cause__!r}"
+        finally:
+            registry.reload()
+            for module in fakes & set(sys.modules):
+                del sys.modules[module]
+    return {"names": names, "failures": failures, "error": error, "uses": uses,
+            "warnings": [str(w.message) for w in caught
+                         if type(w.message).__name__ == "BackendLoadWarning"]}

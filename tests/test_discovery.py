@@ -15,15 +15,15 @@ def site(tmp_path):
     return tmp_path
 
 
-def test_good_plugin_is_discovered_next_to_the_interpreter(site):
-    r = probe(site, "good")
+def test_good_plugin_is_discovered_next_to_the_interpreter(site, monkeypatch):
+    r = probe(monkeypatch, site, "good")
     assert {"good", "interpret"} <= set(r["names"])      # other installed plugins may be listed too
     assert r["failures"] == {} and r["uses"]["good"] == "ok"
 
 
-def test_bad_import_is_skipped_and_raised_on_use(site):
+def test_bad_import_is_skipped_and_raised_on_use(site, monkeypatch):
     make_dist(site, "pallas-broken", "0.3.1", "pf_broken", "import no_such_module_xyz\n", "broken")
-    r = probe(site, "broken", "good")
+    r = probe(monkeypatch, site, "broken", "good")
     dist, version, reason = r["failures"]["broken"]
     assert (dist, version) == ("pallas-broken", "0.3.1")
     assert "import of its module failed" in reason and "no_such_module_xyz" in reason
@@ -34,32 +34,32 @@ def test_bad_import_is_skipped_and_raised_on_use(site):
     assert len([w for w in r["warnings"] if "'broken'" in w]) == 1
 
 
-def test_raising_hook_is_skipped(site):
+def test_raising_hook_is_skipped(site, monkeypatch):
     src = ("from pallas_frontend import backend_api\n"
            "@backend_api.hookimpl\n"
            "def pallas_frontend_backend():\n"
            "    raise ValueError('no device driver found')\n")
     make_dist(site, "pallas-raising", "2.0", "pf_raising", src, "raising")
-    r = probe(site, "raising")
+    r = probe(monkeypatch, site, "raising")
     assert "loading it raised: ValueError: no device driver found" in r["failures"]["raising"][2]
     assert "ValueError" in r["uses"]["raising"]
     assert "good" in r["names"]
 
 
-def test_hook_returning_no_backend_is_skipped(site):
+def test_hook_returning_no_backend_is_skipped(site, monkeypatch):
     src = ("from pallas_frontend import backend_api\n"
            "@backend_api.hookimpl\n"
            "def pallas_frontend_backend():\n"
            "    return 'not a backend'\n")
     make_dist(site, "pallas-malformed", "0.1", "pf_malformed", src, "malformed")
-    r = probe(site, "malformed")
+    r = probe(monkeypatch, site, "malformed")
     assert "not a pallas_frontend.backend_api.Backend" in r["failures"]["malformed"][2]
 
 
-def test_unequal_major_api_version_is_refused(site):
+def test_unequal_major_api_version_is_refused(site, monkeypatch):
     make_dist(site, "pallas-future", "9.0", "pf_future", backend_source("future", api=(2, 0)),
               "future")
-    r = probe(site, "future")
+    r = probe(monkeypatch, site, "future")
     dist, version, reason = r["failures"]["future"]
     assert (dist, version) == ("pallas-future", "9.0")
     assert "backend API 2.0" in reason and "major versions must be equal" in reason
@@ -81,9 +81,9 @@ def test_older_minor_api_version_is_accepted(tmp_path, monkeypatch):
     assert "upgrade pallas-frontend" in discovery._validate(namespace["B"](), origin)
 
 
-def test_duplicate_name_is_refused_naming_both_distributions(site):
+def test_duplicate_name_is_refused_naming_both_distributions(site, monkeypatch):
     make_dist(site, "pallas-good-fork", "1.0", "pf_good_fork", backend_source("good"), "good")
-    r = probe(site, "good")
+    r = probe(monkeypatch, site, "good")
     assert "good" not in r["names"]
     reasons = [f[2] for f in r["failures"].values()]
     assert len(reasons) == 2 and all("claimed by both pallas-good 1.2.0 and pallas-good-fork 1.0"
@@ -91,9 +91,9 @@ def test_duplicate_name_is_refused_naming_both_distributions(site):
     assert "BackendUnavailableError" in r["uses"]["good"] and "pallas-good-fork" in r["uses"]["good"]
 
 
-def test_allow_list_picks_one_of_two_distributions(site):
+def test_allow_list_picks_one_of_two_distributions(site, monkeypatch):
     make_dist(site, "pallas-good-fork", "1.0", "pf_good_fork", backend_source("good"), "good")
-    r = probe(site, "good", env={"PALLAS_FRONTEND_BACKENDS": "good@pallas-good-fork"})
+    r = probe(monkeypatch, site, "good", env={"PALLAS_FRONTEND_BACKENDS": "good@pallas-good-fork"})
     assert r["names"] == ["good", "interpret"] and r["failures"] == {}
     out = run_code(site, """
         import sys
@@ -104,18 +104,18 @@ def test_allow_list_picks_one_of_two_distributions(site):
     assert out.stdout.split() == ["pf_good_fork", "False"], out.stderr
 
 
-def test_backend_name_must_equal_its_entry_point_name(site):
+def test_backend_name_must_equal_its_entry_point_name(site, monkeypatch):
     make_dist(site, "pallas-renamed", "1.0", "pf_renamed", backend_source("good"), "renamed")
-    r = probe(site, "renamed", "good")
+    r = probe(monkeypatch, site, "renamed", "good")
     assert "named 'good' but its entry point is 'renamed'" in r["failures"]["renamed"][2]
     assert r["uses"]["good"] == "ok"
 
 
-def test_allow_list_loads_only_named_backends(site):
+def test_allow_list_loads_only_named_backends(site, monkeypatch):
     make_dist(site, "pallas-broken", "0.3.1", "pf_broken", "import no_such_module_xyz\n", "broken")
-    r = probe(site, "good", env={"PALLAS_FRONTEND_BACKENDS": "good"})
+    r = probe(monkeypatch, site, "good", env={"PALLAS_FRONTEND_BACKENDS": "good"})
     assert r["names"] == ["good", "interpret"] and r["failures"] == {}
-    r = probe(site, "good", env={"PALLAS_FRONTEND_BACKENDS": "interpret"})
+    r = probe(monkeypatch, site, "good", env={"PALLAS_FRONTEND_BACKENDS": "interpret"})
     assert r["names"] == ["interpret"]
     # filtered, not "not installed", and no install hint
     msg = r["uses"]["good"]
@@ -152,17 +152,17 @@ def test_unknown_allow_list_name_warns(site):
     assert "'good'," not in out.stdout.split("provides")[0]
 
 
-def test_disable_autoload_keeps_only_the_interpreter(site):
-    r = probe(site, "good", env={"PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD": "1"})
+def test_disable_autoload_keeps_only_the_interpreter(site, monkeypatch):
+    r = probe(monkeypatch, site, "good", env={"PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert r["names"] == ["interpret"]
     assert "PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD=1 is set" in r["uses"]["good"]
     assert "pallas-frontend[" not in r["uses"]["good"]
 
 
-def test_omitted_api_version_is_refused(site):
+def test_omitted_api_version_is_refused(site, monkeypatch):
     make_dist(site, "pallas-unversioned", "0.1", "pf_unversioned",
               backend_source("unversioned", api=None), "unversioned")
-    r = probe(site, "unversioned")
+    r = probe(monkeypatch, site, "unversioned")
     assert "declares no api_version; set api_version = (1, " in r["failures"]["unversioned"][2]
 
 
@@ -175,12 +175,12 @@ def test_register_backend_requires_api_version():
         registry.register_backend(Unversioned())
 
 
-def test_strict_mode_turns_load_failures_into_errors(site):
+def test_strict_mode_turns_load_failures_into_errors(site, monkeypatch):
     make_dist(site, "pallas-broken", "0.3.1", "pf_broken", "import no_such_module_xyz\n", "broken")
-    r = probe(site, env={"PALLAS_FRONTEND_STRICT": "1"})
+    r = probe(monkeypatch, site, env={"PALLAS_FRONTEND_STRICT": "1"})
     assert r["error"].startswith("BackendLoadError")
     assert "pallas-broken 0.3.1" in r["error"] and "no_such_module_xyz" in r["error"]
-    assert probe(site, env={"PALLAS_FRONTEND_STRICT": "1",
+    assert probe(monkeypatch, site, env={"PALLAS_FRONTEND_STRICT": "1",
                             "PALLAS_FRONTEND_BACKENDS": "good"})["error"] is None
 
 

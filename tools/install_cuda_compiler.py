@@ -3,11 +3,16 @@ the installed jaxlib's version, into the running interpreter's environment.
 Used by the tox envs triton-cuda-aot and mgpu-cuda-aot (device-less compiles);
 a mismatched plugin would pull another jaxlib."""
 
+import shutil
 import subprocess
 import sys
 
 import jaxlib
 
 version = jaxlib.__version__
-subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"jax-cuda12-plugin=={version}",
-                f"jax-cuda12-pjrt=={version}"], check=True)
+# uv (a dependency of those envs) links from its shared cache; pip unpacks anew
+uv = shutil.which("uv")
+installer = [uv, "pip", "install", "--python", sys.executable] if uv else \
+    [sys.executable, "-m", "pip", "install"]
+subprocess.run(installer + ["-q", f"jax-cuda12-plugin=={version}", f"jax-cuda12-pjrt=={version}"],
+               check=True)

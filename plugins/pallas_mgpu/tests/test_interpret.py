@@ -1,6 +1,7 @@
 """Kernels run on CPU through JAX's Mosaic GPU interpreter, against NumPy float64."""
 
 import os
+import subprocess
 import sys
 
 import jax
@@ -64,6 +65,16 @@ def test_flash_attention_example_matches_numpy(rng):
     got = flash_attention.attention(q, k, v, interpret=plgpu.InterpretParams())
     np.testing.assert_allclose(np.asarray(got, np.float64), flash_attention.reference(q, k, v),
                                rtol=1e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("script", ["hopper_matmul.py", "flash_attention.py"])
+def test_example_runs_as_a_script(script):
+    """What a user runs: the example's ``__main__`` (its own NumPy check printed)."""
+    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, script)], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("max abs error vs NumPy:")]
+    assert float(line.split(":")[1]) < 1e-2, line
 
 
 def test_collective_run_scoped_is_refused_by_the_frontend_interpreter():

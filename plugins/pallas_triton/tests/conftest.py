@@ -16,3 +16,4 @@ def rng(request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA/ROCm GPU; skipped without one")
+    config.addinivalue_line("markers", "cuda_aot: needs jax-cuda12-plugin/pjrt (device-less compile)")

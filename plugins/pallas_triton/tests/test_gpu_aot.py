@@ -16,8 +16,9 @@ import pytest
 
 from pallas_triton import aot
 
-pytestmark = pytest.mark.skipif(not aot.cuda_compiler_installed(),
-                                reason="needs jax-cuda12-plugin/pjrt (tox -e triton-cuda-aot)")
+pytestmark = [pytest.mark.cuda_aot,
+              pytest.mark.skipif(not aot.cuda_compiler_installed(),
+                                 reason="needs jax-cuda12-plugin/pjrt (tox -e triton-cuda-aot)")]
 
 HERE = Path(__file__).parent
 CAPABILITY = {"H100": 90, "A100": 80}

@@ -13,16 +13,16 @@ from fast_interp_helpers import carried_cumsum_kernel
 from pallas_frontend.interpreter import accumulate, vectorized
 
 
-def _matmul(m, n, k, bm, bn, bk, dtype=jnp.float32, init=True):
+def _matmul(m, n, k, bm, bn, bk, dtype=jnp.float32, init=True, fill=0, out_rows=None):
     def kernel(a_ref, b_ref, *refs):
         o_ref = refs[-1]
         if init:
             @pl.when(pl.program_id(2) == 0)
             def _():
-                o_ref[...] = jnp.zeros_like(o_ref)
+                o_ref[...] = jnp.full_like(o_ref, fill)
         o_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=dtype)
     start = [] if init else [pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j))]
-    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((m, n), dtype),
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((out_rows or m, n), dtype),
                           grid=(m // bm, n // bn, k // bk),
                           in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
                                     pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))] + start,
@@ -62,6 +62,28 @@ def test_k_accumulation_as_one_contraction_matches_numpy(rng, shape, contraction
     assert contraction_calls == [True]
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_constant_start_of_the_accumulator_is_added_unless_zero(rng, contraction_calls):
+    a = rng.standard_normal((32, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 48)).astype(np.float32)
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    for fill in (0.0, 1.5):
+        f = jax.jit(_matmul(32, 48, 64, 16, 16, 16, fill=fill))
+        np.testing.assert_allclose(np.asarray(f(a, b)), product + fill, rtol=1e-4, atol=1e-3)
+        # a zero start is not built and added (the program is the contraction alone)
+        assert ("stablehlo.add" in f.lower(a, b).as_text()) == (fill != 0)
+    assert contraction_calls == [True, True]
+
+
+def test_zero_started_accumulator_leaves_what_no_block_covers(rng, contraction_calls):
+    a = rng.standard_normal((32, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    got = np.asarray(jax.jit(_matmul(32, 32, 64, 16, 16, 16, out_rows=40))(a, b))
+    assert contraction_calls == [True]
+    np.testing.assert_allclose(got[:32], a.astype(np.float64) @ b.astype(np.float64),
+                               rtol=1e-4, atol=1e-3)
+    assert np.isnan(got[32:]).all()      # never written: the interpreter's padding value
 
 
 def test_integer_k_accumulation_is_exact(rng, contraction_calls):

@@ -77,16 +77,18 @@ def initial_parts(plan, terms, held_avals, *, first_blocks, held_blocks):
     """``X(first step, o_init)`` per output, batched over the plan's batch axes
     (shaped as ``held_avals``) or, when no batch point differs, one block.
     ``first_blocks()`` and ``held_blocks()`` give the first step's input blocks
-    and the incoming output blocks; they are called only when ``X`` depends on them."""
+    and the incoming output blocks; they are called only when ``X`` depends on them.
+    An ``X`` that is one constant everywhere comes back as its ``specialize.Filled``."""
     kernel = plan.kernel
     n_grid, n_in = len(kernel.grid), len(kernel.in_mappings)
     body = plan.base.body
 
     first = {a: (0, 0) for a in range(n_grid) if a not in plan.batch_axes}
 
-    def x_of(*args):
+    def x_of(*args, keep_filled=False):
         # Specialised to the first step, so `pl.when(k == 0)` picks its branch here.
-        return specialize.evaluate(body, list(args), first, [x for x, _ in terms])
+        return specialize.evaluate(body, list(args), first, [x for x, _ in terms],
+                                   keep_filled=keep_filled)
 
     # Usually X(0, .) is a constant (the zeros of `pl.when(k == 0)`): try without
     # the batched operands first; any use of one falls back to the vmapped form.
@@ -94,7 +96,7 @@ def initial_parts(plan, terms, held_avals, *, first_blocks, held_blocks):
     for a in first:
         probe[a] = jnp.int32(0)
     try:
-        outs = x_of(*probe)
+        outs = x_of(*probe, keep_filled=True)
     except Exception:  # noqa: BLE001 - JAX met a stand-in: X needs the batched operands
         outs = None
     if outs is None or any(isinstance(o, _Unused) for o in outs):
@@ -107,8 +109,14 @@ def initial_parts(plan, terms, held_avals, *, first_blocks, held_blocks):
         idx = [jnp.arange(kernel.grid[a], dtype=jnp.int32) if a in plan.batch_axes else
                jnp.int32(0) for a in range(n_grid)]
         outs = fn(*idx, *first_blocks(), *held_blocks())
-    # A value shared by every batch point keeps its block shape (the caller broadcasts).
-    return [o.astype(h.dtype) for o, h in zip(outs, held_avals)]
+    # A value shared by every batch point keeps its block shape (the caller broadcasts);
+    # a constant fill of the output's dtype stays a ``specialize.Filled``.
+    return [o if isinstance(o, specialize.Filled) and o.dtype == h.dtype else
+            _array(o).astype(h.dtype) for o, h in zip(outs, held_avals)]
+
+
+def _array(v):
+    return v.array() if isinstance(v, specialize.Filled) else v
 
 
 class _Unused:

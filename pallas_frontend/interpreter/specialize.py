@@ -46,19 +46,56 @@ def specialize(body, ranges: dict[int, tuple[int, int]]):
     return out
 
 
+class Filled:
+    """An array whose every element is the known scalar ``fill`` (a
+    ``broadcast_in_dim`` of a constant, e.g. ``jnp.zeros_like``): its equation
+    is bound only when the array itself is used, so a caller that only needs
+    the fill emits nothing."""
+
+    def __init__(self, fill, eqn):
+        self.fill, self._eqn, self._array = fill, eqn, None
+
+    @property
+    def dtype(self):
+        return self._eqn.outvars[0].aval.dtype
+
+    def is_zero(self) -> bool:
+        """Every element is 0 (+0.0 for floats): ``x + self`` is ``x``, up to the sign of a zero."""
+        return bool(self.fill == 0) and not np.signbit(self.fill)
+
+    def array(self):
+        if self._array is None:
+            self._array = jc.bind_equation(self._eqn, [self.fill])[0]
+        return self._array
+
+
 def _plain(v):
-    return v.value if isinstance(v, _Ranged) else v
+    if isinstance(v, _Ranged):
+        return v.value
+    return v.array() if isinstance(v, Filled) else v
+
+
+def _known_scalar(v):
+    """The concrete scalar ``v`` is, or None (a traced value)."""
+    if isinstance(v, _Ranged):
+        return v.lo if v.lo == v.hi else None
+    if isinstance(v, (bool, int, float, np.generic)) or \
+            (isinstance(v, np.ndarray) and v.ndim == 0):
+        return np.asarray(v)[()]
+    return None
 
 
 def _known(v, dtype):
     return _Ranged(np.asarray(v, dtype), int(v), int(v))
 
 
-def evaluate(body, args, ranges: dict[int, tuple[int, int]], wanted):
+def evaluate(body, args, ranges: dict[int, tuple[int, int]], wanted, *, keep_filled=False):
     """The values of the body vars ``wanted`` on ``args``, invar ``k`` known to lie
-    in ``ranges[k]``; only the equations they need are evaluated."""
+    in ``ranges[k]``; only the equations they need are evaluated. With
+    ``keep_filled`` a constant-filled array is returned as its ``Filled``."""
     vals = [_Ranged(a, *ranges[k]) if k in ranges else a for k, a in enumerate(args)]
-    return [_plain(v) for v in _eval(body.jaxpr, body.consts, vals, wanted)]
+    outs = _eval(body.jaxpr, body.consts, vals, wanted)
+    return [v if keep_filled and isinstance(v, Filled) else _plain(v) for v in outs]
 
 
 def _ranged_literal(lit):
@@ -103,6 +140,8 @@ def _rule(eqn, vals):
     if name == "cond" and isinstance(vals[0], _Ranged) and vals[0].lo == vals[0].hi:
         branch = eqn.params["branches"][int(vals[0].lo)]
         return _eval(branch.jaxpr, branch.consts, vals[1:])
+    if name == "broadcast_in_dim" and len(vals) == 1 and _known_scalar(vals[0]) is not None:
+        return [Filled(_known_scalar(vals[0]), eqn)]
     if name in ("pjit", "jit", "closed_call"):
         inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
         if hasattr(inner, "consts") and not eqn.effects:

@@ -28,7 +28,7 @@ from pallas_frontend.backend_api import KernelIR
 from pallas_frontend.grid_analysis import GridAnalysis, analyze_grid, coverage_report
 from pallas_frontend.interpreter import accumulate, execute, rowwise
 from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access, unravel_step
-from pallas_frontend.interpreter.specialize import body_for_steps
+from pallas_frontend.interpreter.specialize import Filled, body_for_steps
 
 # Batches are never smaller than this, whatever the operands weigh.
 _MIN_BATCH_BUDGET = 1 << 20
@@ -320,19 +320,32 @@ def _accumulated(plan: VectorizedPlan, padded_in, inputs):
     outs = []
     for k, (acc, x, t, b) in enumerate(zip(out_acc, start, total, blocks)):
         aval = acc.layout.padded_aval
+        if isinstance(x, Filled):
+            # X + t with X all +0 is t (XLA drops such an add too): the zeros are not built
+            x = None if x.is_zero() else x.array()
+        if x is None:
+            t = t.astype(aval.dtype)
+            if slabs is not None and acc.covers(aval.shape):
+                outs.append(acc.layout.unpad(t))
+                continue
+            buf = aval if acc.covers(aval.shape) else initial()[k]
+            outs.append(acc.layout.unpad(acc.write(buf, 0, acc.split(t) if slabs is not None
+                                                   else t)))
+            continue
         if acc.covers(aval.shape):
             if slabs is not None and x.ndim < b.ndim:
                 # One block for every batch point: add it in the slab's layout
                 # (no split and merge of the result).
-                outs.append(acc.layout.unpad(acc.tile(x) + t.astype(x.dtype)))
+                outs.append(acc.layout.unpad(lax.add(acc.tile(x), t.astype(x.dtype))))
                 continue
             buf = aval     # write reads only its shape
         else:
             buf = initial()[k]
         if slabs is not None:
             t = acc.split(t)
-        outs.append(acc.layout.unpad(acc.write(buf, 0, jnp.broadcast_to(x, b.shape)
-                                               + t.astype(x.dtype))))
+        # lax.add, not `+`: jnp's operators are jitted, a trace of their own per first call
+        outs.append(acc.layout.unpad(acc.write(
+            buf, 0, lax.add(jnp.broadcast_to(x, b.shape), t.astype(x.dtype)))))
     return outs
 
 

@@ -226,6 +226,20 @@ def test_row_softmax_runs_on_merged_rows_and_matches_numpy(rng, merged_runs):
     np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
+def test_rows_on_a_grid_with_more_axes_of_size_one(rng, merged_runs):
+    # the indices of the size-1 axes are scalars the merged rows may use
+    x = rng.standard_normal((32, 16)).astype(np.float32)
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * (pl.program_id(0) + 2.0) + pl.program_id(1) * 3.0
+    spec = pl.BlockSpec((8, 16), lambda a, b, i: (i, 0))
+    f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, jnp.float32),
+                       grid=(1, 1, 4), in_specs=[spec], out_specs=spec)
+    got = np.asarray(jax.jit(f)(x))
+    assert merged_runs == [True]
+    np.testing.assert_allclose(got, x.astype(np.float64) * 2.0, rtol=1e-6)
+
+
 def test_layer_norm_with_shared_vectors_runs_on_merged_rows(rng, merged_runs):
     x = rng.standard_normal((32, 64)).astype(np.float32)
     w = rng.standard_normal(64).astype(np.float32)

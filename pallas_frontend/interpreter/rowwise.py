@@ -43,7 +43,8 @@ def rowwise_plan(body, n_grid: int, row_axis: int, rowful_inputs, n_out: int, ro
     if len(jaxpr.invars) != n_grid + n_in + n_out:
         return False
     row_id = jaxpr.invars[row_axis]
-    flags = {}
+    # the other grid indices and the body's constants carry no rows
+    flags = {v: False for v in (*jaxpr.constvars, *jaxpr.invars[:n_grid])}
     for k, v in enumerate(jaxpr.invars[n_grid:n_grid + n_in]):
         flags[v] = bool(rowful_inputs[k])
     for v in jaxpr.invars[n_grid + n_in:]:

@@ -241,8 +241,8 @@ def _discharge_whole_refs(jaxpr, should_discharge, strip_memory_space):
             index, *operands = eqn.invars
             if any(_is_ref(a) and a not in value for a in operands):
                 raise _NotWholeRefs
-            written = [a for a in operands if _is_ref(a)]
-            if len(set(written)) != len(written):
+            ref_operands = [a for a in operands if _is_ref(a)]
+            if len(set(ref_operands)) != len(ref_operands):
                 raise _NotWholeRefs           # one Ref under two names in the branches
             branches = tuple(
                 _discharge_whole_refs(b, [_is_ref(a) for a in operands], strip_memory_space)
@@ -252,7 +252,7 @@ def _discharge_whole_refs(jaxpr, should_discharge, strip_memory_space):
             eqns.append(core.new_jaxpr_eqn(
                 args, list(eqn.outvars) + finals, eqn.primitive,
                 {**eqn.params, "branches": branches}, core.no_effects, eqn.source_info, eqn.ctx))
-            value.update(zip(written, finals))
+            value.update(zip(ref_operands, finals))
         elif eqn.effects:
             raise _NotWholeRefs
         else:

@@ -193,6 +193,14 @@ def discharge_state(jaxpr, *, should_discharge, strip_memory_space=False):
                                                strip_memory_space=strip_memory_space)
 
 
+def discharge_kernel_body(jaxpr, num_index_operands: int):
+    """A kernel body with all its Refs discharged (the leading index operands,
+    grid indices and the like, stay as they are; memory spaces are dropped)."""
+    n_refs = len(jaxpr.invars) - num_index_operands
+    return discharge_state(jaxpr, should_discharge=[False] * num_index_operands + [True] * n_refs,
+                           strip_memory_space=True)
+
+
 class _NotWholeRefs(Exception):
     """The jaxpr uses a Ref otherwise than whole reads and writes."""
 

@@ -288,8 +288,6 @@ def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tu
             "runtime values); treat every axis as sequential.")
     tables = check_block_ranges(kernel)
     n_grid = len(kernel.grid)
-    n_refs = len(kernel.jaxpr.invars) - n_grid
-    body = jc.discharge_state(kernel.jaxpr, should_discharge=[False] * n_grid + [True] * n_refs,
-                              strip_memory_space=True)
+    body = jc.discharge_kernel_body(kernel.jaxpr, n_grid)
     found = analyze_grid(kernel, tables, body, scratch_is_shared=not private_scratch)
     return tuple(a in found.parallel_axes for a in range(n_grid))

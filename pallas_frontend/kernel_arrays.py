@@ -39,8 +39,7 @@ def kernel_body_fn(kernel: KernelIR) -> Callable[..., list]:
     """
     n_grid = kernel.num_index_operands
     n_refs = len(kernel.jaxpr.invars) - n_grid
-    body = jc.discharge_state(kernel.jaxpr, should_discharge=[False] * n_grid + [True] * n_refs,
-                              strip_memory_space=True)
+    body = jc.discharge_kernel_body(kernel.jaxpr, n_grid)
 
     def fn(*args):
         if len(args) != n_grid + n_refs:

@@ -116,10 +116,7 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
     for s in sizes:
         total = total * jnp.maximum(s, 0)
 
-    n_refs = len(kernel.jaxpr.invars) - kernel.num_index_operands
-    body = jc.discharge_state(
-        kernel.jaxpr, should_discharge=[False] * kernel.num_index_operands + [True] * n_refs,
-        strip_memory_space=True)
+    body = jc.discharge_kernel_body(kernel.jaxpr, kernel.num_index_operands)
     inputs = operands
     padded_in = [_pad(x, m) for x, m in zip(inputs, kernel.in_mappings)]
     aliased = {o: i for i, o in kernel.input_output_aliases}

@@ -137,10 +137,7 @@ def make_plan(kernel: KernelIR) -> InterpreterPlan:
     kernel = lift_globals(kernel)
     tables = check_block_ranges(kernel)
     layouts = tuple(operand_layout(t) for t in tables)
-    n_grid = len(kernel.grid)
-    n_refs = len(kernel.jaxpr.invars) - n_grid
-    body = jc.discharge_state(kernel.jaxpr, should_discharge=[False] * n_grid + [True] * n_refs,
-                              strip_memory_space=True)
+    body = jc.discharge_kernel_body(kernel.jaxpr, len(kernel.grid))
     return InterpreterPlan(kernel, layouts, body)
 
 

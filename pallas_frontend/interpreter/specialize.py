@@ -140,8 +140,10 @@ def _rule(eqn, vals):
     if name == "cond" and isinstance(vals[0], _Ranged) and vals[0].lo == vals[0].hi:
         branch = eqn.params["branches"][int(vals[0].lo)]
         return _eval(branch.jaxpr, branch.consts, vals[1:])
-    if name == "broadcast_in_dim" and len(vals) == 1 and _known_scalar(vals[0]) is not None:
-        return [Filled(_known_scalar(vals[0]), eqn)]
+    if name == "broadcast_in_dim" and len(vals) == 1:
+        fill = _known_scalar(vals[0])
+        if fill is not None:
+            return [Filled(fill, eqn)]
     if name in ("pjit", "jit", "closed_call"):
         inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
         if hasattr(inner, "consts") and not eqn.effects:

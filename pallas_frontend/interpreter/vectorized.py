@@ -323,29 +323,20 @@ def _accumulated(plan: VectorizedPlan, padded_in, inputs):
         if isinstance(x, Filled):
             # X + t with X all +0 is t (XLA drops such an add too): the zeros are not built
             x = None if x.is_zero() else x.array()
-        if x is None:
-            t = t.astype(aval.dtype)
-            if slabs is not None and acc.covers(aval.shape):
-                outs.append(acc.layout.unpad(t))
-                continue
-            buf = aval if acc.covers(aval.shape) else initial()[k]
-            outs.append(acc.layout.unpad(acc.write(buf, 0, acc.split(t) if slabs is not None
-                                                   else t)))
+        t = t.astype(aval.dtype)      # X is of the output's dtype already (initial_parts)
+        covered = acc.covers(aval.shape)
+        if slabs is not None and covered and (x is None or x.ndim < b.ndim):
+            # One block (or none) for every batch point: add it in the slab's layout
+            # (no split and merge of the result).
+            outs.append(acc.layout.unpad(t if x is None else lax.add(acc.tile(x), t)))
             continue
-        if acc.covers(aval.shape):
-            if slabs is not None and x.ndim < b.ndim:
-                # One block for every batch point: add it in the slab's layout
-                # (no split and merge of the result).
-                outs.append(acc.layout.unpad(lax.add(acc.tile(x), t.astype(x.dtype))))
-                continue
-            buf = aval     # write reads only its shape
-        else:
-            buf = initial()[k]
+        buf = aval if covered else initial()[k]     # write reads only aval's shape
         if slabs is not None:
             t = acc.split(t)
-        # lax.add, not `+`: jnp's operators are jitted, a trace of their own per first call
-        outs.append(acc.layout.unpad(acc.write(
-            buf, 0, lax.add(jnp.broadcast_to(x, b.shape), t.astype(x.dtype)))))
+        if x is not None:
+            # lax.add, not `+`: jnp's operators are jitted, a trace of their own per first call
+            t = lax.add(jnp.broadcast_to(x, b.shape), t)
+        outs.append(acc.layout.unpad(acc.write(buf, 0, t)))
     return outs
 
 

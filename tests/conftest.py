@@ -17,11 +17,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
-def pytest_configure(config):
-    # pytest-xdist's marker, declared here too so that runs without xdist know it
-    config.addinivalue_line("markers", "xdist_group(name): run these tests in one xdist worker")
-
-
 @pytest.fixture
 def rng(request):
     """A generator seeded from the test's name: fresh data per test, reproducible runs."""

@@ -15,11 +15,6 @@ import pytest
 
 from fresh_venv import REPO, make, run as _run
 
-# one worker runs these tests and makes the venv once: session scope, since
-# xdist may hand that worker other modules' tests in between, and a
-# module-scoped fixture would be torn down and rebuilt after each of them
-pytestmark = pytest.mark.xdist_group("looped-venv")
-
 GUIDE = REPO / "docs" / "backend-authors.md"
 MODULE = "pallas_looped/__init__.py"
 
@@ -30,7 +25,8 @@ def guide_files() -> dict[str, str]:
     return dict(pattern.findall(GUIDE.read_text()))
 
 
-@pytest.fixture(scope="session")
+# made once: one xdist worker runs the whole module (--dist loadfile)
+@pytest.fixture(scope="module")
 def looped(tmp_path_factory):
     root = tmp_path_factory.mktemp("looped")
     project = root / "pallas-looped"

@@ -13,17 +13,13 @@ import pytest
 
 from fresh_venv import REPO, make, run
 
-# one worker runs these tests and makes the venv once: session scope, since
-# xdist may hand that worker other modules' tests in between, and a
-# module-scoped fixture would be torn down and rebuilt after each of them
-pytestmark = pytest.mark.xdist_group("example-venv")
-
 EXAMPLE = REPO / "examples" / "example_backend"
 TIMEOUT = 600   # seconds per command in the venv
 _run = functools.partial(run, timeout=TIMEOUT)
 
 
-@pytest.fixture(scope="session")
+# made once: one xdist worker runs the whole module (--dist loadfile)
+@pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     root = tmp_path_factory.mktemp("example-venv")
     py, bindir, env = make(root, local=[EXAMPLE], timeout=TIMEOUT)

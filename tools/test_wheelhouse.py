@@ -93,12 +93,17 @@ def test_wheelhouse_holds_wheel_and_sdist_of_each_distribution(wheelhouse):
             assert len(frontend) == 1 and "<" in frontend[0] and ">=" in frontend[0], (dist, frontend)
 
 
-# Run in each venv: which backends load, and a blocked add through each one.
+# Run in each venv: what `pallas backends` lists (its main, in this process: one
+# start of jax per venv), which backends load, and a blocked add through each one.
 PROBE = textwrap.dedent("""
-    import json, sys
+    import contextlib, io, json, sys
     import jax, numpy as np
     import pallas_frontend as pl
-    from pallas_frontend import registry
+    from pallas_frontend import cli, registry
+
+    listing = io.StringIO()
+    with contextlib.redirect_stdout(listing):
+        listed_rc = cli.main(["backends"])
 
     def add_kernel(x_ref, y_ref, o_ref):
         o_ref[...] = x_ref[...] + y_ref[...]
@@ -106,7 +111,8 @@ PROBE = textwrap.dedent("""
     rng = np.random.default_rng(7)
     x, y = (rng.standard_normal(1024).astype(np.float32) for _ in range(2))
     spec = pl.BlockSpec((256,), lambda i: (i,))
-    report = {"backends": sorted(registry.backends()), "failures": sorted(registry.load_failures()),
+    report = {"listing": listing.getvalue(), "listed_rc": listed_rc,
+              "backends": sorted(registry.backends()), "failures": sorted(registry.load_failures()),
               "runs": {}}
     for name in sys.argv[1:]:
         backend = registry.get_backend(name)
@@ -132,16 +138,17 @@ def test_extra_installs_only_its_backends_and_runs_a_kernel(extra, wheelhouse, t
     python = _new_venv(tmp_path / "venv")
     _install(python, wheelhouse, f"pallas-frontend[{extra}]")
     chosen = EXTRAS[extra]
-    listed = _run([tmp_path / "venv" / "bin" / "pallas", "backends"], env=_clean_env(),
-                  cwd=tmp_path).stdout
+    assert (tmp_path / "venv" / "bin" / "pallas").is_file(), "no `pallas` console script"
+    probe = _run([python, "-c", PROBE, *chosen], env=_clean_env(), cwd=tmp_path)
+    report = json.loads(probe.stdout.strip().splitlines()[-1])
+
+    listed = report["listing"]
+    assert report["listed_rc"] == 0, listed
     first_words = {line.split()[0] for line in listed.splitlines() if line.split()}
     for name in ("interpret", *chosen):
         assert name in first_words, f"`pallas backends` does not list {name}:\n{listed}"
     for name in set(PLUGINS) - set(chosen):
         assert name not in first_words, f"[{extra}] installed {name} too:\n{listed}"
-
-    probe = _run([python, "-c", PROBE, *chosen], env=_clean_env(), cwd=tmp_path)
-    report = json.loads(probe.stdout.strip().splitlines()[-1])
     assert report["backends"] == sorted(["interpret", *chosen]), report
     assert report["failures"] == [], report
     unavailable = []

@@ -15,8 +15,8 @@ import pytest
 
 from pallas_mgpu import aot
 
-# one worker holds the module (its probe fixture runs once): xdist --dist loadgroup
-pytestmark = [pytest.mark.cuda_aot, pytest.mark.xdist_group("mgpu-cuda-aot")]
+# one worker holds the module (its probe fixture runs once): xdist --dist loadfile
+pytestmark = pytest.mark.cuda_aot
 EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "mgpu"))
 
 

@@ -24,17 +24,35 @@ HERE = Path(__file__).parent
 CAPABILITY = {"H100": 90, "A100": 80}
 
 
-# each GPU's tests in one xdist group: its compile subprocess runs once, on one worker
-@pytest.fixture(scope="module", params=[pytest.param(gpu, marks=pytest.mark.xdist_group(gpu))
-                                        for gpu in sorted(CAPABILITY)])
-def report(request):
+@pytest.fixture(scope="module")
+def reports():
+    """{gpu: report}; the GPUs' compile subprocesses run at once (a compile is one
+    busy core), so the module needs one xdist worker (--dist loadfile)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, str(HERE / "gpu_aot_cases.py"), request.param],
-                          capture_output=True, text=True, env=env, timeout=1800)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("REPORT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    return json.loads(lines[-1][len("REPORT "):])
+    procs = {gpu: subprocess.Popen([sys.executable, str(HERE / "gpu_aot_cases.py"), gpu],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=env)
+             for gpu in sorted(CAPABILITY)}
+    out, errors = {}, []
+    for gpu, proc in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=1800)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        lines = [line for line in stdout.splitlines() if line.startswith("REPORT ")]
+        if proc.returncode == 0 and lines:
+            out[gpu] = json.loads(lines[-1][len("REPORT "):])
+        else:
+            errors.append(f"{gpu}: rc {proc.returncode}\n{stderr[-4000:]}")
+    assert not errors, "\n".join(errors)
+    return out
+
+
+@pytest.fixture(params=sorted(CAPABILITY))
+def report(request, reports):
+    return reports[request.param]
 
 
 def test_every_kernel_compiles_with_the_expected_launch(report):

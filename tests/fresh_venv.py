@@ -5,7 +5,8 @@ install a backend as a third party would (the example backend, the guide's
 jax, jaxlib, numpy, pluggy and pytest are pinned to the versions running the
 tests and come from the package index; with uv on PATH (tox installs it) uv
 makes the venv from its shared cache in seconds, where pip would unpack jax
-and jaxlib anew. The frontend itself goes in with --no-deps.
+and jaxlib anew. The frontend itself goes in with --no-deps. Under tox, the
+bytecode store (tools/bytecode_store.py) spares the first import compiling jax.
 """
 
 import importlib.metadata as md
@@ -48,6 +49,9 @@ def make(root: Path, *, extra=(), local=(), editable=(), timeout=900):
     run(pip + ["--no-deps", str(REPO), *map(str, local)], timeout=timeout)
     for project in editable:
         run(pip + ["--no-deps", "--no-build-isolation", "-e", str(project)], timeout=timeout)
+    store = os.environ.get("PALLAS_BYTECODE_STORE")
+    if store:   # tox's: the bytecode of jax & co. from the envs before (not compiled again)
+        run([str(py), str(REPO / "tools" / "bytecode_store.py"), "restore", store], timeout=timeout)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PALLAS_FRONTEND_") and k != "PYTHONPATH"}
     return py, bindir, env

@@ -97,6 +97,9 @@ def test_version(capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(f"pallas-frontend {pl.__version__} (backend API %d.%d)" % pl.API_VERSION)
+    # pyproject.toml's static version is the installed one
+    import importlib.metadata as md
+    assert md.version("pallas-frontend") == pl.__version__
 
 
 def test_table_wraps_long_cells_instead_of_cutting_them():

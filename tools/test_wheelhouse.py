@@ -77,8 +77,12 @@ def _install(python: Path, wheelhouse: Path, *requirements, ok=True):
     # unchanged version (0.1.0 during development) would come from its cache.
     refresh = [a for dist in ("pallas-frontend", *PLUGINS.values())
                for a in ("--refresh-package", dist)]
-    return _run([UV, "pip", "install", "-q", "--python", python, "--find-links", wheelhouse,
-                 *refresh, *requirements], ok=ok, env=_clean_env())
+    out = _run([UV, "pip", "install", "-q", "--python", python, "--find-links", wheelhouse,
+                *refresh, *requirements], ok=ok, env=_clean_env())
+    store = os.environ.get("PALLAS_BYTECODE_STORE")
+    if store and out.returncode == 0:   # tox's: jax & co. not compiled again in each venv
+        _run([python, TOOLS / "bytecode_store.py", "restore", store])
+    return out
 
 
 def test_wheelhouse_holds_wheel_and_sdist_of_each_distribution(wheelhouse):

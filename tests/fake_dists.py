@@ -1,8 +1,9 @@
 """Lightweight fake plugin distributions: a module plus a ``*.dist-info`` with
 ``entry_points.txt`` in a directory put on ``sys.path`` (of a subprocess, or of
-this process for ``probe``), so importlib.metadata discovers them like
+this process for ``discovering`` and ``probe``), so importlib.metadata discovers them like
 installed wheels."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -66,12 +67,12 @@ def run_code(path: Path, code: str, *args, env=None, timeout=120):
                           timeout=timeout)
 
 
-def probe(monkeypatch, path: Path, *use, env=None) -> dict:
-    """Discovery as a fresh process would see it with the fake distributions
-    under ``path`` on sys.path and only ``env`` of the frontend's variables, run
-    in this process (a jax import per probe would cost more than the test):
-    the backends, the load failures (or the error), what using each of ``use``
-    gives, the load warnings. Everything is restored afterwards."""
+@contextlib.contextmanager
+def discovering(monkeypatch, path: Path, env=None):
+    """Within: this process discovers backends as a fresh process would with the
+    fake distributions under ``path`` on sys.path and only ``env`` of the
+    frontend's variables (a jax import per subprocess would cost more than the
+    test). Everything is restored afterwards."""
     from pallas_frontend import discovery, registry
     with monkeypatch.context() as m:
         for key in [k for k in os.environ if k.startswith("PALLAS_FRONTEND_")]:
@@ -83,26 +84,33 @@ def probe(monkeypatch, path: Path, *use, env=None) -> dict:
         fakes = {p.stem for p in path.glob("*.py")}
         registry.reload()
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                try:
-                    names = sorted(registry.backends())
-                    failures = {k: [f.origin.distribution, f.origin.version, f.reason]
-                                for k, f in registry.load_failures().items()}
-                    error = None
-                except Exception as e:
-                    names, failures, error = None, None, f"{type(e).__name__}: {e}"
-                uses = {}
-                for name in use:
-                    try:
-                        registry.get_backend(name)
-                        uses[name] = "ok"
-                    except Exception as e:
-                        uses[name] = f"{type(e).__name__}: {e} | cause: {e.__cause__!r}"
+            yield
         finally:
             registry.reload()
             for module in fakes & set(sys.modules):
                 del sys.modules[module]
+
+
+def probe(monkeypatch, path: Path, *use, env=None) -> dict:
+    """What ``discovering`` finds: the backends, the load failures (or the
+    error), what using each of ``use`` gives, the load warnings."""
+    from pallas_frontend import registry
+    with discovering(monkeypatch, path, env), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            names = sorted(registry.backends())
+            failures = {k: [f.origin.distribution, f.origin.version, f.reason]
+                        for k, f in registry.load_failures().items()}
+            error = None
+        except Exception as e:
+            names, failures, error = None, None, f"{type(e).__name__}: {e}"
+        uses = {}
+        for name in use:
+            try:
+                registry.get_backend(name)
+                uses[name] = "ok"
+            except Exception as e:
+                uses[name] = f"{type(e).__name__}: {e} | cause: {e.__cause__!r}"
     return {"names": names, "failures": failures, "error": error, "uses": uses,
             "warnings": [str(w.message) for w in caught
                          if type(w.message).__name__ == "BackendLoadWarning"]}

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fake_dists import backend_source, make_dist, run_code, site_env
+from fake_dists import backend_source, discovering, make_dist, run_code, site_env
 
 HANGS = "import time\ntime.sleep(3600)\n"
 EXITS = "import sys\nsys.exit(3)\n"
@@ -77,14 +77,24 @@ def test_plugin_calling_sys_exit_is_reported_not_propagated(tmp_path):
     assert _cli(tmp_path, "backends", "--allow-load-errors").returncode == 0
 
 
-def test_long_load_error_is_printed_whole(tmp_path):
+def _cli_here(monkeypatch, capsys, site, *args):
+    """`pallas ARGS` in this process, discovering the fake distributions of ``site``:
+    (exit code, stdout)."""
+    from pallas_frontend import cli
+    capsys.readouterr()
+    with discovering(monkeypatch, site):
+        code = cli.main(list(args))
+    return code, capsys.readouterr().out
+
+
+def test_long_load_error_is_printed_whole(tmp_path, monkeypatch, capsys):
     words = " ".join(f"word{i}" for i in range(60))
     make_dist(tmp_path, "pallas-wordy", "0.1", "pf_wordy", f"raise RuntimeError({words!r})\n",
               "wordy")
-    out = _cli(tmp_path, "backends")
-    assert out.returncode == 1
-    assert "..." not in out.stdout
-    table = " ".join(out.stdout.split())
+    code, out = _cli_here(monkeypatch, capsys, tmp_path, "backends")
+    assert code == 1
+    assert "..." not in out
+    table = " ".join(out.split())
     assert words in table        # wrapped onto several lines, but every word there, in order
 
 
@@ -100,17 +110,17 @@ def test_keyboard_interrupt_in_a_plugin_import_still_interrupts(tmp_path):
     assert out.stdout.strip() == "interrupted", out.stderr[-2000:]
 
 
-def test_raising_is_available_is_reported_in_its_row(tmp_path):
+def test_raising_is_available_is_reported_in_its_row(tmp_path, monkeypatch, capsys):
     body = "def is_available(self): raise RuntimeError('probe exploded')"
     make_dist(tmp_path, "pallas-probe", "0.1", "pf_probe", backend_source("probe", body=body),
               "probe")
-    out = _cli(tmp_path, "backends")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "probe exploded" in out.stdout
-    rows = {r["name"]: r for r in json.loads(_cli(tmp_path, "backends", "--json").stdout)}
+    code, out = _cli_here(monkeypatch, capsys, tmp_path, "backends")
+    assert code == 0 and "probe exploded" in out, out
+    code, out = _cli_here(monkeypatch, capsys, tmp_path, "backends", "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
     assert rows["probe"]["available"] == "no: is_available() raised RuntimeError: probe exploded"
-    doctor = _cli(tmp_path, "doctor")
-    assert "probe exploded" in doctor.stdout and "Traceback" not in doctor.stderr
+    code, out = _cli_here(monkeypatch, capsys, tmp_path, "doctor")   # no traceback: it returns
+    assert "probe exploded" in out
 
 
 IMPOSTOR = """

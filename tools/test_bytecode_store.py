@@ -32,6 +32,14 @@ def _import_value(site: Path) -> str:
     return out.stdout.strip()
 
 
+def _saved_store(root: Path) -> Path:
+    """A store holding the bytecode of demo-1.0 (VALUE = 1, mtime 1_700_000_000)."""
+    donor = _site(root / "a", 1, 1_700_000_000)
+    _import_value(donor)
+    bs.save(root / "store", donor)
+    return root / "store"
+
+
 def _pyc(site: Path) -> Path:
     return site / "demo" / "__pycache__" / f"mod.{sys.implementation.cache_tag}.pyc"
 
@@ -51,10 +59,7 @@ def test_bytecode_saved_from_one_site_serves_the_same_sources_elsewhere(tmp_path
 
 
 def test_changed_source_is_compiled_again_not_served_stale(tmp_path):
-    store = tmp_path / "store"
-    donor = _site(tmp_path / "a", 1, 1_700_000_000)
-    _import_value(donor)
-    bs.save(store, donor)
+    store = _saved_store(tmp_path)
     # the same distribution and version, the same size, other contents and time
     target = _site(tmp_path / "b", 2, 1_700_000_999)
     assert bs.restore(store, target) == 2
@@ -62,10 +67,7 @@ def test_changed_source_is_compiled_again_not_served_stale(tmp_path):
 
 
 def test_other_versions_and_existing_bytecode_are_left_alone(tmp_path):
-    store = tmp_path / "store"
-    donor = _site(tmp_path / "a", 1, 1_700_000_000)
-    _import_value(donor)
-    bs.save(store, donor)
+    store = _saved_store(tmp_path)
     other = _site(tmp_path / "b", 1, 1_700_000_000)
     shutil.move(other / "demo-1.0.dist-info", other / "demo-2.0.dist-info")
     assert bs.restore(store, other) == 0

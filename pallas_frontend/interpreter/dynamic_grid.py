@@ -23,7 +23,7 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend import primitives
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.block_indices import BlockIndexError
-from pallas_frontend.interpreter.execute import padding_value, varying_like
+from pallas_frontend.interpreter.execute import padding_value, varying_like, written_inputs
 from pallas_frontend.specs import Blocked, BoundedSlice, Element, Squeezed
 
 
@@ -137,8 +137,10 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
             rest = lax.div(rest, jnp.maximum(sizes[a], 1))
         return idx[::-1]
 
+    written = written_inputs(body, kernel.num_index_operands, n_in)
+
     def step(p, carry):
-        outs, scratch, bad = carry
+        (outs, ins), scratch, bad = carry
         idx = coords_of(p)
         places = [_starts(m, idx) for m in kernel.mappings]
         oks = jnp.stack([ok for _, _, ok in places]) if places else jnp.ones((0,), bool)
@@ -147,16 +149,20 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
         bad = (jnp.where(fresh, oks, ok_so_far),
                jnp.where(fresh, jnp.stack(idx), point) if idx else point)
         in_blocks = [_read(x, m, st) for x, m, (st, _, _) in
-                     zip(padded_in, kernel.in_mappings, places)]
+                     zip(ins, kernel.in_mappings, places)]
         out_blocks = [_read(x, m, st) for x, m, (st, _, _) in
                       zip(outs, kernel.out_mappings, places[n_in:])]
         new = jc.eval_jaxpr(body, *idx, *dyn_values, *in_blocks, *out_blocks, *scratch)
         outs = [_write(buf, m, st, sz, blk) for buf, m, (st, sz, _), blk in
                 zip(outs, kernel.out_mappings, places[n_in:], new[n_in:n_in + n_out])]
-        return outs, list(new[n_in + n_out:]), bad
+        # a written input block is written back: later points read the update
+        ins = [_write(buf, m, st, sz, new[k]) if k in written else buf
+               for k, (buf, m, (st, sz, _)) in enumerate(zip(ins, kernel.in_mappings, places))]
+        return (outs, ins), list(new[n_in + n_out:]), bad
 
     no_bad = (jnp.ones((len(origins),), bool), jnp.zeros((n_grid,), jnp.int32))
-    outs, _, (ok, point) = lax.fori_loop(0, total, step, (outs, scratch, no_bad))
+    (outs, _), _, (ok, point) = lax.fori_loop(0, total, step,
+                                              ((outs, padded_in), scratch, no_bad))
     jax.debug.callback(functools.partial(_raise_out_of_range, kernel_name=kernel.name,
                                          origins=origins), ~ok, point)
     return [_unpad(o, m) for o, m in zip(outs, kernel.out_mappings)]

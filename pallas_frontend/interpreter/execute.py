@@ -141,6 +141,16 @@ def make_plan(kernel: KernelIR) -> InterpreterPlan:
     return InterpreterPlan(kernel, layouts, body)
 
 
+def written_inputs(body, num_index: int, num_inputs: int) -> tuple[int, ...]:
+    """The inputs whose Ref the discharged kernel ``body`` may write: their new
+    value is not the block it was given. Such a block is written back, so a
+    later grid point reads the update (as JAX's interpreter does)."""
+    jaxpr = body.jaxpr
+    ins = jaxpr.invars[num_index:num_index + num_inputs]
+    outs = jaxpr.outvars[:num_inputs]
+    return tuple(k for k, (i, o) in enumerate(zip(ins, outs)) if o is not i)
+
+
 def read_block(buf, layout: OperandLayout, starts):
     """The kernel-visible block of a padded buffer at dynamic ``starts``.
 
@@ -223,29 +233,33 @@ def run_sequential(plan: InterpreterPlan, *inputs):
         def positions(k, idx, p):
             return start_tables[k][p], size_tables[k][p]
 
+    written = written_inputs(plan.body, len(grid), n_in)
+
     def step(p, carry):
-        outs, scratch = carry
+        (outs, ins), scratch = carry
         idx = indices(p)
         where = [positions(k, idx, p) for k in range(len(plan.layouts))]
         starts = [w[0] for w in where]
         sizes = [w[1] for w in where]
         in_blocks = [read_block(x, lay, starts[k]) for k, (x, lay) in
-                     enumerate(zip(padded_in, in_layouts))]
+                     enumerate(zip(ins, in_layouts))]
         out_blocks = [read_block(x, lay, starts[n_in + k]) for k, (x, lay) in
                       enumerate(zip(outs, out_layouts))]
         new = jc.eval_jaxpr(plan.body, *idx, *in_blocks, *out_blocks, *scratch)
         new_outs = new[n_in:n_in + len(outs)]
         outs = [write_block(buf, lay, starts[n_in + k], sizes[n_in + k], blk)
                 for k, (buf, lay, blk) in enumerate(zip(outs, out_layouts, new_outs))]
-        return outs, list(new[n_in + len(outs):])
+        ins = [write_block(buf, in_layouts[k], starts[k], sizes[k], new[k]) if k in written
+               else buf for k, buf in enumerate(ins)]
+        return (outs, ins), list(new[n_in + len(outs):])
 
-    carry = (initial_outputs(plan, inputs), initial_scratch(kernel, inputs))
+    carry = ((initial_outputs(plan, inputs), padded_in), initial_scratch(kernel, inputs))
     if plan.num_points == 0:   # a grid axis of size 0: nothing runs, outputs stay as they are
-        return [lay.unpad(o) for lay, o in zip(out_layouts, carry[0])]
+        return [lay.unpad(o) for lay, o in zip(out_layouts, carry[0][0])]
     if plan.num_points == 1:
-        outs, _ = step(0, carry)
+        (outs, _), _ = step(0, carry)
     else:
-        outs, _ = lax.fori_loop(0, plan.num_points, step, carry)
+        (outs, _), _ = lax.fori_loop(0, plan.num_points, step, carry)
     return [lay.unpad(o) for lay, o in zip(out_layouts, outs)]
 
 

@@ -80,6 +80,11 @@ def make_plan(kernel: KernelIR) -> VectorizedPlan:
     if kernel.debug:
         print(analysis.describe(), file=sys.stdout)
         print(coverage_report(kernel, tables), file=sys.stdout)
+    written = execute.written_inputs(base.body, len(kernel.grid), len(kernel.in_mappings))
+    if written and base.num_points > 1:
+        # Batching assumes inputs carry nothing from one point to the next.
+        return VectorizedPlan(base, analysis, (), tuple(range(len(kernel.grid))), (),
+                              f"the kernel writes input(s) {list(written)}: run sequentially")
     if base.num_points > execute.MAX_TABLE_POINTS and not all(t.is_affine for t in tables):
         # Per-point tables would not fit: the plain loop evaluates index maps as it goes.
         return VectorizedPlan(base, analysis, (), tuple(range(len(kernel.grid))), (),
@@ -212,7 +217,7 @@ def _batched_body(plan: VectorizedPlan, body=None):
 
 def run(plan: VectorizedPlan, *inputs):
     """Runs a planned kernel; returns the unpadded outputs."""
-    if not plan.accesses and plan.base.layouts:   # an empty or a large non-affine grid
+    if not plan.accesses and plan.base.layouts:   # empty, large non-affine, or input-writing
         return execute.run_sequential(plan.base, *inputs)
     base, kernel = plan.base, plan.kernel
     n_in = len(kernel.in_mappings)

@@ -3,9 +3,9 @@
 Backends come from ``discovery`` (entry points, read on first need; a plugin
 is imported only when selection may choose it) and from ``register_backend``
 (in-process). Selection, first match wins:
-1. ``interpret=True`` -> the built-in interpreter (with another backend's
-   compiler params or ``backend=`` an error); a backend's interpret-params
-   object -> that backend;
+1. ``interpret=True`` -> the built-in interpreter (another backend's compiler
+   params are checked and ignored, as in JAX; ``backend=`` naming another
+   backend is an error); a backend's interpret-params object -> that backend;
 2. ``compiler_params`` of a backend's type -> that backend;
 3. an explicit ``backend=`` name;
 4. the platform's default: the configured one (``set_default_backend`` or
@@ -15,8 +15,11 @@ is imported only when selection may choose it) and from ``register_backend``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
+import types
+import typing
 from typing import TYPE_CHECKING, Any
 
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
@@ -123,11 +126,6 @@ def install_hint(name: str, params: Any = None) -> str:
             "point group pallas_frontend.backends)")
 
 
-def pip_hint(name: str) -> str:
-    """Kept for callers of earlier versions; see ``install_hint``."""
-    return install_hint(name)
-
-
 def get_backend(name: str) -> Backend:
     """The backend ``name``, importing only that plugin."""
     with _lock:
@@ -176,7 +174,10 @@ def configured_default(platform: str) -> str | None:
 
 
 def check_interpret_arguments(interpret, compiler_params, backend: str | None) -> None:
-    """``interpret=True`` runs the built-in interpreter: refuse what it would drop."""
+    """``interpret=True`` runs the built-in interpreter. Another backend's
+    ``compiler_params`` are hardware hints there (as in JAX, whose GPU kernels
+    pass both): their type and fields are checked, then they are not used.
+    ``backend=`` naming another backend contradicts it and is refused."""
     if interpret is not True:
         return
     if backend is not None and backend != INTERPRETER:
@@ -185,13 +186,36 @@ def check_interpret_arguments(interpret, compiler_params, backend: str | None) -
             f"another backend. Pass one of the two (to interpret with {backend!r}, pass its "
             "interpret params as interpret=..., if it has any).")
     owner = _declared_owner(compiler_params)
-    if owner is not None and owner != INTERPRETER:
-        raise ValueError(
-            f"interpret=True runs the built-in interpreter, which would ignore compiler_params "
-            f"of type {type(compiler_params).__qualname__} (backend {owner!r}). To interpret "
-            f"with backend {owner!r}, pass its interpret params (interpret=<its "
-            "InterpretParams>()); to compile with it, drop interpret=True; or drop its "
-            "compiler_params.")
+    if owner is None or owner == INTERPRETER:
+        return
+    b = _backend_of_params(compiler_params, "compiler_params_type")
+    if b is None and owner in _loaded():
+        _raise_if_other_type(owner, compiler_params, "compiler_params_type")
+    check_params_fields(compiler_params)
+
+
+def check_params_fields(params) -> None:
+    """Each field of a params dataclass holds a value of its annotated type
+    (checked for the plain types: int, float, bool, str, each maybe None)."""
+    try:
+        hints = typing.get_type_hints(type(params))
+    except Exception:   # an annotation we cannot resolve: nothing to check against
+        return
+    simple = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
+    for f in dataclasses.fields(params):
+        hint, value = hints.get(f.name), getattr(params, f.name, None)
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        args = typing.get_args(hint) if union else (hint,)
+        allowed = [t for t in args if t is not type(None)]
+        if len(allowed) != 1 or allowed[0] not in simple:
+            continue
+        want = allowed[0]
+        if not (value is None and type(None) in args or isinstance(value, simple[want]) and (
+                want is bool or not isinstance(value, bool))):
+            raise TypeError(
+                f"{type(params).__qualname__}.{f.name} must be "
+                f"{want.__name__}{' or None' if type(None) in args else ''}, got {value!r} "
+                f"({type(value).__name__}).")
 
 
 def select_backend(*, platform: str, interpret, compiler_params, backend: str | None) -> Backend:
@@ -357,7 +381,10 @@ def _raise_if_other_type(owner: str, params, type_attr: str) -> None:
 
 def backend_for_params(*, interpret, compiler_params) -> Backend | None:
     """The backend whose interpret params or compiler params these are, if any
-    (platform-independent; used to ask a backend for its launch effects)."""
+    (platform-independent; used to ask a backend for its launch effects).
+    ``interpret=True`` runs the built-in interpreter: no backend's params apply."""
+    if interpret is True:
+        return None
     if interpret not in (None, True, False):
         return _backend_of_params(interpret, "interpret_params_type")
     if compiler_params is None:

@@ -29,6 +29,7 @@ from pallas_frontend.backend_api import KernelIR
 from pallas_triton.emitters import EMITTERS, helper_source
 from pallas_triton.jaxpr_text import (  # noqa: F401  (re-exported for plugins' callers)
     is_float, is_pow2, literal, padding_literal, source_line, tl_dtype, used_vars)
+from pallas_triton import widening
 from pallas_triton.errors import TritonCapabilityError, unsupported
 
 
@@ -180,8 +181,14 @@ class KernelWriter:
                     f"'{name}' at {source_line(eqn) or self.kernel.source} makes a value of shape "
                     f"{tuple(shape)}; Triton tensors need power-of-two dims.")
         self.current_eqn = eqn
+        ins = [self.read(v) for v in eqn.invars]
+        wide = widening.widened_dtypes(self.target, eqn)
+        if wide:
+            ins = widening.widen_inputs(self, eqn, ins, wide)
         try:
-            outs = emitter(self, eqn, [self.read(v) for v in eqn.invars])
+            outs = emitter(self, eqn, ins)
+            if wide:
+                outs = widening.narrow_outputs(self, eqn, outs, wide)
         except TritonCapabilityError as e:
             if " at " in str(e):
                 raise
@@ -267,7 +274,7 @@ class KernelWriter:
         ptr, bounds, _ = self.address(ref, indexer)
         mask = join_masks(bounds, mask)
         if value.isidentifier() and (value_dtype is None or np.dtype(value_dtype) != ref.dtype):
-            value = f"{value}.to({tl_dtype(ref.dtype)})"
+            value = widening.cast(self, value, value_dtype or ref.dtype, ref.dtype)
         self.line(f"tl.store({ptr}, {value}" + (f", mask={mask}" if mask else "") + f"{extra})")
 
 

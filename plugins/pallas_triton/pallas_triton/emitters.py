@@ -64,7 +64,8 @@ def _call(fn):
     return lambda w, eqn, ins: [f"{fn}({', '.join(ins)})"]
 
 
-for _name, _fn in {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "sqrt": "tl.sqrt",
+for _name, _fn in {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
+                   "sqrt": "tl.sqrt",
                    "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos", "abs": "tl.abs",
                    "floor": "tl.floor", "ceil": "tl.ceil", "erf": "tl.erf",
                    "max_contiguous": "tl.max_contiguous"}.items():
@@ -158,7 +159,8 @@ def _expm1(w, eqn, ins):
 @register("sign")
 def _sign(w, eqn, ins):
     x = ins[0]
-    return [f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0)).to({tl_dtype(out_aval(eqn).dtype)})"]
+    from pallas_triton.widening import cast
+    return [cast(w, f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0))", np.int32, out_aval(eqn).dtype)]
 
 
 @register("max", "min")
@@ -217,7 +219,11 @@ def _convert(w, eqn, ins):
         return [literal(np.asarray(eqn.invars[0].val).astype(new), new)]
     if new == np.dtype(bool):
         return [f"({ins[0]} != 0)"]
-    return [f"tl.cast({ins[0]}, {tl_dtype(new)})"]
+    from pallas_triton.widening import cast
+    src = in_aval(eqn).dtype
+    if w.target == "interpret" and np.dtype(src).name == "bfloat16":
+        src = np.float32            # widened before this emitter (widening.ARITHMETIC)
+    return [cast(w, ins[0], src, new)]
 
 
 @register("multiple_of")
@@ -295,7 +301,8 @@ def _iota(w, eqn, ins):
     expr = f"tl.arange(0, {shape[dim]})"
     expr = broadcast_expr(expr, (shape[dim],), shape, (dim,))
     dtype = np.dtype(eqn.params["dtype"])
-    return [expr if dtype == np.int32 else f"({expr}).to({tl_dtype(dtype)})"]
+    from pallas_triton.widening import cast
+    return [expr if dtype == np.int32 else cast(w, expr, np.int32, dtype)]
 
 
 @register("slice")
@@ -439,7 +446,8 @@ def _dot_general(w, eqn, ins):
         extra = f", input_precision={choice!r}"
     expr = f"tl.dot({a}, {b}, out_dtype={acc}{extra})"
     if tl_dtype(out) != acc:
-        expr = f"({expr}).to({tl_dtype(out)})"
+        from pallas_triton.widening import cast
+        expr = cast(w, expr, acc[3:], out)
     return [expr]
 
 

@@ -72,7 +72,12 @@ def _addupdate(w, eqn, ins):
         return []
     ref, indexer = _ref_and_indexer(w, eqn, ins, 2)
     old = w.bind(w.load(ref, indexer), "old")
-    w.store(ref, indexer, f"{old} + {ins[1]}")
+    total = f"{old} + {ins[1]}"
+    if w.target == "interpret" and ref.dtype.name == "bfloat16":   # see widening.py
+        from pallas_triton.widening import cast, to_float32
+        f32 = f"{to_float32(w, old, ref.dtype)} + {to_float32(w, ins[1], ref.dtype)}"
+        total = w.bind(cast(w, f32, "float32", ref.dtype))
+    w.store(ref, indexer, total)
     return []
 
 

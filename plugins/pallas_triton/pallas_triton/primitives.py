@@ -58,12 +58,37 @@ def _read_indexed(x, nd):
         ix = nd.indices[axis]
         if isinstance(ix, pl.Slice):
             span = (ix.size - 1) * ix.stride + 1
-            x = lax.dynamic_slice_in_dim(x, ix.start, span, axis)
+            x = _window(x, axis, ix.start, span)
             if ix.stride != 1:
                 x = lax.slice_in_dim(x, 0, span, ix.stride, axis)
         else:
             x = lax.dynamic_index_in_dim(x, ix, axis, keepdims=False)
     return x
+
+
+def _fill(dtype):
+    """What a lane outside the Ref reads (NaN or the lowest int: visible if a mask misses)."""
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.array(jnp.nan, dtype)
+    if jnp.issubdtype(dtype, jnp.integer):
+        return jnp.array(jnp.iinfo(dtype).min, dtype)
+    return jnp.zeros((), dtype)
+
+
+def _in_range(start, span, n) -> bool:
+    return isinstance(start, (int, np.integer)) and 0 <= start and start + span <= n
+
+
+def _window(x, axis, start, span):
+    """``span`` elements of ``x`` from ``start`` along ``axis``; the part outside ``x``
+    reads ``_fill`` (a masked-off lane). lax.dynamic_slice would instead clamp the
+    window into ``x``, shifting every lane (JAX's issue #21143)."""
+    if _in_range(start, span, x.shape[axis]):
+        return lax.slice_in_dim(x, int(start), int(start) + span, axis=axis)
+    cfg = [(0, 0, 0)] * x.ndim
+    cfg[axis] = (span, span, 0)
+    padded = lax.pad(x, _fill(x.dtype), cfg)     # exact for starts in [-span, n]
+    return lax.dynamic_slice_in_dim(padded, start + span, span, axis)
 
 
 def _write_indexed(x, nd, value):
@@ -83,7 +108,14 @@ def _write_indexed(x, nd, value):
             starts.append(ix)
             shape.append(1)
     value = jnp.broadcast_to(value, _indexed_shape_of(nd)).reshape(shape).astype(x.dtype)
-    return lax.dynamic_update_slice(x, value, starts)
+    # Lanes past the Ref land in padding that is cut off again (never clamped into it).
+    pads = [ix.size if isinstance(ix, pl.Slice) and not _in_range(ix.start, ix.size, n) else 0
+            for ix, n in zip(nd.indices, x.shape)]
+    if not any(pads):
+        return lax.dynamic_update_slice(x, value, starts)
+    padded = lax.pad(x, jnp.zeros((), x.dtype), [(p, p, 0) for p in pads])
+    out = lax.dynamic_update_slice(padded, value, [st + p for st, p in zip(starts, pads)])
+    return lax.slice(out, pads, [p + n for p, n in zip(pads, x.shape)])
 
 
 def _indexed_shape_of(nd):

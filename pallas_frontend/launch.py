@@ -147,6 +147,7 @@ def kernel(body: Callable | Sequence[Callable] | None = None, out_type: Any = ()
         from pallas_frontend import _jax_compat as jc
         flat, args_tree = jax.tree.flatten(args)
         is_ref = [isinstance(jax.typeof(a), jc.AbstractRef) for a in flat]
+        _refuse_repeated_refs(pairs[0][1], args, flat, is_ref)
         values = [a[...] if r else a for a, r in zip(flat, is_ref)]
         outs = None
         for (m, fn), grid in zip(pairs, grids):
@@ -156,6 +157,23 @@ def kernel(body: Callable | Sequence[Callable] | None = None, out_type: Any = ()
                 a[...] = v
         return outs
     return run
+
+
+def _refuse_repeated_refs(body, args, flat, is_ref):
+    """One Ref under two argument names would be two separate outputs, and one
+    update would overwrite the other: refused, as jax.jit refuses it."""
+    seen = {}
+    for k, (a, r) in enumerate(zip(flat, is_ref)):
+        if r and id(a) in seen:
+            paths = [jax.tree_util.keystr(p, simple=True, separator=".")
+                     for p, _ in jax.tree_util.tree_flatten_with_path(args)[0]]
+            name = getattr(body, "__name__", "kernel")
+            raise ValueError(
+                f"pl.kernel({name}): the same Ref is passed as argument {paths[seen[id(a)]]} and "
+                f"as argument {paths[k]}; a kernel takes each Ref once (updates through one "
+                f"name would be lost). Pass it once and use it under one name.")
+        if r:
+            seen[id(a)] = k
 
 
 def _launch_on_mesh(body, mesh, grid, values, args_tree, is_ref, prev_outs, opts):

@@ -29,7 +29,7 @@ from pallas_frontend.backend_api import KernelIR
 from pallas_triton.emitters import EMITTERS, helper_source
 from pallas_triton.jaxpr_text import (  # noqa: F401  (re-exported for plugins' callers)
     is_float, is_pow2, literal, padding_literal, source_line, tl_dtype, used_vars)
-from pallas_triton import widening
+from pallas_triton import widening, xla_numerics  # noqa: F401  (registers div/rem/shifts)
 from pallas_triton.errors import TritonCapabilityError, unsupported
 
 

@@ -41,23 +41,11 @@ def _binary(op):
 
 # add_any: the tangent sum that JVP kernels contain (same arithmetic as add).
 for _name, _op in {"add": "+", "add_any": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^",
-                   "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-                   "shift_left": "<<", "shift_right_arithmetic": ">>", "rem": "%"}.items():
+                   "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.items():
     register(_name)(_binary(_op))
 
 
-@register("div")
-def _div(w, eqn, ins):
-    # lax.div truncates toward zero for integers, as Triton's // does (C semantics).
-    op = "/" if is_float(out_aval(eqn).dtype) else "//"
-    return [f"({ins[0]} {op} {ins[1]})"]
-
-
-@register("shift_right_logical")
-def _shift_right_logical(w, eqn, ins):
-    dt = np.dtype(out_aval(eqn).dtype)
-    unsigned = TL_DTYPES[f"uint{dt.itemsize * 8}"]
-    return [f"(({ins[0]}).to({unsigned}, bitcast=True) >> {ins[1]}).to({tl_dtype(dt)}, bitcast=True)"]
+# div, rem and the shifts: xla_numerics.py (XLA's results where C leaves them undefined)
 
 
 def _call(fn):
@@ -220,9 +208,12 @@ def _convert(w, eqn, ins):
     if new == np.dtype(bool):
         return [f"({ins[0]} != 0)"]
     from pallas_triton.widening import cast
+    from pallas_triton.xla_numerics import float_to_int, needs_saturation
     src = in_aval(eqn).dtype
     if w.target == "interpret" and np.dtype(src).name == "bfloat16":
         src = np.float32            # widened before this emitter (widening.ARITHMETIC)
+    if needs_saturation(src, new):
+        return [float_to_int(w, ins[0], src, new)]
     return [cast(w, ins[0], src, new)]
 
 

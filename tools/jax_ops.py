@@ -14,6 +14,7 @@ and ours/JAX wall time of the second (compiled) call.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import sys
@@ -25,6 +26,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# libtpu (the TPU interpret mode imports it) needs to be told it has no TPU
+for _k, _v in (("TPU_ACCELERATOR_TYPE", "v5litepod-4"), ("TPU_WORKER_HOSTNAMES", "localhost"),
+               ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")):
+    os.environ.setdefault(_k, _v)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -38,8 +43,24 @@ def _float_argnums(args) -> tuple[int, ...]:
                  if hasattr(a, "dtype") and np.issubdtype(np.asarray(a).dtype, np.floating))
 
 
-def run_side(case, module, args, grad: bool):
+def _interpret_mode(case, ours: bool):
+    """JAX's TPU tests on CPU: the TPU kernels under force_tpu_interpret_mode."""
+    if case.kind != "tpu" or not case.force:
+        return contextlib.nullcontext()
+    if ours:
+        import pallas_tpu as pltpu
+    else:
+        from jax.experimental.pallas import tpu as pltpu
+    return pltpu.force_tpu_interpret_mode()
+
+
+def run_side(case, module, args, grad: bool, ours: bool):
     """Outputs (a flat list of float64 arrays) and the second call's seconds."""
+    with _interpret_mode(case, ours):
+        return _run_side(case, module, args, grad)
+
+
+def _run_side(case, module, args, grad: bool):
     if grad:
         nums = _float_argnums(args)
 
@@ -80,8 +101,8 @@ def run_case(case, size: str, grad: bool, seed: int = 0) -> dict:
     """One row: both sides on the same fresh inputs."""
     args = case.inputs(np.random.default_rng(seed), size)
     mod = case.module
-    j_status, j_res, j_err = _outcome(lambda: run_side(case, jax_ops(mod), args, grad))
-    o_status, o_res, o_err = _outcome(lambda: run_side(case, ours_ops().load(mod), args, grad))
+    j_status, j_res, j_err = _outcome(lambda: run_side(case, jax_ops(mod), args, grad, False))
+    o_status, o_res, o_err = _outcome(lambda: run_side(case, ours_ops().load(mod), args, grad, True))
     row = dict(name=case.name + (" grad" if grad else ""), size=size, jax=j_status, ours=o_status,
                jax_error=j_err, ours_error=o_err, rel=None, ratio=None)
     if j_res is not None and o_res is not None:

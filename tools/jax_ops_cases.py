@@ -27,6 +27,7 @@ class Case:
     call: Callable[[Any, tuple], Any]                        # (module, args) -> outputs
     grad: bool = False                                       # also jax.grad of sum(out)
     kind: str = "gpu"                                        # "gpu" (Triton-style) or "tpu"
+    force: bool = True     # tpu: run under force_tpu_interpret_mode (else interpret=True)
     rtol: float = 1e-3
 
 
@@ -125,4 +126,149 @@ GPU_CASES = (
     Case("gpu.paged_attention", "gpu.paged_attention", _paged_inputs, _paged),
 )
 
-CASES = GPU_CASES
+
+
+# --- TPU kernels: under force_tpu_interpret_mode (mode="force"), or with their own
+# interpret=True argument, as JAX's TPU tests run them on CPU ----------------------
+
+def _matmul_inputs(rng, size):
+    n = 256 if size == "small" else 512
+    return _normal(rng, n, n), _normal(rng, n, n)
+
+
+def _matmul(mod, args):
+    return mod.matmul(*args, block_shape=(128, 128), block_k=128)
+
+
+def _double_inputs(rng, size):
+    return (_normal(rng, *((8, 128) if size == "small" else (256, 512))),)
+
+
+def _flash_inputs(rng, size):
+    b, h, s, d = (1, 2, 128, 64) if size == "small" else (2, 2, 512, 128)
+    return tuple(_normal(rng, b, h, s, d) for _ in range(3))
+
+
+def _flash(mod, args, causal=False):
+    bs = mod.BlockSizes(block_q=128, block_k_major=128, block_k=128, block_b=1,
+                        block_q_major_dkv=128, block_k_major_dkv=128, block_k_dkv=128,
+                        block_q_dkv=128, block_k_major_dq=128, block_k_dq=128, block_q_dq=128)
+    return mod.flash_attention(*args, causal=causal, sm_scale=0.5, block_sizes=bs)
+
+
+def _tpu_paged_inputs(rng, size):
+    b, hq, hkv, d, page, pages_per_seq = ((2, 8, 2, 128, 16, 8) if size == "small"
+                                          else (4, 16, 4, 128, 16, 32))
+    total = b * pages_per_seq
+    q = _normal(rng, b, hq, d)
+    kp, vp = _normal(rng, hkv, total, page, d), _normal(rng, hkv, total, page, d)
+    lengths = rng.integers(1, page * pages_per_seq + 1, size=(b,)).astype(np.int32)
+    indices = rng.permutation(total).astype(np.int32).reshape(b, pages_per_seq)
+    return q, kp, vp, lengths, indices
+
+
+def _tpu_paged(mod, args, inline=True):
+    return mod.paged_attention(*args, pages_per_compute_block=4, inline_seq_dim=inline)
+
+
+def _gmm_inputs(rng, size):
+    m, k, n, g = (256, 128, 128, 4) if size == "small" else (512, 256, 256, 8)
+    sizes = np.sort(rng.integers(0, m + 1, size=g - 1))
+    group_sizes = np.diff(np.concatenate([[0], sizes, [m]])).astype(np.int32)
+    return _normal(rng, m, k), _normal(rng, g, k, n), group_sizes
+
+
+def _gmm(mod, args):
+    return mod.gmm(*args, tiling=(128, 128, 128), interpret=True)
+
+
+def _tgmm_inputs(rng, size):
+    lhs, rhs, group_sizes = _gmm_inputs(rng, size)
+    m = lhs.shape[0]
+    return lhs.T.copy(), _normal(rng, m, rhs.shape[2]), group_sizes
+
+
+def _tgmm(mod, args):
+    return mod.tgmm(*args, tiling=(128, 128, 128), interpret=True)
+
+
+def _splash_inputs(rng, size):
+    h, s, d = (2, 256, 128) if size == "small" else (4, 512, 128)
+    return tuple(_normal(rng, h, s, d) for _ in range(3))
+
+
+def _splash(mod, args):
+    h, s, _ = args[0].shape
+    mask_lib = mod.mask_lib
+    mask = mask_lib.MultiHeadMask(tuple(mask_lib.CausalMask((s, s)) for _ in range(h)))
+    bs = mod.BlockSizes(block_q=128, block_kv=128, block_kv_compute=128, block_q_dkv=128,
+                        block_kv_dkv=128, block_kv_dkv_compute=128, block_q_dq=128,
+                        block_kv_dq=128)
+    attn = mod.make_splash_mha_single_device(mask, block_sizes=bs, interpret=True)
+    return attn(*args)
+
+
+def _ragged_inputs(rng, size):
+    seqs = [(1, 64), (16, 48), (5, 100)] if size == "small" else [(1, 300), (64, 256), (9, 90)]
+    hq, hkv, d, page, pages_per_seq = 4, 2, 128, 16, 32
+    num_pages = 64
+    cu, kv_lens = [0], []
+    for ql, kl in seqs:
+        cu.append(cu[-1] + ql)
+        kv_lens.append(kl)
+    max_seqs = 4
+    q = _normal(rng, 128, hq, d)
+    kv_pages = _normal(rng, num_pages, page, 2 * hkv, d)
+    page_indices = rng.permutation(num_pages)[:max_seqs * pages_per_seq // 4]
+    page_indices = np.resize(page_indices, (max_seqs, pages_per_seq)).astype(np.int32)
+    kv_lens = np.array(kv_lens + [0] * (max_seqs - len(seqs)), np.int32)
+    cu_q_lens = np.array(cu + [cu[-1]] * (max_seqs + 1 - len(cu)), np.int32)
+    return q, kv_pages, kv_lens, page_indices, cu_q_lens, np.array([len(seqs)], np.int32)
+
+
+def _ragged(mod, args):
+    return mod.ragged_paged_attention(*args, sm_scale=0.1, num_kv_pages_per_block=4,
+                                      num_queries_per_block=16)
+
+
+def _key_inputs(rng, size):
+    return (rng.integers(0, 2**31, size=(2,)).astype(np.uint32),)
+
+
+def _threefry(mod, args, size=None):
+    return mod.threefry_2x32_count(args[0], (16, 256), (16, 256), (8, 128))
+
+
+def _philox(mod, args):
+    return mod.philox_4x32_count(args[0], (16, 256))
+
+
+TPU_CASES = (
+    Case("tpu.matmul", "tpu.matmul", _matmul_inputs, _matmul, kind="tpu"),
+    Case("tpu.example_kernel.double", "tpu.example_kernel", _double_inputs,
+         lambda mod, args: mod.double(args[0]), kind="tpu"),
+    Case("tpu.flash_attention", "tpu.flash_attention", _flash_inputs, _flash, grad=True,
+         kind="tpu"),
+    Case("tpu.flash_attention(causal)", "tpu.flash_attention", _flash_inputs,
+         functools.partial(_flash, causal=True), grad=True, kind="tpu"),
+    Case("tpu.paged_attention", "tpu.paged_attention.paged_attention_kernel",
+         _tpu_paged_inputs, _tpu_paged, kind="tpu"),
+    Case("tpu.paged_attention(inline_seq_dim=False)",
+         "tpu.paged_attention.paged_attention_kernel", _tpu_paged_inputs,
+         functools.partial(_tpu_paged, inline=False), kind="tpu"),
+    Case("tpu.megablox.gmm", "tpu.megablox.gmm", _gmm_inputs, _gmm, kind="tpu", force=False),
+    Case("tpu.megablox.tgmm", "tpu.megablox.gmm", _tgmm_inputs, _tgmm, kind="tpu", force=False),
+    Case("tpu.megablox.ops.gmm", "tpu.megablox.ops", _gmm_inputs,
+         lambda mod, args: mod.gmm(*args, tiling=(128, 128, 128), interpret=True),
+         grad=True, kind="tpu", force=False),
+    Case("tpu.splash_attention(causal)", "tpu.splash_attention.splash_attention_kernel",
+         _splash_inputs, _splash, grad=True, kind="tpu", force=False),
+    Case("tpu.ragged_paged_attention", "tpu.ragged_paged_attention.kernel", _ragged_inputs,
+         _ragged, kind="tpu"),
+    Case("tpu.random.threefry_2x32_count", "tpu.random.threefry", _key_inputs, _threefry,
+         kind="tpu", rtol=0.0),
+    Case("tpu.random.philox_4x32_count", "tpu.random.philox", _key_inputs, _philox,
+         kind="tpu", rtol=0.0),
+)
+
+CASES = GPU_CASES + TPU_CASES

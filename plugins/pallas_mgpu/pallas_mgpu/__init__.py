@@ -15,7 +15,7 @@ from pallas_mgpu.helpers import find_swizzle, planar_snake
 from pallas_mgpu.memory import (
     ACC, GMEM, REGS, SMEM, TMEM, Barrier, ClusterBarrier, GPUMemoryRef, MemorySpace,
     SwizzleTransform, TilingTransform, WGMMAAccumulatorRef)
-from pallas_mgpu.mesh_kernel import kernel
+from pallas_mgpu.mesh_kernel import Mesh, kernel
 from pallas_mgpu.params import (
     CompilerParams, InterpretGPUParams, InterpretParams, LoweringSemantics, TraceScope,
     force_gpu_interpret_mode, set_gpu_interpret_mode)
@@ -29,7 +29,7 @@ from pallas_mgpu.primitives import (
 
 __all__ = [
     "ACC", "Barrier", "BlockSpec", "ClusterBarrier", "CompilerParams", "GMEM", "GPUMemoryRef",
-    "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace",
+    "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace", "Mesh",
     "MosaicGpuBackend", "REGS", "SMEM", "SemaphoreSignal", "SwizzleTransform", "TMEM",
     "TilingTransform", "TraceScope", "WGMMAAccumulatorRef", "__version__", "async_load_tmem",
     "async_store_tmem", "barrier_arrive", "barrier_arrive_and_wait", "barrier_wait",

@@ -46,9 +46,6 @@ def check_kernel(kernel: KernelIR) -> None:
               f"{schedule.grid_points(kernel)} points",
               f"The backend finds the unwritten part of an aliased output by visiting the grid "
               f"(at most {schedule.MAX_MASK_POINTS} points); use a coarser grid.")
-    if kernel.input_output_aliases and is_mesh:
-        _fail(kernel, kernel.source, "input_output_aliases of a pallas_mgpu.kernel",
-              "plgpu.kernel has no aliasing; return a fresh output.")
     if is_mesh and kernel.num_batch_axes:
         _fail(kernel, kernel.source, "vmap of a pallas_mgpu.kernel",
               "Add the batch axis to the kernel's grid instead.")

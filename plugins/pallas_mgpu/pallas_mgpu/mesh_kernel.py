@@ -24,6 +24,9 @@ from pallas_mgpu.memory import GMEM, scratch_to_jax
 from pallas_mgpu.params import CompilerParams
 
 
+MAX_THREADS = 2048 // 128
+
+
 def _own_fields():
     inherited = {f.name for f in dataclasses.fields(pf.CompilerParams)}
     return [f.name for f in dataclasses.fields(CompilerParams) if f.name not in inherited]
@@ -50,9 +53,10 @@ class MeshKernelParams(CompilerParams):
                 raise ValueError(f"pallas_mgpu.kernel: {what} sizes must be >= 1, got {sizes}.")
         if (self.num_threads is None) != (self.thread_name is None):
             raise ValueError("pallas_mgpu.kernel: pass num_threads and thread_name together.")
-        if self.num_threads is not None and not 1 <= self.num_threads <= 4:
+        # Each thread is a warpgroup (128 CUDA threads); a CTA holds at most 2048.
+        if self.num_threads is not None and not 1 <= self.num_threads <= MAX_THREADS:
             raise ValueError(f"pallas_mgpu.kernel: num_threads (warpgroups per CTA) must be in "
-                             f"[1, 4], got {self.num_threads}.")
+                             f"[1, {MAX_THREADS}], got {self.num_threads}.")
         names = [*self.grid_names, *self.cluster_names, *([self.thread_name] if self.thread_name else [])]
         if len(set(names)) != len(names):
             raise ValueError(f"pallas_mgpu.kernel: axis names {names} must be distinct.")
@@ -68,6 +72,43 @@ class MeshKernelParams(CompilerParams):
     def to_jax(self, dimension_semantics=None):
         base = {name: getattr(self, name) for name in _own_fields()}
         return CompilerParams(**base).to_jax(dimension_semantics)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Mesh:
+    """JAX's ``plgpu.Mesh``: CTAs of ``grid`` times ``cluster``, each running
+    ``num_threads`` warpgroups. ``pl.core_map(mesh)`` and ``pl.kernel(mesh=)``
+    run a body on every point; ``lax.axis_index(name)`` reads its coordinate."""
+    grid: tuple[int, ...] = ()
+    grid_names: tuple[str, ...] = ()
+    cluster: tuple[int, ...] = ()
+    cluster_names: tuple[str, ...] = ()
+    num_threads: int | None = None
+    thread_name: str | None = None
+    kernel_name: str | None = None
+
+    def __post_init__(self):
+        for f in ("grid", "grid_names", "cluster", "cluster_names"):
+            object.__setattr__(self, f, tuple(getattr(self, f)))
+        if len(self.cluster) > 3:
+            raise ValueError(f"plgpu.Mesh: cluster must be at most 3-D, got {self.cluster}.")
+        self.compiler_params    # validates the sizes and names now
+
+    @property
+    def shape(self) -> dict:
+        return self.compiler_params.axis_sizes
+
+    @property
+    def default_memory_space(self):
+        return GMEM
+
+    @property
+    def compiler_params(self) -> "MeshKernelParams":
+        """What the frontend launches the mesh's grid with (selects this backend)."""
+        return MeshKernelParams(grid=tuple(int(g) for g in self.grid), grid_names=self.grid_names,
+                                cluster=tuple(int(c) for c in self.cluster),
+                                cluster_names=self.cluster_names, num_threads=self.num_threads,
+                                thread_name=self.thread_name)
 
 
 def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_params=None,
@@ -95,12 +136,22 @@ def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_p
     sizes = params.axis_sizes
 
     @functools.wraps(body)
-    def traced(*refs):
-        with _jax_private.bind_axis_names(sizes):
-            body(*refs)
+    def traced(*refs, **scratch_refs):   # dict scratch_types: the body takes keywords
+        body(*refs, **scratch_refs)
 
     def run(*args):
         whole = pf.BlockSpec(memory_space=GMEM)
+        # The names stay bound for the whole trace (with jax_enable_checks JAX
+        # checks the kernel jaxpr, axis_index equations included, after the
+        # body) but not while it is lowered: JAX's interpreter would then lower
+        # axis_index as a device axis.
+        with _jax_private.bind_axis_names(sizes):
+            traced_call = jax.make_jaxpr(functools.partial(_call, whole), return_shape=True)
+            closed, shapes = traced_call(*args)
+        outs = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree.leaves(args))
+        return jax.tree.unflatten(jax.tree.structure(shapes), outs)
+
+    def _call(whole, *args):
         return pf.pallas_call(
             traced, out_type, in_specs=[whole] * len(jax.tree.leaves(args)),
             out_specs=jax.tree.map(lambda _: whole, out_type), scratch_shapes=scratch_types,
@@ -113,20 +164,37 @@ def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_p
 def build(kernel_ir, out_types, jax_interpret):
     """The ``plgpu.kernel`` a ``pallas_mgpu.kernel`` describes, on the flat operands."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
+    from jax import lax
     p: MeshKernelParams = kernel_ir.compiler_params
     jaxpr = kernel_ir.jaxpr
     scratch = [scratch_to_jax(a.memory_space, a.inner_aval.shape, a.inner_aval.dtype)
                for a in kernel_ir.scratch_avals]
+    n_in = len(kernel_ir.in_mappings)
+    # plgpu.kernel has no aliasing: an aliased input goes in as a Ref (updated
+    # in place) that the body also sees as the output, and comes back as it.
+    aliased = dict((o, i) for i, o in kernel_ir.input_output_aliases)
+    fresh = [o for o in range(len(out_types)) if o not in aliased]
 
     def body(*refs):
-        evaluate.eval_closed(jaxpr, *refs)
+        ins, outs, scr = refs[:n_in], refs[n_in:n_in + len(fresh)], refs[n_in + len(fresh):]
+        by_out = dict(zip(fresh, outs))
+        all_outs = [by_out[o] if o in by_out else ins[aliased[o]] for o in range(len(out_types))]
+        # a mesh launched by pl.core_map / pl.kernel(mesh=) has the mesh as its named grid
+        ids = [lax.axis_index(name) for name in kernel_ir.grid_names or ()]
+        evaluate.eval_closed(jaxpr, *ids, *ins, *all_outs, *scr)
     body.__name__ = kernel_ir.name
-    call = plgpu.kernel(body, out_type=list(out_types), scratch_types=scratch,
+    call = plgpu.kernel(body, out_type=[out_types[o] for o in fresh], scratch_types=scratch,
                         compiler_params=p.to_jax(), grid=p.grid, grid_names=p.grid_names,
                         cluster=p.cluster, cluster_names=p.cluster_names,
                         num_threads=p.num_threads, thread_name=p.thread_name,
                         interpret=jax_interpret)
 
     def run(*args):
-        return list(jax.tree.leaves(call(*args)))
+        args = list(args)
+        refs = {i: jax.new_ref(args[i]) for i in set(aliased.values())}
+        for i, r in refs.items():
+            args[i] = r
+        got = dict(zip(fresh, jax.tree.leaves(call(*args))))
+        return [got[o] if o in got else refs[aliased[o]][...] for o in range(len(out_types))]
     return run
+

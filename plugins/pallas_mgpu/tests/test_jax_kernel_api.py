@@ -1,0 +1,118 @@
+"""``pallas_mgpu.kernel`` / ``Mesh`` take what JAX's ``plgpu.kernel`` / ``plgpu.Mesh``
+take (the forms JAX's Mosaic GPU interpret tests use); each kernel runs once
+with JAX's API and once with ours, in GPU interpret mode, against NumPy."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as jax_pl
+from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+
+import pallas_frontend as pl
+import pallas_mgpu as plgpu
+
+APIS = {"jax": (jax_pl, jax_plgpu), "ours": (pl, plgpu)}
+
+
+def _scaled_copy(api, n):
+    """x -> 2 * x + 1 through two SMEM buffers given as keyword scratch Refs."""
+    _, gpu = APIS[api]
+
+    @functools.partial(
+        gpu.kernel, out_type=jax.ShapeDtypeStruct((n,), jnp.float32),
+        scratch_types=dict(tmp=gpu.SMEM((n,), jnp.float32), twice=gpu.SMEM((n,), jnp.float32)),
+        interpret=gpu.InterpretGPUParams())
+    def k(x_ref, o_ref, *, twice, tmp):
+        tmp[...] = x_ref[...]
+        twice[...] = tmp[...] * 2
+        o_ref[...] = twice[...] + 1
+    return k
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_dict_scratch_types_reach_the_body_as_keywords(api, rng):
+    x = rng.standard_normal(128).astype(np.float32)
+    got = jax.jit(_scaled_copy(api, 128))(x)
+    np.testing.assert_allclose(got, 2 * x.astype(np.float64) + 1, rtol=1e-6)
+
+
+def _thread_ids(api, num_threads, grid):
+    """Each (CTA, warpgroup) writes grid_index * 100 + thread_index + x."""
+    _, gpu = APIS[api]
+
+    @functools.partial(
+        gpu.kernel, out_type=jax.ShapeDtypeStruct((grid, num_threads), jnp.int32),
+        grid=(grid,), grid_names=("g",), num_threads=num_threads, thread_name="t",
+        interpret=gpu.InterpretGPUParams(detect_races=True))
+    def k(x_ref, o_ref):
+        g, t = jax.lax.axis_index("g"), jax.lax.axis_index("t")
+        o_ref[g, t] = g * 100 + t + x_ref[g, t]
+    return k
+
+
+@pytest.mark.parametrize("num_threads", [1, 5, 16])
+def test_axis_index_under_enable_checks_and_up_to_16_threads(num_threads, rng):
+    grid = 2
+    x = rng.integers(-1000, 1000, (grid, num_threads)).astype(np.int32)
+    want = np.arange(grid)[:, None] * 100 + np.arange(num_threads)[None, :] + x
+    with jax.enable_checks(True):
+        got = {api: np.asarray(jax.jit(_thread_ids(api, num_threads, grid))(x)) for api in APIS}
+    for api in APIS:
+        np.testing.assert_array_equal(got[api], want, err_msg=api)
+
+
+def test_more_than_16_threads_is_refused_like_jax():
+    for api in APIS:
+        with pytest.raises(ValueError, match="16"):
+            _thread_ids(api, 17, 1)(np.zeros((1, 17), np.int32))
+
+
+@pytest.mark.parametrize("num_threads", [1, 3, 8])
+def test_core_map_over_a_mesh_updates_closed_over_refs(num_threads, rng):
+    x = rng.integers(-1000, 1000, num_threads).astype(np.int32)
+    results = {}
+    for api, (pal, gpu) in APIS.items():
+        @pal.run_state
+        def kernel(o_ref):
+            mesh = gpu.Mesh(num_threads=num_threads, thread_name="x")
+
+            @pal.core_map(mesh, interpret=gpu.InterpretGPUParams(detect_races=True))
+            def _():
+                t = jax.lax.axis_index("x")
+                o_ref[t] = o_ref[t] * 3 + t     # reads what was in the Ref before
+        with jax.enable_checks(True):
+            results[api] = np.asarray(kernel(jnp.asarray(x)))
+    for api, got in results.items():
+        np.testing.assert_array_equal(got, x * 3 + np.arange(num_threads), err_msg=api)
+
+
+def test_mesh_with_grid_and_threads_through_pl_kernel(rng):
+    x = rng.standard_normal((2, 4, 128)).astype(np.float32)
+    results = {}
+    for api, (pal, gpu) in APIS.items():
+        mesh = gpu.Mesh(grid=(2,), grid_names=("g",), num_threads=4, thread_name="t")
+
+        @functools.partial(pal.kernel, out_type=jax.ShapeDtypeStruct(x.shape, jnp.float32),
+                           mesh=mesh, interpret=gpu.InterpretGPUParams())
+        def k(x_ref, o_ref):
+            g, t = jax.lax.axis_index("g"), jax.lax.axis_index("t")
+            o_ref[g, t] = x_ref[g, t] * (g + 1).astype(jnp.float32) - t.astype(jnp.float32)
+        results[api] = np.asarray(jax.jit(k)(x))
+    want = x * (np.arange(2)[:, None, None] + 1) - np.arange(4)[None, :, None]
+    for api, got in results.items():
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=api)
+
+
+def test_mesh_fields_are_validated_like_jax():
+    with pytest.raises(ValueError):
+        plgpu.Mesh(num_threads=2)                 # thread_name missing
+    with pytest.raises(ValueError):
+        plgpu.Mesh(grid=(2,), grid_names=())
+    with pytest.raises(ValueError):
+        plgpu.Mesh(cluster=(1, 1, 1, 1), cluster_names=("a", "b", "c", "d"))
+    assert dict(plgpu.Mesh(grid=(2, 3), grid_names=("a", "b"), num_threads=2,
+                           thread_name="t").shape) == dict(
+        jax_plgpu.Mesh(grid=(2, 3), grid_names=("a", "b"), num_threads=2, thread_name="t").shape)

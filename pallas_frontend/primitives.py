@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import string
 import threading
 from typing import Any
 
@@ -76,7 +77,12 @@ def program_id(axis: int | str) -> jax.Array:
 def num_programs(axis: int | str) -> int:
     """The grid size along ``axis``: a static int, or a traced int32 for a dynamic grid dim."""
     ctx = _current_grid("num_programs")
-    return ctx.sizes[_axis_position(ctx, axis, "num_programs")]
+    size = ctx.sizes[_axis_position(ctx, axis, "num_programs")]
+    if size is None:   # only in an index map: its jaxpr takes no grid sizes
+        raise NotImplementedError(
+            f"pl.num_programs({axis!r}) in an index map of a grid whose size along that axis "
+            "is traced: pass the size to the index map through scalar prefetch instead.")
+    return size
 
 
 # --- multiple_of --------------------------------------------------------------
@@ -141,13 +147,41 @@ def debug_print(fmt: str, *args):
     by spaces (as JAX's Triton and TPU backends print them)."""
     if not isinstance(fmt, str):
         raise TypeError(f"pl.debug_print: fmt must be a str, got {type(fmt).__name__}")
-    n = fmt.count("{}") + fmt.count("{:")
-    if n == 0 and args:
-        fmt = fmt.replace("{", "{{").replace("}", "}}") + " {}" * len(args)
-    elif n != len(args):
-        raise ValueError(f"pl.debug_print: format {fmt!r} has {n} placeholders but "
-                         f"{len(args)} arguments were given.")
+    plain, used = _automatic_fields(fmt)
+    if not used and args:
+        fmt = plain + " {}" * len(args)
+    elif sorted(set(used)) != list(range(len(args))):
+        raise ValueError(f"pl.debug_print: format {fmt!r} has {len(used)} placeholders but "
+                         f"{len(args)} arguments were given (each argument must be used).")
+    else:
+        fmt, args = plain, [args[k] for k in used]
     debug_print_p.bind(*args, fmt=fmt)
+
+
+def _automatic_fields(fmt: str):
+    """``fmt`` with each field made an automatic ``{}`` (``{1:.2f}`` -> ``{:.2f}``),
+    and the argument each field prints: backends only ever meet ``{}`` fields
+    taken in order, while the kernel may number them as ``str.format`` allows."""
+    out, used, auto, numbered = [], [], 0, False
+    try:
+        fields = list(string.Formatter().parse(fmt))
+    except ValueError as e:
+        raise ValueError(f"pl.debug_print: format {fmt!r}: {e}") from None
+    for text, field, spec, conv in fields:
+        out.append(text.replace("{", "{{").replace("}", "}}"))
+        if field is None:
+            continue
+        if field and not field.isdigit() or "{" in (spec or ""):
+            raise ValueError(f"pl.debug_print: format {fmt!r} has field {{{field}}}; use {{}} "
+                             "or numbered fields {0}, {1}, ... with literal format specs.")
+        if (field == "" and numbered) or (field and used and not numbered):
+            raise ValueError(f"pl.debug_print: format {fmt!r} mixes {{}} and numbered fields.")
+        numbered = field != ""
+        k = int(field) if numbered else auto
+        auto += not numbered
+        used.append(k)
+        out.append("{" + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}")
+    return "".join(out), used
 
 
 # --- debug checks --------------------------------------------------------------

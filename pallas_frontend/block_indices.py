@@ -20,8 +20,8 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.affine_maps import Affine, affine_outputs
 from pallas_frontend.specs import Blocked, BoundedSlice, Element, Squeezed
 
-if TYPE_CHECKING:   # the contract imports this module (through grid_analysis); not back
-    from pallas_frontend.backend_api import BlockMapping, KernelIR
+if TYPE_CHECKING:   # backend_api imports this module (through grid_analysis); not back
+    from pallas_frontend.contract import BlockMapping, KernelIR
 
 
 class BlockIndexError(IndexError, ValueError):

@@ -1,7 +1,7 @@
 """Which grid axes are independent, decided at trace time from the block tables.
 
 Shared by the contract (``backend_api.parallel_grid_axes``) and the interpreter;
-it imports neither, so the contract stays free of implementations.
+it imports neither (only the contract's leaf ``contract``, for types).
 
 The interpreter's meaning is sequential: grid points in row-major order, with
 output blocks and scratch carrying values from one point to the next. A set
@@ -33,8 +33,8 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.block_indices import BlockTable, check_block_ranges
 from pallas_frontend.specs import Blocked, BoundedSlice, Squeezed
 
-if TYPE_CHECKING:   # the contract imports this module; never import it back at run time
-    from pallas_frontend.backend_api import KernelIR
+if TYPE_CHECKING:   # the contract's leaf: backend_api imports this module, never the reverse
+    from pallas_frontend.contract import KernelIR
 
 # Above this many distinct blocks an unaligned output is not painted element by
 # element; its axes are then simply kept sequential (always sound).

@@ -10,7 +10,7 @@ Refs, the frontend's memory spaces or any ``jax._src`` module:
 - ``replay_equations(jaxpr, env, rule)``: the equation loop of a backend that
   re-emits a kernel jaxpr in another Pallas dialect.
 
-It imports no backend_api at run time (the contract imports this module).
+It imports no backend_api (which re-exports this module).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.specs import Blocked, BoundedSlice
 
 if TYPE_CHECKING:
-    from pallas_frontend.backend_api import BlockMapping, KernelIR
+    from pallas_frontend.contract import BlockMapping, KernelIR
 
 
 def kernel_body_fn(kernel: KernelIR) -> Callable[..., list]:

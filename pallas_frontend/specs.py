@@ -13,6 +13,10 @@ from typing import Any
 
 import numpy as np
 
+# the block-dim kinds (re-exported: pallas_frontend.specs.Blocked is the contract's Blocked)
+from pallas_frontend.contract import (BlockDim, Blocked, BoundedSlice, Element,  # noqa: F401
+                                      Indirect, Squeezed, squeezed)
+
 
 class PallasUsageError(ValueError):
     """A pallas_call argument is malformed (raised before tracing the kernel)."""
@@ -24,78 +28,8 @@ class PallasTypeError(PallasUsageError, TypeError):
 
 
 # --- block dimensions -------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Blocked:
-    """The default kind: the index_map returns a *block index* ``i``; the block
-    covers elements ``[i * block_size, (i + 1) * block_size)``."""
-    block_size: int
-
-    def __post_init__(self):
-        object.__setattr__(self, "block_size", _positive_size(self.block_size, "Blocked"))
-
-    def __str__(self):
-        return f"Blocked({self.block_size})"
-
-
-@dataclasses.dataclass(frozen=True)
-class Element:
-    """The index_map returns an *element offset* into the array virtually
-    padded by ``padding = (low, high)`` elements. Reads of the padding are
-    unspecified (the interpreter gives NaN, or the lowest int)."""
-    block_size: int
-    padding: tuple[int, int] = (0, 0)
-
-    def __post_init__(self):
-        object.__setattr__(self, "block_size", _positive_size(self.block_size, "Element"))
-        lo, hi = self.padding
-        if lo < 0 or hi < 0:
-            raise ValueError(f"Element padding must be non-negative, got {self.padding}")
-        object.__setattr__(self, "padding", (int(lo), int(hi)))
-
-
-@dataclasses.dataclass(frozen=True)
-class Squeezed:
-    """A size-1 dim removed from the kernel's Ref; ``None`` in a block shape
-    means the same. The index_map returns the element index."""
-
-    @property
-    def block_size(self) -> int:
-        return 1
-
-
-squeezed = Squeezed()
-
-
-@dataclasses.dataclass(frozen=True)
-class BoundedSlice:
-    """The index_map returns ``pl.ds(start, size)`` in elements, with
-    ``size <= block_size``; the kernel sees a Ref of ``block_size``."""
-    block_size: int
-
-    def __post_init__(self):
-        object.__setattr__(self, "block_size", _positive_size(self.block_size, "BoundedSlice"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Indirect:
-    """A dim indexed by an array of ``block_size`` indices (a gather for
-    inputs, a scatter for outputs). As in JAX, only software pipelines take
-    it (e.g. ``pallas_tpu.emit_pipeline``); ``pallas_call`` block shapes refuse it."""
-    block_size: int
-
-    def __repr__(self):
-        return f"Indirect({self.block_size})"
-
-
-BlockDim = Blocked | Element | Squeezed | BoundedSlice | Indirect
-
-
-def _positive_size(size, kind: str) -> int:
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-        raise ValueError(f"pl.{kind}({size!r}): the block size must be a positive int "
-                         f"(the number of elements the block spans), e.g. pl.{kind}(128).")
-    return int(size)
+# Blocked, Element, Squeezed, BoundedSlice, Indirect: imported above from the
+# contract's leaf module, whose BlockMapping speaks in them.
 
 
 def check_dims(shape, what: str) -> tuple[int, ...]:

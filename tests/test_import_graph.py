@@ -1,8 +1,11 @@
 """The house rules on imports, checked on the source of every distribution:
-no import cycle (module-level and function-level imports both count; only
-``if TYPE_CHECKING:`` blocks, which never run, are left out), the contract
-(``backend_api``, ``specs``) imports no implementation, and a plugin imports
-from the frontend only ``pallas_frontend.backend_api`` and the public API."""
+no import cycle, counting every import (module level, inside functions and
+methods, under ``if TYPE_CHECKING:``, ``importlib.import_module`` of a named
+module); the contract's data types (``pallas_frontend.contract``) import no
+other frontend module; the rest of the contract (``backend_api`` and the
+modules it re-exports) imports no implementation; a plugin imports from the
+frontend only ``pallas_frontend.backend_api`` and the public API; no frontend
+module is over 450 lines."""
 
 from __future__ import annotations
 
@@ -24,14 +27,25 @@ DISTRIBUTIONS = {
 }
 # A plugin may use these modules of the frontend, and the names in pallas_frontend.__all__.
 PLUGIN_MAY_IMPORT = {"pallas_frontend", "pallas_frontend.backend_api"}
-# The contract's own modules, and what they may import from the frontend.
+# The contract's leaf: the data types. It imports no module of the frontend at
+# all (nor the package), not even under TYPE_CHECKING or inside a function.
+CONTRACT_LEAF = "pallas_frontend.contract"
+# The contract's other modules, and what they may import from the frontend.
 CONTRACT_MAY_IMPORT = {
-    "pallas_frontend.backend_api": {"pallas_frontend._jax_compat", "pallas_frontend.specs",
-                                    "pallas_frontend.hookspecs", "pallas_frontend.grid_analysis",
-                                    "pallas_frontend.kernel_arrays"},
-    "pallas_frontend.specs": set(),
+    "pallas_frontend.backend_api": {"pallas_frontend.contract", "pallas_frontend.backend_base",
+                                    "pallas_frontend.backend_helpers",
+                                    "pallas_frontend.kernel_arrays", "pallas_frontend.hookspecs"},
+    "pallas_frontend.backend_base": {"pallas_frontend.contract", "pallas_frontend.backend_helpers",
+                                     "pallas_frontend._jax_compat"},
+    "pallas_frontend.backend_helpers": {"pallas_frontend.contract", "pallas_frontend._jax_compat",
+                                        "pallas_frontend.grid_analysis"},
+    "pallas_frontend.kernel_arrays": {"pallas_frontend.contract", "pallas_frontend._jax_compat",
+                                      "pallas_frontend.specs"},
+    "pallas_frontend.specs": {"pallas_frontend.contract"},
     "pallas_frontend.hookspecs": set(),
 }
+# No module of the frontend grows past this many lines (one concept per module).
+MAX_MODULE_LINES = 450
 
 
 def _modules(root: Path) -> dict[str, Path]:
@@ -45,20 +59,22 @@ def _modules(root: Path) -> dict[str, Path]:
     return out
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+def _module_constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level ``NAME = "string"`` assignments (for ``import_module(NAME)``)."""
+    return {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for t in node.targets if isinstance(t, ast.Name)}
 
 
 def _imports(path: Path, module: str, is_package: bool) -> list[tuple[str, list[str], int]]:
-    """(imported module, names imported from it, line) of every import that can run."""
+    """(imported module, names imported from it, line) of every import in the file:
+    module level, inside functions and classes, under ``if TYPE_CHECKING:`` (a
+    circle a type checker must untangle is a circle), and ``importlib.import_module``
+    of a string literal or of a module-level string constant."""
+    tree = ast.parse(path.read_text(), str(path))
+    constants = _module_constants(tree)
     found = []
-
-    def visit(node):
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.extend((a.name, [], node.lineno) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -68,10 +84,14 @@ def _imports(path: Path, module: str, is_package: bool) -> list[tuple[str, list[
                 pkg = pkg[:len(pkg) - node.level + 1]
                 base = ".".join(pkg + ([node.module] if node.module else []))
             found.append((base, [a.name for a in node.names], node.lineno))
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(path.read_text(), str(path)))
+        elif isinstance(node, ast.Call) and node.args and (
+                getattr(node.func, "attr", None) == "import_module"
+                or getattr(node.func, "id", None) in ("import_module", "__import__")):
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                found.append((arg.value, [], node.lineno))
+            elif isinstance(arg, ast.Name) and arg.id in constants:
+                found.append((constants[arg.id], [], node.lineno))
     return found
 
 
@@ -139,9 +159,26 @@ def test_the_graph_finds_a_planted_cycle(tmp_path):
     (pkg / "c.py").write_text("from typing import TYPE_CHECKING\n"
                               "if TYPE_CHECKING:\n    from planted import a\n")
     (pkg / "d.py").write_text("from . import c\n")
+    (pkg / "e.py").write_text("import importlib\nHOME = 'planted.d'\n"
+                              "def load():\n    return importlib.import_module(HOME)\n")
+    (pkg / "f.py").write_text("import importlib\nimportlib.import_module('planted.g')\n")
+    (pkg / "g.py").write_text("class C:\n    def m(self):\n        import planted.f\n")
     edges, _ = _graph(pkg)
-    assert _cycles(edges) == [["planted.a", "planted.b"]]
-    assert edges["planted.c"] == set() and edges["planted.d"] == {"planted.c"}
+    # a <-> b (one import inside a function); c -> a (TYPE_CHECKING) is read
+    # but closes no circle; f <-> g (import_module of a literal, an import in a method)
+    assert _cycles(edges) == [["planted.a", "planted.b"], ["planted.f", "planted.g"]]
+    assert edges["planted.c"] == {"planted.a"} and edges["planted.d"] == {"planted.c"}
+    assert edges["planted.e"] == {"planted.d"}
+
+
+def test_the_graph_finds_a_circle_closed_under_type_checking(tmp_path):
+    pkg = tmp_path / "typed"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typed.b import f\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\n"
+                              "if TYPE_CHECKING:\n    from typed.a import X\n")
+    assert _cycles(_graph(pkg)[0]) == [["typed.a", "typed.b"]]
 
 
 # Known cycles, each with its reason (none today: the Triton plugin's
@@ -157,8 +194,15 @@ def test_no_import_cycle(dist):
     assert not cycles, f"{dist} has import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+def test_the_contract_leaf_imports_no_frontend_module():
+    _, uses = _graph(DISTRIBUTIONS["pallas-frontend"])
+    assert CONTRACT_LEAF in uses, f"{CONTRACT_LEAF} is gone: update this test with the contract"
+    bad = [f"line {line}: {target}" for target, line in uses[CONTRACT_LEAF]]
+    assert not bad, f"{CONTRACT_LEAF} must import no frontend module, but imports: {bad}"
+
+
 def test_the_contract_imports_no_implementation():
-    edges, uses = _graph(DISTRIBUTIONS["pallas-frontend"])
+    edges, _ = _graph(DISTRIBUTIONS["pallas-frontend"])
     for mod, allowed in CONTRACT_MAY_IMPORT.items():
         bad = {t for t in edges[mod] if t not in allowed}
         assert not bad, f"{mod} imports {sorted(bad)}; the contract must stay a leaf"
@@ -171,7 +215,15 @@ def test_the_contract_imports_no_implementation():
             todo.extend(edges[m])
     assert not [m for m in seen if m.startswith("pallas_frontend.interpreter")
                 or m in ("pallas_frontend.registry", "pallas_frontend.tracing",
-                         "pallas_frontend.launch", "pallas_frontend.call_primitive")], seen
+                         "pallas_frontend.launch", "pallas_frontend.call_primitive",
+                         "pallas_frontend.discovery")], seen
+
+
+def test_frontend_modules_stay_small():
+    big = {str(p.relative_to(REPO)): n for p in DISTRIBUTIONS["pallas-frontend"].rglob("*.py")
+           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not big, (f"modules over {MAX_MODULE_LINES} lines: {big}; split them by concept "
+                     "(docs/contributing.md)")
 
 
 @pytest.mark.parametrize("dist", sorted(d for d in DISTRIBUTIONS if d != "pallas-frontend"))

@@ -1,0 +1,105 @@
+"""The docs' statements of what is and is not supported hold for the code
+(``tox -e docs``; the conventions are in ``tools/doc_claims.py``):
+
+- every ``<!-- claim: supported|unsupported BACKEND FEATURE -->`` tag of
+  README.md, docs/ and the plugins' READMEs is run as a tiny kernel
+  (``tools/claim_probes.py``) and must come out as the tag says;
+- a paragraph that says a probed feature is missing carries such a tag;
+- the names docs/api.md and the plugins' READMEs list as provided exist, and
+  those listed as not provided do not; docs/api.md's JAX lists cover JAX's
+  ``jax.experimental.pallas`` exactly, with the counts its text gives.
+"""
+
+import os
+
+# before jax loads: libtpu on a host without a TPU (as tox -e docs sets them)
+for _key, _value in {"JAX_PLATFORMS": "cpu", "TPU_ACCELERATOR_TYPE": "v5litepod-4",
+                     "TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}.items():
+    os.environ.setdefault(_key, _value)
+
+import importlib  # noqa: E402
+import types  # noqa: E402
+import warnings  # noqa: E402
+
+import pytest  # noqa: E402
+
+import claim_probes  # noqa: E402
+import doc_claims  # noqa: E402
+
+UNITS = doc_claims.all_units()
+CLAIMS = [c for u in UNITS for c in doc_claims.claims_in(u)[0]]
+PAIRS = sorted({(c.backend, c.feature) for c in CLAIMS if c.feature in claim_probes.PROBES})
+
+
+def test_claim_tags_are_well_formed_and_name_a_probe():
+    problems = [p for u in UNITS for p in doc_claims.claims_in(u)[1]]
+    for c in CLAIMS:
+        if c.feature not in claim_probes.PROBES:
+            problems.append(f"{c.where}: no probe for feature {c.feature!r} in "
+                            f"tools/claim_probes.py (known: {', '.join(sorted(claim_probes.PROBES))})")
+        elif c.backend not in claim_probes.PROBES[c.feature][1]:
+            problems.append(f"{c.where}: the {c.feature!r} probe does not run on {c.backend!r} "
+                            f"(it runs on {', '.join(claim_probes.PROBES[c.feature][1])})")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_statement_of_a_missing_feature_is_tagged():
+    problems = doc_claims.untagged_statements(UNITS)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(("backend", "feature"), PAIRS, ids=[f"{b}-{f}" for b, f in PAIRS])
+def test_claim_holds(backend, feature):
+    ok, why = claim_probes.supported(backend, feature)
+    actual = "supported" if ok else "unsupported"
+    wrong = [c for c in CLAIMS if (c.backend, c.feature) == (backend, feature)
+             and c.polarity != actual]
+    assert not wrong, (f"the code says {feature} is {actual} on {backend}"
+                       f"{' (' + why + ')' if why else ''}, but the docs say otherwise at:\n"
+                       + "\n".join(f"  {c.where}: {c.id}" for c in wrong))
+
+
+def _has(module: str, name: str) -> bool:
+    with warnings.catch_warnings():   # a deprecated name is still provided
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            getattr(importlib.import_module(module), name)
+        except AttributeError:
+            return False
+    return True
+
+
+def _mismatches(claims) -> list[str]:
+    return [f"{c.where}: `{c.name}` is listed as {'provided' if c.provided else 'not provided'}, "
+            f"but {c.module}.{c.name} {'does not exist' if c.provided else 'exists'}"
+            for c in claims if _has(c.module, c.name) != c.provided]
+
+
+def test_api_md_names_match_pallas_frontend():
+    claims = doc_claims.api_overview_claims()
+    assert len(claims) > 50, "docs/api.md's tables were not found (changed layout?)"
+    problems = _mismatches(claims)
+    assert not problems, "\n".join(problems)
+
+
+def test_api_md_covers_jax_pallas_names_exactly():
+    import jax.experimental.pallas as jax_pallas
+    jax_names = {n for n in dir(jax_pallas) if not n.startswith("_")
+                 and not isinstance(getattr(jax_pallas, n), types.ModuleType)}
+    jax_section = [c for c in doc_claims.api_overview_claims() if c.section == "jax"]
+    provided = {c.name for c in jax_section if c.provided}
+    not_provided = {c.name for c in jax_section if not c.provided}
+    assert provided | not_provided == jax_names, (
+        f"JAX names docs/api.md does not list: {sorted(jax_names - provided - not_provided)}; "
+        f"listed but not JAX's: {sorted((provided | not_provided) - jax_names)}")
+    assert doc_claims.jax_name_counts() == (len(jax_names), len(provided)), (
+        f"docs/api.md gives (public names, provided) = {doc_claims.jax_name_counts()}; "
+        f"JAX has {len(jax_names)}, of which the page lists {len(provided)} as provided")
+
+
+def test_plugin_readme_name_tables_match_the_plugins():
+    claims = doc_claims.plugin_readme_claims()
+    assert {c.module for c in claims} >= {"pallas_tpu", "pallas_triton", "pallas_mgpu"}, (
+        "a plugin README's provided/not-provided table was not found (changed layout?)")
+    problems = _mismatches(claims)
+    assert not problems, "\n".join(problems)

@@ -160,6 +160,9 @@ class Backend:
         return jax.jit(fn).lower(*args).compile()
 
     def describe(self) -> dict[str, Any]:
+        """The backend as JSON-ready data: name, distribution, version, api
+        version, platforms, priority, capabilities, and whether it is available
+        on this machine, with the reason when not."""
         ok, why = self.is_available()
         return {
             "name": self.name, "distribution": self.distribution, "version": self.version,
@@ -189,6 +192,8 @@ def check_primitive_owners(backend: Backend, kernel: KernelIR,
 
 
 def check_dtypes(backend: Backend, kernel: KernelIR) -> None:
+    """Rejects an operand whose dtype is not in ``backend.dtypes`` (``None``:
+    any dtype), naming the operand, the kernel and the supported dtypes."""
     if backend.dtypes is None:
         return
     for m in kernel.mappings:
@@ -252,6 +257,9 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
 
 
 def check_capabilities(backend: Backend, kernel: KernelIR) -> None:
+    """Rejects the kernel when it needs a tag of ``required_capabilities`` that
+    ``backend.capabilities`` lacks, naming the tag and where the kernel needs
+    it. A backend that declares no capabilities is not checked here."""
     if not backend.capabilities:
         return
     for tag, where in required_capabilities(kernel).items():

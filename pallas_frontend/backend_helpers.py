@@ -32,6 +32,8 @@ def kernel_primitive(name: str, *, owner: str, multiple_results: bool = False) -
 
 
 def primitive_owner(prim: jc.Primitive) -> str | None:
+    """The owner ``kernel_primitive`` recorded for ``prim`` (a backend's name or
+    ``FRONTEND_OWNER``); ``None`` for JAX's own primitives."""
     return _primitive_owners.get(prim)
 
 

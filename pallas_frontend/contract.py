@@ -79,6 +79,7 @@ class Squeezed:
 
     @property
     def block_size(self) -> int:
+        """Always 1: the dim is one element of the array."""
         return 1
 
 
@@ -145,10 +146,14 @@ class BlockMapping:
 
     @property
     def index_map_arity(self) -> int:
+        """How many scalars ``index_map`` takes: the grid indices, then the
+        scalar-prefetch Refs."""
         return len(self.index_map.invars)
 
     @property
     def num_index_outputs(self) -> int:
+        """How many int32 scalars ``index_map`` returns: one per block dim, two
+        (start, size) for a ``BoundedSlice`` dim."""
         return sum(2 if isinstance(d, BoundedSlice) else 1 for d in self.block_dims)
 
 
@@ -199,6 +204,7 @@ class KernelIR:
 
     @property
     def mappings(self) -> tuple[BlockMapping, ...]:
+        """The inputs' block mappings, then the outputs'."""
         return self.in_mappings + self.out_mappings
 
     @property
@@ -209,6 +215,7 @@ class KernelIR:
 
     @property
     def num_grid_axes(self) -> int:
+        """``len(grid)``: the batch axes from ``vmap`` included."""
         return len(self.grid)
 
     @property
@@ -222,6 +229,8 @@ class KernelIR:
         return len(self.grid) + len(self.dynamic_grid_axes)
 
     def replace(self, **changes) -> KernelIR:
+        """A copy with the named fields changed (the IR is frozen), e.g. a
+        backend's ``kernel.replace(compiler_params=params)``."""
         return dataclasses.replace(self, **changes)
 
     def iter_equations(self):

@@ -108,6 +108,8 @@ def claims_in(unit: Unit) -> tuple[list[Claim], list[str]]:
     claims, problems = [], []
     for offset, line in enumerate(unit.text.splitlines()):
         where = f"{unit.path.relative_to(REPO)}:{unit.line + offset}"
+        # a tag shown as code (`<!-- claim: ... -->`) is an example, not a claim
+        line = re.sub(r"`[^`]*`", lambda m: " " * len(m.group()), line)
         for tag in TAG.finditer(line):
             if not line[:tag.start()].strip():
                 problems.append(f"{where}: a claim tag starts the line; put it after the "

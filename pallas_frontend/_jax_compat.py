@@ -39,6 +39,8 @@ run_state = state_discharge.run_state
 tree_equality_errors = _tree_util.equality_errors_pytreedef
 extend_axis_env = core.extend_axis_env_nd
 poison_buffers_flag = _config.jax_pallas_poison_buffers
+# JAX's own switch (in every jit cache key and trace context): pl.enable_debug_checks sets it.
+debug_checks_state = _config.jax_pallas_enable_debug_checks
 # A context manager: off while tracing a kernel, so Refs may ride in loop carries (as in JAX).
 mutable_array_checks = _config.mutable_array_checks
 register_discharge_rule = state_discharge.register_discharge_rule

@@ -189,22 +189,21 @@ def _automatic_fields(fmt: str):
 class _DebugChecksFlag:
     """``pl.enable_debug_checks``: ``pl.enable_debug_checks(True)`` sets the
     flag (for this thread) at once; used as ``with pl.enable_debug_checks(True):``
-    the previous value comes back when the block ends. ``.value`` reads it."""
+    the previous value comes back when the block ends. ``.value`` reads it.
 
-    def __init__(self):
-        self._value = False
+    The flag is JAX's ``jax_pallas_enable_debug_checks`` (also set by JAX's
+    ``pl.enable_debug_checks`` and ``jax.config.update``): part of every jit
+    cache key, so a function jitted before the flag changed is traced again."""
 
     @property
     def value(self) -> bool:
-        return getattr(_local, "debug_checks", self._value)
+        return bool(jc.debug_checks_state.value)
 
     def set(self, enabled: bool) -> None:
-        self._value = bool(enabled)
+        jax.config.update(jc.debug_checks_state.name, bool(enabled))
 
     def __call__(self, enabled: bool = True) -> _RestoreDebugChecks:
-        prev = getattr(_local, "debug_checks", None)
-        _local.debug_checks = bool(enabled)
-        return _RestoreDebugChecks(prev)
+        return _RestoreDebugChecks(jc.debug_checks_state.swap_local(bool(enabled)))
 
 
 class _RestoreDebugChecks:
@@ -218,10 +217,7 @@ class _RestoreDebugChecks:
         return self
 
     def __exit__(self, *exc):
-        if self._prev is None:
-            _local.__dict__.pop("debug_checks", None)
-        else:
-            _local.debug_checks = self._prev
+        jc.debug_checks_state.set_local(self._prev)
         return False
 
 

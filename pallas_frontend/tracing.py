@@ -398,8 +398,9 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     scratch = gs.scratch_shapes
     scratch_is_dict = isinstance(scratch, Mapping)
     scratch_keys = list(scratch.keys()) if scratch_is_dict else None
-    scratch_leaves = list(scratch.values()) if scratch_is_dict else jax.tree.leaves(
-        scratch, is_leaf=lambda x: hasattr(x, "shape") or hasattr(x, "get_ref_aval"))
+    scratch_leaves, scratch_tree = jax.tree.flatten(
+        list(scratch.values()) if scratch_is_dict else scratch,
+        is_leaf=lambda x: hasattr(x, "shape") or hasattr(x, "get_ref_aval"))
     scratch_avals = tuple(ref_aval_of(t, f"scratch_shapes[{i}]") for i, t in enumerate(scratch_leaves))
 
     n_pf, n_in, n_out = len(prefetch_avals), len(in_maps), len(out_maps)
@@ -410,7 +411,9 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
         ins = jax.tree.unflatten(main_tree, refs[n_pf:n_pf + n_in])
         outs = jax.tree.unflatten(out_tree, refs[n_pf + n_in:n_pf + n_in + n_out])
         outs = outs if isinstance(outs, tuple) else (outs,)
-        scr = refs[n_pf + n_in + n_out:]
+        # nested scratch_shapes reach the kernel nested, as in JAX
+        scr = jax.tree.unflatten(scratch_tree, refs[n_pf + n_in + n_out:])
+        scr = scr if isinstance(scr, (list, tuple)) else [scr]   # a lone scratch type
         if scratch_is_dict:
             return (*pf, *ins, *outs), dict(zip(scratch_keys, scr))
         return (*pf, *ins, *outs, *scr), {}

@@ -9,12 +9,13 @@ themselves are written with ``pallas_frontend``. Passing
 from __future__ import annotations
 
 from pallas_tpu.backend import TpuBackend, __version__
+from pallas_tpu.collectives import core_barrier, get_barrier_semaphore, run_on_first_core
 from pallas_tpu.chip_info import (
     ChipVersion, Tiling, TpuInfo, get_tpu_info, get_tpu_info_for_chip, is_tpu_device)
 from pallas_tpu.grid_spec import PrefetchScalarGridSpec
 from pallas_tpu.layout_ops import bitcast, einshape, roll
 from pallas_tpu.memory import (
-    ANY, CMEM, HBM, SEMAPHORE, SMEM, VMEM, MemorySpace, SemaphoreType)
+    ANY, CMEM, HBM, SEMAPHORE, SMEM, VMEM, VMEM_SHARED, MemorySpace, SemaphoreType)
 from pallas_tpu.mesh import CoreType, TensorCoreMesh, create_tensorcore_mesh
 from pallas_tpu.params import (
     ARBITRARY, CORE_PARALLEL, PARALLEL, SUBCORE_PARALLEL, CompilerParams, InterpretParams,
@@ -24,6 +25,7 @@ from pallas_tpu.pipeline import emit_pipeline
 from pallas_tpu.primitives import (
     AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
     make_async_remote_copy, prng_random_bits, prng_seed, reciprocal, store, sync_copy)
+from pallas_tpu.spaces import with_memory_space_constraint
 from pallas_tpu.random import (
     stateful_bernoulli, stateful_bits, stateful_normal, stateful_uniform)
 
@@ -38,4 +40,6 @@ __all__ = [
     "make_async_remote_copy", "prng_random_bits", "prng_seed", "reciprocal", "roll",
     "set_tpu_interpret_mode", "stateful_bernoulli", "stateful_bits", "stateful_normal",
     "stateful_uniform", "store", "sync_copy",
+    "VMEM_SHARED", "core_barrier", "get_barrier_semaphore", "run_on_first_core",
+    "with_memory_space_constraint",
 ]

@@ -79,3 +79,22 @@ def check_for_mosaic(kernel: KernelIR) -> None:
     runs blocks of any shape, so this runs when compiling for a TPU only."""
     for m in kernel.mappings:
         check_block_tiling(kernel, m)
+
+
+def check_shared_vmem_in_interpret(kernel: KernelIR, num_cores: int) -> None:
+    """JAX 0.12's TPU interpreter gives every simulated core its own copy of a
+    VMEM_SHARED buffer: with more than one core, what one core writes would
+    silently be missing on the others."""
+    if num_cores <= 1:
+        return
+    spaces = [(f"scratch_shapes[{i}]", a.memory_space) for i, a in enumerate(kernel.scratch_avals)]
+    spaces += [("a run_scoped buffer", e.params.get("memory_space"))
+               for e in kernel.iter_equations() if e.primitive.name == "empty_ref"]
+    for what, space in spaces:
+        if space is MemorySpace.VMEM_SHARED:
+            raise BackendCapabilityError(
+                f"Backend 'tpu' cannot interpret {what} of kernel '{kernel.name}' "
+                f"({kernel.source}) in VMEM_SHARED on {num_cores} simulated cores: JAX's TPU "
+                "interpreter allocates it once per core, so the cores would not see each "
+                "other's writes. Use one core (num_cores=1), or share data through an "
+                "operand in pallas_tpu.ANY / HBM.")

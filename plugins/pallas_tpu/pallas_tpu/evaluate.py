@@ -288,8 +288,9 @@ def _semaphore_signal(eqn, invals):
     device_id = jax.tree.unflatten(tree, invals[len(invals) - n_dev:]) if tree is not None else None
     # JAX 0.12 defaults to mesh ids and deprecates the argument: pass it only for logical ids.
     id_type = pl.DeviceIdType.LOGICAL if eqn.params["device_id_type"] == "logical" else None
+    device_id, core_index = interpret_mode.split_core_axes(device_id, eqn.params["core_index"])
     pl.semaphore_signal(_sem_view(ref, idx), inc, device_id=device_id, device_id_type=id_type,
-                        core_index=eqn.params["core_index"])
+                        core_index=core_index)
     return []
 
 

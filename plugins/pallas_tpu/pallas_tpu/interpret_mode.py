@@ -6,6 +6,9 @@ a TPU. Active only while a kernel is rebuilt with ``InterpretParams``:
   threefry stream keyed by the seeds, its state in a hidden SMEM scratch
   buffer: other bits than the hardware's, the same contract (deterministic
   per seed, a new block of bits per call, state kept across grid steps).
+- a signal to ``device_id={core_axis: i}``: JAX's interpreter knows core
+  axes only of a ``core_map`` mesh, not of a grid (ours runs mesh kernels
+  as a grid); the core is passed as ``core_index``, as Mosaic reads it.
 - ``debug_check``: JAX's is a checkify check, silent unless the caller
   checkifies; here a failed check raises from a host callback, as in the
   frontend's interpreter and on a TPU.
@@ -28,13 +31,14 @@ _active: contextvars.ContextVar = contextvars.ContextVar("pallas_tpu_interpretin
 
 
 class _Interpreting:
-    def __init__(self, prng_state):
+    def __init__(self, prng_state, core_axes):
         self.prng_state = prng_state     # int32[2] SMEM Ref: (seed, calls since seeding)
+        self.core_axes = core_axes       # grid names run as simulated cores
 
 
 @contextlib.contextmanager
-def interpreting(prng_state=None):
-    token = _active.set(_Interpreting(prng_state))
+def interpreting(prng_state=None, core_axes=()):
+    token = _active.set(_Interpreting(prng_state, frozenset(core_axes)))
     try:
         yield
     finally:
@@ -79,3 +83,19 @@ def _raise_if_false(ok, *, message):
 
 def debug_check(pred, message: str) -> None:
     jax.debug.callback(_raise_if_false, pred, message=message)
+
+
+def split_core_axes(device_id, core_index):
+    """``(device_id, core_index)`` with the core axes of a ``device_id`` dict
+    moved to ``core_index`` (see the module docstring)."""
+    state = active()
+    if state is None or not isinstance(device_id, dict):
+        return device_id, core_index
+    cores = {k: v for k, v in device_id.items() if k in state.core_axes}
+    if not cores:
+        return device_id, core_index
+    if len(cores) > 1 or core_index is not None:
+        raise ValueError(f"pallas_tpu: device_id {device_id} names more than one core "
+                         "(several core axes, or a core axis and core_index).")
+    rest = {k: v for k, v in device_id.items() if k not in cores}
+    return rest or None, next(iter(cores.values()))

@@ -23,6 +23,7 @@ class MemorySpace(enum.Enum):
     """
     ANY = "any"              # leave the operand in HBM; the kernel DMAs by hand
     VMEM = "vmem"            # vector memory: the default for pipelined blocks
+    VMEM_SHARED = "vmem_shared"  # vector memory that all cores of a chip see
     SMEM = "smem"            # scalar memory
     CMEM = "cmem"
     HBM = "hbm"
@@ -37,6 +38,7 @@ class MemorySpace(enum.Enum):
 
 ANY = MemorySpace.ANY
 VMEM = MemorySpace.VMEM
+VMEM_SHARED = MemorySpace.VMEM_SHARED
 SMEM = MemorySpace.SMEM
 CMEM = MemorySpace.CMEM
 HBM = MemorySpace.HBM
@@ -61,6 +63,7 @@ class SemaphoreType(enum.Enum):
     BARRIER = "barrier"
 
     def __call__(self, shape=()) -> SemaphoreArray:
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else shape   # DMA(2), as JAX
         return SemaphoreArray(SemaphoreKind(self.value), tuple(int(d) for d in shape))
 
     def get_ref_aval(self):

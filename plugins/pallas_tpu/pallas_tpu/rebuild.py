@@ -18,7 +18,7 @@ import jax
 import pallas_frontend as pf
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 
-from pallas_tpu import evaluate, interpret_mode
+from pallas_tpu import check, evaluate, interpret_mode
 from pallas_tpu.params import CompilerParams, InterpretParams
 from pallas_tpu.spaces import block_memory_space, scratch_type_of_aval
 
@@ -76,8 +76,9 @@ def block_spec(m: BlockMapping):
     return pl.BlockSpec(tuple(_block_dim(d) for d in m.block_dims), _index_map_fn(m), **kwargs)
 
 
-def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool):
-    """``prng_state``: the last Ref is the hidden PRNG state of interpret mode."""
+def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_axes=()):
+    """``prng_state``: the last Ref is the hidden PRNG state of interpret mode;
+    ``core_axes``: the grid names interpret mode runs as simulated cores."""
     from jax.experimental import pallas as pl
     jaxpr, n_grid = kernel.jaxpr, len(kernel.grid)
     dynamic_axes = kernel.dynamic_grid_axes
@@ -90,7 +91,7 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool):
             evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs)
             return
         state = refs[-1] if prng_state else None
-        with interpret_mode.interpreting(state):
+        with interpret_mode.interpreting(state, core_axes):
             evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *(refs[:-1] if prng_state else refs))
     body.__name__ = kernel.name
     return body
@@ -146,6 +147,12 @@ def _simulated_cores(kernel: KernelIR, params, jax_interpret):
     return params, dataclasses.replace(jax_interpret, num_cores_or_threads=cores)
 
 
+def _core_axis_names(kernel: KernelIR) -> tuple:
+    sem = getattr(kernel.compiler_params, "dimension_semantics", None) or ()
+    names = kernel.grid_names[kernel.num_batch_axes:] if kernel.grid_names else ()
+    return tuple(n for n, d in zip(names, sem) if n is not None and d == "core_parallel")
+
+
 def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: InterpretParams | None):
     """The JAX pallas_call equivalent to ``kernel``; call it on the flat operands
     (for a dynamic grid, its sizes first, as ``pallas_call_p`` has them)."""
@@ -161,6 +168,7 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
     jax_interpret = False
     if interpret is not None:
         params, jax_interpret = _simulated_cores(kernel, params, interpret.to_jax())
+        check.check_shared_vmem_in_interpret(kernel, jax_interpret.num_cores_or_threads)
     n_dynamic = len(kernel.dynamic_grid_axes)
 
     def call_with_grid(sizes):
@@ -174,7 +182,7 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
         # force_tpu_interpret_mode also sets, for jit's cache key) must not override it.
         with pltpu.force_tpu_interpret_mode(None):
             return pl.pallas_call(
-                _kernel_body(kernel, interpret is not None, prng_state),
+                _kernel_body(kernel, interpret is not None, prng_state, _core_axis_names(kernel)),
                 out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
                 input_output_aliases=dict(kernel.input_output_aliases),
                 compiler_params=params, cost_estimate=_cost_estimate(kernel),

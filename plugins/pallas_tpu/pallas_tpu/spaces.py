@@ -17,7 +17,8 @@ def block_memory_space(space):
         return None
     table = {
         pf.MemorySpace.ANY: pl.ANY, pf.MemorySpace.HOST: pl.HOST,
-        MemorySpace.ANY: pl.ANY, MemorySpace.VMEM: pltpu.VMEM, MemorySpace.SMEM: pltpu.SMEM,
+        MemorySpace.ANY: pl.ANY, MemorySpace.VMEM: pltpu.VMEM,
+        MemorySpace.VMEM_SHARED: pltpu.VMEM_SHARED, MemorySpace.SMEM: pltpu.SMEM,
         MemorySpace.CMEM: pltpu.CMEM, MemorySpace.HBM: pltpu.HBM,
         MemorySpace.SEMAPHORE: pltpu.SEMAPHORE,
     }
@@ -43,3 +44,18 @@ def scratch_type(shape, dtype, space):
 def scratch_type_of_aval(ref_aval):
     inner = ref_aval.inner_aval
     return scratch_type(inner.shape, inner.dtype, ref_aval.memory_space)
+
+
+def with_memory_space_constraint(x, memory_space):
+    """``x`` unchanged, asking that it be placed in ``memory_space`` (HBM,
+    VMEM, SMEM or HOST; ANY leaves it free) where it is handed to a kernel:
+    Mosaic then receives that operand (and an output aliased to it) there."""
+    from jax.experimental.pallas import tpu as pltpu
+    allowed = (MemorySpace.HBM, MemorySpace.VMEM, MemorySpace.SMEM, pf.MemorySpace.HOST)
+    if memory_space in (MemorySpace.ANY, pf.MemorySpace.ANY):
+        return x
+    if memory_space not in allowed:
+        raise NotImplementedError(
+            f"pallas_tpu.with_memory_space_constraint: memory space {memory_space!r} is not "
+            "one an operand can be placed in; use HBM, VMEM, SMEM or pallas_frontend.HOST.")
+    return pltpu.with_memory_space_constraint(x, block_memory_space(memory_space))

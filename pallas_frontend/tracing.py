@@ -116,7 +116,12 @@ def normalize_out_shape(out_shape: Any):
 # --- index maps ----------------------------------------------------------------
 
 def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
-                     prefetch_avals) -> tuple[jc.Jaxpr, str]:
+                     prefetch_avals, prefetch_tree=None, grid_sizes=None
+                     ) -> tuple[jc.Jaxpr, str]:
+    """The index map as a jaxpr over one int32 per grid axis then the flat
+    scalar-prefetch Refs. As in JAX, the map itself is called with the grid
+    indices then one argument per prefetch operand (``prefetch_tree``, a tuple
+    treedef: a pytree operand arrives as that pytree of Refs)."""
     n_out = sum(2 if isinstance(d, BoundedSlice) else 1 for d in dims)
     index_map = spec.index_map if spec is not None else None
     if index_map is None:
@@ -125,16 +130,22 @@ def _trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
         src = "default index_map (all zeros)"
     else:
         src = f"{_fn_name(index_map)} at {source_of(index_map)}"
-    arity = num_grid + len(prefetch_avals)
+    if prefetch_tree is None:
+        prefetch_tree = jax.tree.structure(tuple(range(len(prefetch_avals))))
+    arity = num_grid + len(jax.tree.unflatten(prefetch_tree, [0] * prefetch_tree.num_leaves))
+    sizes = tuple(grid_sizes) if grid_sizes is not None else (None,) * num_grid
 
     def flat_fn(*idx):
+        pf = jax.tree.unflatten(prefetch_tree, idx[num_grid:])
         try:
-            res = index_map(*idx)
+            # pl.program_id / pl.num_programs work in an index map, as in JAX
+            with grid_context(idx[:num_grid], sizes, None):
+                res = index_map(*idx[:num_grid], *pf)
         except TypeError as e:
             if _is_arity_error(e):
                 raise TypeError(
                     f"Index map function {src} for {origin} must take {arity} argument(s) "
-                    f"(one per grid axis{' plus the scalar-prefetch refs' if prefetch_avals else ''}),"
+                    f"(one per grid axis{' plus one per scalar-prefetch operand' if prefetch_avals else ''}),"
                     f" but calling it with {arity} failed: {e}") from None
             raise
         if not isinstance(res, (tuple, list)):
@@ -196,7 +207,7 @@ def _is_arity_error(e: TypeError) -> bool:
 # --- block mappings ---------------------------------------------------------------
 
 def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num_grid: int,
-                  prefetch_avals=()) -> BlockMapping:
+                  prefetch_avals=(), prefetch_tree=None, grid_sizes=None) -> BlockMapping:
     if spec is not None and not isinstance(spec, BlockSpec):
         raise TypeError(f"{origin}: expected a pl.BlockSpec or None, got {spec!r}.")
     shape = aval.shape
@@ -212,7 +223,8 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
                 f"dimensions as the array shape {shape}: give one entry per array dim (None to "
                 "squeeze a dim).")
         dims = tuple(canonicalize_block_dim(d, origin) for d in block_shape)
-    index_map, src = _trace_index_map(spec, dims, origin, num_grid, prefetch_avals)
+    index_map, src = _trace_index_map(spec, dims, origin, num_grid, prefetch_avals,
+                                      prefetch_tree, grid_sizes)
     return BlockMapping(
         origin=origin, array_shape=tuple(shape), dtype=np.dtype(aval.dtype), block_dims=dims,
         index_map=index_map, index_map_source=src,
@@ -371,6 +383,8 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
         raise PallasUsageError(f"num_scalar_prefetch={npf} but only {len(args)} arguments given.")
     prefetch_leaves = jax.tree.leaves(tuple(args[:npf]))
     prefetch_avals = [jc.AbstractRef(a) for a in arg_avals[:len(prefetch_leaves)]]
+    pf_tree = jax.tree.structure(tuple(args[:npf]))
+    pf_map = dict(prefetch_tree=pf_tree, grid_sizes=grid)
     main_args = tuple(args[npf:])
     main_tree = jax.tree.structure(main_args)
 
@@ -380,13 +394,13 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
 
     in_paths = _paths(main_args, "args")
     in_maps = tuple(
-        block_mapping(s, a, p, num_grid, prefetch_avals)
+        block_mapping(s, a, p, num_grid, prefetch_avals, **pf_map)
         for s, a, p in zip(in_spec_list, arg_avals[len(prefetch_leaves):], in_paths))
     out_paths = ["outputs" + p[len("out_shape"):] for p in _paths(
         out_shape if not isinstance(out_shape, list) else tuple(out_shape), "out_shape")]
     out_maps = []
     for s, a, p, space in zip(out_spec_list, out_avals, out_paths, out_spaces):
-        m = block_mapping(s, a, p, num_grid, prefetch_avals)
+        m = block_mapping(s, a, p, num_grid, prefetch_avals, **pf_map)
         if space is not None and m.memory_space is None:
             m = BlockMapping(**{**m.__dict__, "memory_space": space})
         out_maps.append(m)
@@ -404,7 +418,6 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     scratch_avals = tuple(ref_aval_of(t, f"scratch_shapes[{i}]") for i, t in enumerate(scratch_leaves))
 
     n_pf, n_in, n_out = len(prefetch_avals), len(in_maps), len(out_maps)
-    pf_tree = jax.tree.structure(tuple(args[:npf]))
 
     def arg_builder(refs):
         pf = jax.tree.unflatten(pf_tree, refs[:n_pf])

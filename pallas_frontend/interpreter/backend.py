@@ -27,7 +27,7 @@ class InterpreterBackend(backend_api.Backend):
         return backend_api.interpretable(prim)
 
     def lower(self, kernel, ctx, *args):
-        if kernel.dynamic_grid_axes:
+        if kernel.dynamic_grid_axes or kernel.num_scalar_prefetch:   # index maps at run time
             n = len(kernel.dynamic_grid_axes)
             return ctx.lower_fun(lambda *xs: dynamic_grid.run(kernel, xs[:n], *xs[n:]), *args)
         plan = vectorized.make_plan(kernel)

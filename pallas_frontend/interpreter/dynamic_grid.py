@@ -23,7 +23,7 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend import primitives
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.block_indices import BlockIndexError
-from pallas_frontend.interpreter.execute import padding_value, varying_like, written_inputs
+from pallas_frontend.interpreter.execute import padding_value, varying_like
 from pallas_frontend.specs import Blocked, BoundedSlice, Element, Squeezed
 
 
@@ -48,9 +48,10 @@ def _unpad(x, m: BlockMapping):
     return x[tuple(slice(lo, lo + n) for lo, n in zip(low, m.array_shape))]
 
 
-def _starts(m: BlockMapping, idx):
-    """Element starts (padded coordinates), valid sizes and an in-range flag."""
-    outs = iter(jc.eval_jaxpr(m.index_map, *idx))
+def _starts(m: BlockMapping, idx, prefetch=(), index_map=None):
+    """Element starts (padded coordinates), valid sizes and an in-range flag.
+    ``index_map``: ``m``'s with its prefetch Refs discharged (they are values here)."""
+    outs = iter(jc.eval_jaxpr(index_map or m.index_map, *idx, *prefetch))
     starts, sizes, ok = [], [], jnp.bool_(True)
     for d, dim in enumerate(m.block_dims):
         v = jnp.asarray(next(outs), jnp.int32)
@@ -102,11 +103,12 @@ def _raise_out_of_range(bad, point, kernel_name, origins):
 
 
 def run(kernel: KernelIR, dyn_sizes, *operands):
-    """``dyn_sizes`` are the run-time sizes of ``kernel.dynamic_grid_axes``."""
-    if kernel.num_scalar_prefetch:
-        raise NotImplementedError(
-            "The frontend interpreter does not run scalar-prefetch kernels; use a backend "
-            "that provides them (e.g. interpret=pallas_tpu.InterpretParams()).")
+    """``dyn_sizes`` are the run-time sizes of ``kernel.dynamic_grid_axes``. Also
+    runs scalar-prefetch kernels (static grid or not): their index maps read the
+    prefetch values, so they too are evaluated at each grid point."""
+    n_pf = kernel.num_scalar_prefetch
+    flat_args = operands     # input_output_aliases count the prefetch operands too
+    prefetch, operands = list(operands[:n_pf]), operands[n_pf:]
     n_in, n_out = len(kernel.in_mappings), len(kernel.out_mappings)
     n_grid = len(kernel.grid)
     dyn = iter(jnp.asarray(s, jnp.int32) for s in dyn_sizes)
@@ -122,7 +124,7 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
     aliased = {o: i for i, o in kernel.input_output_aliases}
     outs = []
     for k, m in enumerate(kernel.out_mappings):
-        base = inputs[aliased[k]] if k in aliased else jnp.full(
+        base = flat_args[aliased[k]] if k in aliased else jnp.full(
             m.array_shape, padding_value(m.dtype), m.dtype)
         outs.append(varying_like(_pad(base, m), inputs))
     scratch = [varying_like(jnp.full(a.inner_aval.shape, padding_value(a.inner_aval.dtype),
@@ -137,12 +139,17 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
             rest = lax.div(rest, jnp.maximum(sizes[a], 1))
         return idx[::-1]
 
-    written = written_inputs(body, kernel.num_index_operands, n_in)
+    # the kernel's Refs: prefetch, inputs, outputs, scratch (prefetch Refs may be written)
+    index_maps = [jc.discharge_kernel_body(m.index_map, n_grid) if n_pf else None
+                  for m in kernel.mappings]
+    ins_at = kernel.num_index_operands + n_pf
+    written = tuple(k for k in range(n_in) if body.jaxpr.outvars[n_pf + k]
+                    is not body.jaxpr.invars[ins_at + k])
 
     def step(p, carry):
-        (outs, ins), scratch, bad = carry
+        (outs, ins, prefetch), scratch, bad = carry
         idx = coords_of(p)
-        places = [_starts(m, idx) for m in kernel.mappings]
+        places = [_starts(m, idx, prefetch, im) for m, im in zip(kernel.mappings, index_maps)]
         oks = jnp.stack([ok for _, _, ok in places]) if places else jnp.ones((0,), bool)
         ok_so_far, point = bad
         fresh = jnp.all(ok_so_far) & ~jnp.all(oks)     # the first failing point
@@ -152,17 +159,19 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
                      zip(ins, kernel.in_mappings, places)]
         out_blocks = [_read(x, m, st) for x, m, (st, _, _) in
                       zip(outs, kernel.out_mappings, places[n_in:])]
-        new = jc.eval_jaxpr(body, *idx, *dyn_values, *in_blocks, *out_blocks, *scratch)
+        new = jc.eval_jaxpr(body, *idx, *dyn_values, *prefetch, *in_blocks, *out_blocks,
+                            *scratch)
+        prefetch, new = list(new[:n_pf]), new[n_pf:]
         outs = [_write(buf, m, st, sz, blk) for buf, m, (st, sz, _), blk in
                 zip(outs, kernel.out_mappings, places[n_in:], new[n_in:n_in + n_out])]
         # a written input block is written back: later points read the update
         ins = [_write(buf, m, st, sz, new[k]) if k in written else buf
                for k, (buf, m, (st, sz, _)) in enumerate(zip(ins, kernel.in_mappings, places))]
-        return (outs, ins), list(new[n_in + n_out:]), bad
+        return (outs, ins, prefetch), list(new[n_in + n_out:]), bad
 
     no_bad = (jnp.ones((len(origins),), bool), jnp.zeros((n_grid,), jnp.int32))
-    (outs, _), _, (ok, point) = lax.fori_loop(0, total, step,
-                                              ((outs, padded_in), scratch, no_bad))
+    (outs, _, _), _, (ok, point) = lax.fori_loop(
+        0, total, step, ((outs, padded_in, prefetch), scratch, no_bad))
     jax.debug.callback(functools.partial(_raise_out_of_range, kernel_name=kernel.name,
                                          origins=origins), ~ok, point)
     return [_unpad(o, m) for o, m in zip(outs, kernel.out_mappings)]

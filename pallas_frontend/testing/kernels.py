@@ -151,3 +151,120 @@ def fma_f64(n: int, block: int, **call):
     spec = _spec((block,), lambda i: (i,))
     return pl.pallas_call(body, jax.ShapeDtypeStruct((n,), jnp.float64), grid=(n // block,),
                           in_specs=[spec] * 3, out_specs=spec, name="fma_f64", **call)
+
+
+def position_ragged(rows: int, cols: int, br: int, bc: int, **call):
+    """Two outputs whose values depend on where each element sits: its flat
+    index (from program ids and iotas) and its block's program ids. Neither
+    dim divides into blocks, so a backend that shifts edge blocks into the
+    array (instead of padding them) writes values computed for the wrong
+    positions."""
+    def body(x, a, b):
+        i, j = pl.program_id(0), pl.program_id(1)
+        r = i * br + jax.lax.broadcasted_iota(jnp.int32, (br, bc), 0)
+        c = j * bc + jax.lax.broadcasted_iota(jnp.int32, (br, bc), 1)
+        v = x[...]
+        a[...] = v * 2 + (r * cols + c).astype(jnp.float32)
+        b[...] = v * (i + 1).astype(jnp.float32) - j.astype(jnp.float32)
+    spec = _spec((br, bc), lambda i, j: (i, j))
+    out = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
+    return pl.pallas_call(body, (out, out), grid=(pl.cdiv(rows, br), pl.cdiv(cols, bc)),
+                          in_specs=[spec], out_specs=(spec, spec), name="position_ragged", **call)
+
+
+def position_ragged_ref(x, br: int, bc: int):
+    x = np.asarray(x, np.float64)
+    r, c = np.indices(x.shape)
+    return x * 2 + (r * x.shape[1] + c), x * (r // br + 1) - c // bc
+
+
+def ragged_row_reduction(rows: int, cols: int, br: int, bc: int, **call):
+    """Row sums and row maxima over a grid whose last (sequential) axis walks
+    ragged column blocks, accumulated in scratch; the columns past the array
+    are masked by position (program id and iota), so an edge block shifted
+    into the array counts the wrong columns. Each row's result fills a row of
+    ``bc`` lanes (a 1-wide block is no TMA box for Mosaic GPU)."""
+    nj = pl.cdiv(cols, bc)
+
+    def body(x, o_sum, o_max, acc_sum, acc_max):
+        j = pl.program_id(1)
+
+        @pl.when(j == 0)
+        def _():
+            acc_sum[...] = jnp.zeros_like(acc_sum)
+            acc_max[...] = jnp.full_like(acc_max, -jnp.inf)
+        c = j * bc + jax.lax.broadcasted_iota(jnp.int32, (br, bc), 1)
+        valid = c < cols
+        v = x[...]
+        acc_sum[...] += jnp.broadcast_to(
+            jnp.where(valid, v, 0.0).sum(axis=1, keepdims=True), (br, bc))
+        acc_max[...] = jnp.maximum(acc_max[...], jnp.broadcast_to(
+            jnp.where(valid, v, -jnp.inf).max(axis=1, keepdims=True), (br, bc)))
+
+        @pl.when(j == nj - 1)
+        def _():
+            o_sum[...] = acc_sum[...]
+            o_max[...] = acc_max[...]
+    out = jax.ShapeDtypeStruct((rows, bc), jnp.float32)
+    out_spec = _spec((br, bc), lambda i, j: (i, 0))
+    return pl.pallas_call(
+        body, (out, out), grid=(pl.cdiv(rows, br), nj),
+        in_specs=[_spec((br, bc), lambda i, j: (i, j))], out_specs=(out_spec, out_spec),
+        scratch_shapes=[pl.MemorySpace.DEFAULT((br, bc), jnp.float32)] * 2,
+        name="ragged_row_reduction", **call)
+
+
+def ragged_row_reduction_ref(x, bc: int):
+    x = np.asarray(x, np.float64)
+    lanes = (x.shape[0], bc)
+    return (np.broadcast_to(x.sum(1, keepdims=True), lanes),
+            np.broadcast_to(x.max(1, keepdims=True), lanes))
+
+
+def input_running_sum(n: int, block: int, **call):
+    """Adds each block of ``x`` into an *input* Ref whose block never moves and
+    copies it out: output block i holds ``acc + x[0] + ... + x[i]``. Grid
+    points run in order and see the input block as the previous one left it
+    (as in JAX's interpret mode and on TPU, where an unmoved block stays put)."""
+    def body(acc, x, o):
+        acc[...] += x[...]
+        o[...] = acc[...]
+    return pl.pallas_call(
+        body, jax.ShapeDtypeStruct((n,), jnp.float32), grid=(n // block,),
+        in_specs=[_spec((block,), lambda i: (0,)), _spec((block,), lambda i: (i,))],
+        out_specs=_spec((block,), lambda i: (i,)), name="input_running_sum", **call)
+
+
+def input_doubling(rows: int, cols: int, br: int, steps: int, **call):
+    """A 2-D grid whose inner axis revisits one input block ``steps`` times,
+    doubling it in place each time: output block (i, j) holds ``x_i * 2**(j+1)``."""
+    def body(x, o):
+        x[...] = x[...] * 2
+        o[...] = x[...]
+    return pl.pallas_call(
+        body, jax.ShapeDtypeStruct((rows, cols * steps), jnp.float32), grid=(rows // br, steps),
+        in_specs=[_spec((br, cols), lambda i, j: (i, 0))],
+        out_specs=_spec((br, cols), lambda i, j: (i, j)), name="input_doubling", **call)
+
+
+def aliased_strided_update(rows: int, cols: int, br: int, **call):
+    """Adds 1 to every other row block of its input in place (input 0 aliases
+    output 0); the row blocks in between must keep the input's values."""
+    def body(x, o):
+        o[...] = x[...] + 1
+    spec = _spec((br, cols), lambda i: (2 * i, 0))
+    return pl.pallas_call(
+        body, jax.ShapeDtypeStruct((rows, cols), jnp.float32), grid=(rows // br // 2,),
+        in_specs=[spec], out_specs=spec, input_output_aliases={0: 0},
+        name="aliased_strided_update", **call)
+
+
+def f64_difference_of_squares(n: int, block: int, **call):
+    """``(x - y) * (x + y)`` in float64 for x, y that differ only past float32's precision."""
+    def body(x, y, o):
+        a, b = x[...], y[...]
+        o[...] = (a - b) * (a + b)
+    spec = _spec((block,), lambda i: (i,))
+    return pl.pallas_call(body, jax.ShapeDtypeStruct((n,), jnp.float64), grid=(n // block,),
+                          in_specs=[spec] * 2, out_specs=spec, name="f64_difference_of_squares",
+                          **call)

@@ -56,3 +56,38 @@ def test_non_default_compiler_params(pallas_backend, call_options, rng):
         got = K.blocked_matmul(128, 128, 256, 128, 128, 128, **options)(a, b)
         np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64),
                                    rtol=1e-4, atol=1e-4 * 16, err_msg=f"with {params!r}")
+
+
+@pytest.mark.requires("aliasing")
+def test_aliased_output_keeps_the_row_blocks_no_grid_point_writes(call_kernel, rng):
+    x = _f32(rng, 64, 128)
+    got = np.asarray(call_kernel(K.aliased_strided_update, 64, 128, 8)(x))
+    want = x.astype(np.float64)
+    for start in range(0, 64, 16):
+        want[start:start + 8] += 1
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.requires("float64")
+def test_float64_keeps_differences_below_float32_precision(call_kernel, rng):
+    # x and y differ by ~1e-10: rounded to float32 both are 1.0 and the result 0.
+    with jax.enable_x64(True):
+        x = 1 + rng.standard_normal(1024) * 1e-10
+        y = 1 + rng.standard_normal(1024) * 1e-10
+        got = call_kernel(K.f64_difference_of_squares, 1024, 256)(x, y)
+        assert got.dtype == jnp.float64, got.dtype
+        np.testing.assert_allclose(np.asarray(got), (x - y) * (x + y), rtol=1e-12, atol=0)
+
+
+def test_input_ref_writes_carry_to_the_next_grid_point(call_kernel, rng):
+    acc, x = _f32(rng, 128), _f32(rng, 1024)
+    got = np.asarray(call_kernel(K.input_running_sum, 1024, 128)(acc, x))
+    want = acc.astype(np.float64) + np.cumsum(x.astype(np.float64).reshape(8, 128), axis=0)
+    np.testing.assert_allclose(got, want.reshape(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_input_ref_writes_carry_over_a_revisiting_grid_axis(call_kernel, rng):
+    x = _f32(rng, 16, 128)
+    got = np.asarray(call_kernel(K.input_doubling, 16, 128, 8, 3)(x))
+    want = np.concatenate([x.astype(np.float64) * 2.0 ** (j + 1) for j in range(3)], axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)

@@ -379,6 +379,9 @@ semaphore_wait_p = kernel_primitive("semaphore_wait", owner=FRONTEND_OWNER, mult
 
 
 class DeviceIdType:
+    """How ``semaphore_signal``'s ``device_id`` names a device: ``MESH``, a
+    coordinate per mesh axis (a tuple, or a dict by axis name); ``LOGICAL``,
+    one flat device index. Plain strings, handed to the backend as they are."""
     MESH = "mesh"
     LOGICAL = "logical"
 
@@ -416,6 +419,8 @@ def _split_ref(sem, fn_name: str):
 
 
 def semaphore_read(sem):
+    """The current value (an int32 scalar) of ``sem``: a semaphore, or one of an
+    array of them (``sems.at[i]``, ``i`` static or traced)."""
     ref, idx = _split_ref(sem, "semaphore_read")
     return semaphore_read_p.bind(ref, *idx)
 
@@ -446,6 +451,10 @@ def _device_id_type(t) -> str:
 
 
 def semaphore_wait(sem, value=1, *, decrement: bool = True):
+    """Blocks until ``sem`` (a semaphore or ``sems.at[i]``) holds at least
+    ``value``, then subtracts ``value`` from it (``decrement=False``: leaves it).
+    In the built-in interpreter, which runs programs one after another, a wait
+    that no earlier signal satisfies raises ``SemaphoreDeadlockError``."""
     ref, idx = _split_ref(sem, "semaphore_wait")
     semaphore_wait_p.bind(ref, *idx, jnp.asarray(value, jnp.int32), decrement=decrement)
 

@@ -100,6 +100,8 @@ HOST = MemorySpace.HOST
 # --- pipelining -------------------------------------------------------------
 
 class RevisitMode(enum.Enum):
+    """``Buffered(revisit=...)``: when a pipeline may skip re-fetching a block
+    whose index did not change (JAX's enum; a hint the backend reads)."""
     IMMEDIATE = "immediate"
     ANY = "any"
 
@@ -138,7 +140,9 @@ class BlockSpec:
     memory_space: Any = dataclasses.field(default=None, kw_only=True)
     pipeline_mode: Buffered | None = None      # third positional, as in JAX
 
-    replace = dataclasses.replace
+    def replace(self, **changes) -> BlockSpec:
+        """A copy of this spec with the named fields changed."""
+        return dataclasses.replace(self, **changes)
 
     def __post_init__(self):
         mode = self.pipeline_mode
@@ -258,5 +262,6 @@ class CostEstimate:
                 raise TypeError(f"CostEstimate.{f.name} must be an int, got {v!r}.")
 
     def to_json(self) -> bytes:
+        """The estimate as JSON bytes, ``{"flops": ..., ...}`` (JAX's encoding)."""
         fields = ", ".join(f'"{f.name}": {getattr(self, f.name)}' for f in dataclasses.fields(self))
         return ("{" + fields + "}").encode()

@@ -100,8 +100,10 @@ HOST = MemorySpace.HOST
 # --- pipelining -------------------------------------------------------------
 
 class RevisitMode(enum.Enum):
-    """``Buffered(revisit=...)``: when a pipeline may skip re-fetching a block
-    whose index did not change (JAX's enum; a hint the backend reads)."""
+    """``Buffered(revisit=...)``: whether an output block may be revisited only
+    at the next grid step (``IMMEDIATE``, the default) or at any later one
+    (``ANY``: the backend restores the buffer as needed). JAX's values; inputs
+    ignore it."""
     IMMEDIATE = "immediate"
     ANY = "any"
 

@@ -52,3 +52,44 @@ def test_bare_call_sets_jax_switch_and_restores():
     finally:
         pl.enable_debug_checks(False)
     assert pl.enable_debug_checks.value is False
+
+
+def _oob_kernel(mod):
+    def kern(i_ref, x, o):
+        i = i_ref[0]
+        o[...] = x[...] * 0.5
+        o[0] = x[i]
+        o[mod.ds(1, 4)] = x[mod.ds(i, 4)]
+        o[mod.ds(i + 3, 4)] = x[mod.ds(0, 4)] * 3
+    return kern
+
+
+def _oob_call(mod, i, x):
+    return mod.pallas_call(_oob_kernel(mod), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           interpret=True)(jnp.array([i], jnp.int32), x)
+
+
+@pytest.mark.parametrize("i", [-17, -3, -1, 0, 13, 14, 16, 200])
+def test_dynamic_out_of_block_index_with_checks_off_is_as_documented(rng, i):
+    """docs/errors.md: the interpreter counts a negative index from the end,
+    then clamps into the Ref -- as JAX's interpret=True does."""
+    x = rand(rng, 16)
+    got = np.asarray(_oob_call(pl, i, x))
+    np.testing.assert_array_equal(got, _oob_call(jpl, i, x))
+    n, j = 16, i + 16 if i < 0 else i
+    want = x * 0.5
+    want[0] = x[np.clip(j, 0, n - 1)]
+    s = np.clip(j, 0, n - 4)
+    want[1:5] = x[s:s + 4]
+    j3 = i + 3 + n if i + 3 < 0 else i + 3
+    s3 = np.clip(j3, 0, n - 4)
+    want[s3:s3 + 4] = x[0:4] * 3
+    np.testing.assert_array_equal(got, want)
+
+
+def test_dynamic_out_of_block_index_with_checks_on_raises(rng):
+    x = rand(rng, 16)
+    with pl.enable_debug_checks(True):
+        with pytest.raises(Exception, match="Out-of-range Ref access"):
+            jax.block_until_ready(_oob_call(pl, 14, x))
+        np.testing.assert_array_equal(_oob_call(pl, 3, x), _oob_call(jpl, 3, x))

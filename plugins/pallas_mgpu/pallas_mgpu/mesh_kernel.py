@@ -21,7 +21,7 @@ import pallas_frontend as pf
 
 from pallas_mgpu import _jax_private, evaluate
 from pallas_mgpu.memory import GMEM, scratch_to_jax
-from pallas_mgpu.params import CompilerParams
+from pallas_mgpu.params import CompilerParams, adopt_interpret
 
 
 MAX_THREADS = 2048 // 128
@@ -155,7 +155,8 @@ def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_p
         return pf.pallas_call(
             traced, out_type, in_specs=[whole] * len(jax.tree.leaves(args)),
             out_specs=jax.tree.map(lambda _: whole, out_type), scratch_shapes=scratch_types,
-            compiler_params=params, interpret=False if interpret is None else interpret,
+            compiler_params=params,
+            interpret=False if interpret is None else adopt_interpret(interpret),
             cost_estimate=cost_estimate, debug=debug,
             name=name or getattr(body, "__name__", "mgpu_kernel"))(*args)
     return run

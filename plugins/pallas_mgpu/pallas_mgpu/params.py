@@ -137,6 +137,17 @@ class InterpretParams:
 
 InterpretGPUParams = InterpretParams     # JAX's name
 
+
+def adopt_interpret(params):
+    """``params`` as this plugin's ``InterpretParams`` if it is JAX's own
+    ``InterpretGPUParams`` (code written for JAX passes that one; the fields
+    are the same), else unchanged."""
+    from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+    if isinstance(params, jax_plgpu.InterpretGPUParams):
+        return InterpretParams(**{f.name: getattr(params, f.name)
+                                  for f in dataclasses.fields(InterpretParams)})
+    return params
+
 _INTERPRET_CHOICES = {
     "on_race": ("raise", "warn"),
     "out_of_bounds_reads": ("raise", "uninitialized"),
@@ -155,6 +166,7 @@ def set_gpu_interpret_mode(params: InterpretParams | None = InterpretParams()) -
     """Runs every later kernel that selects backend ``mgpu`` (through its
     ``CompilerParams`` or ``pallas_mgpu.kernel``) in GPU interpret mode;
     ``None`` turns it off."""
+    params = adopt_interpret(params)
     if params is not None and not isinstance(params, InterpretParams):
         raise TypeError(f"set_gpu_interpret_mode takes pallas_mgpu.InterpretParams, got {params!r}")
     _global_mode[0] = params
@@ -165,6 +177,7 @@ def force_gpu_interpret_mode(params: InterpretParams | None = InterpretParams())
     """Within the block, kernels that select backend ``mgpu`` run in GPU
     interpret mode with ``params`` (``None``: compiled, even if the global
     mode is set)."""
+    params = adopt_interpret(params)
     if params is not None and not isinstance(params, InterpretParams):
         raise TypeError(f"force_gpu_interpret_mode takes pallas_mgpu.InterpretParams, got {params!r}")
     prev = getattr(_local, "mode", _UNSET)

@@ -116,3 +116,23 @@ def test_mesh_fields_are_validated_like_jax():
     assert dict(plgpu.Mesh(grid=(2, 3), grid_names=("a", "b"), num_threads=2,
                            thread_name="t").shape) == dict(
         jax_plgpu.Mesh(grid=(2, 3), grid_names=("a", "b"), num_threads=2, thread_name="t").shape)
+
+
+def test_jax_interpret_params_are_taken_as_ours(rng):
+    """JAX's Mosaic GPU tests pass JAX's own InterpretGPUParams (and its race
+    detector's state is JAX's, which our kernels run through)."""
+    from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call as jax_interp
+    x = rng.standard_normal(128).astype(np.float32)
+
+    @functools.partial(plgpu.kernel, out_type=jax.ShapeDtypeStruct((2,), jnp.float32),
+                       num_threads=2, thread_name="t",
+                       interpret=jax_plgpu.InterpretGPUParams(detect_races=True, on_race="warn"))
+    def racy(x_ref, o_ref):
+        o_ref[...] = x_ref[:2] + jax.lax.axis_index("t").astype(jnp.float32)
+    jax_interp.gpu_callbacks.reset_gpu_interpret_mode_state()
+    racy(x)
+    assert jax_interp.get_races().races_found
+
+    k = _scaled_copy("ours", 128)
+    with plgpu.force_gpu_interpret_mode(jax_plgpu.InterpretGPUParams()):
+        np.testing.assert_allclose(k(x), 2 * x.astype(np.float64) + 1, rtol=1e-6)

@@ -40,6 +40,7 @@ LAYERS = {
 
 
 def pytest_addoption(parser):
+    """Adds ``--pallas-backend NAME`` and ``--pallas-allow-unavailable``."""
     group = parser.getgroup("pallas_frontend", "pallas_frontend conformance suite")
     group.addoption("--pallas-backend", dest="pallas_backend", default=None, metavar="NAME",
                     help=f"run the conformance suite ({SUITE_PACKAGE}) against backend NAME "
@@ -51,10 +52,13 @@ def pytest_addoption(parser):
 
 
 def backend_name(config) -> str | None:
+    """The backend under test: ``--pallas-backend``, else
+    ``$PALLAS_FRONTEND_TEST_BACKEND``, else None."""
     return config.getoption("pallas_backend", None) or os.environ.get(ENV_BACKEND) or None
 
 
 def pytest_configure(config):
+    """Registers the layer markers and ``requires(*tags)``."""
     for layer, what in LAYERS.items():
         config.addinivalue_line("markers", f"{layer}: conformance layer: {what}")
     config.addinivalue_line("markers", "requires(*tags): backend capability tags the test needs")
@@ -81,6 +85,9 @@ def _matches(item, pattern: str) -> bool:
 
 
 def pytest_collection_modifyitems(session, config, items):
+    """Marks the suite's tests: skipped without a backend, or when the backend
+    lacks a capability tag they need or lists them in ``conformance_unsupported``;
+    strict xfail when listed in ``conformance_xfail``."""
     suite = [it for it in items if _in_suite(it)]
     if not suite:
         return
@@ -124,6 +131,7 @@ def _skip_reason(item, backend, used: set[str]) -> str | None:
 
 
 def pytest_report_header(config):
+    """Names the backend under test in pytest's header."""
     name = backend_name(config)
     if name is None:
         return None
@@ -132,6 +140,7 @@ def pytest_report_header(config):
 
 @pytest.fixture(scope="session")
 def pallas_backend(request):
+    """The ``Backend`` under test (the suite skips without one)."""
     name = backend_name(request.config)
     if name is None:
         pytest.skip(f"no --pallas-backend given (or {ENV_BACKEND})")
@@ -140,6 +149,7 @@ def pallas_backend(request):
 
 @pytest.fixture(scope="session")
 def platform():
+    """JAX's default platform in this process (``cpu``, ``cuda``, ...)."""
     import jax
     return jax.default_backend()
 

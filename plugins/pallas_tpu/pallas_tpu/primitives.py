@@ -89,12 +89,15 @@ class AsyncCopyDescriptor:
 
     @property
     def is_remote(self) -> bool:
+        """Whether the copy goes to another device (it has a ``device_id``)."""
         return self.device_id is not None
 
     def _parts(self):
         return (self.src_ref, self.dst_ref, self.dst_sem, self.src_sem, self.device_id)
 
     def start(self, priority: int = 0, *, add: bool = False):
+        """Issues the DMA; ``add=True`` adds into ``dst_ref`` instead of
+        overwriting it. ``priority`` is handed to Mosaic as is."""
         flat, tree, spec = _flatten_with_effects(self._parts(), ("r", "w", "w", "w", None))
         dma_start_p.bind(*flat, tree=tree, effect_spec=spec, priority=int(priority),
                          add=bool(add))
@@ -104,12 +107,16 @@ class AsyncCopyDescriptor:
         dma_wait_p.bind(*flat, tree=tree, effect_spec=spec, wait_for=wait_for)
 
     def wait(self):
+        """Blocks until the copy has landed in ``dst_ref`` (and, for a remote
+        copy, has also been sent)."""
         self._wait("all")
 
     def wait_recv(self):
+        """Blocks until the copy has landed in ``dst_ref`` (its receive semaphore)."""
         self._wait("recv")
 
     def wait_send(self):
+        """Blocks until a remote copy has left ``src_ref`` (its send semaphore)."""
         if not self.is_remote:
             raise RuntimeError("wait_send() is for remote copies; use wait() on a local copy.")
         self._wait("send")

@@ -21,8 +21,7 @@ def check_kernel(backend, kernel: backend_api.KernelIR) -> None:
     if kernel.num_scalar_prefetch:
         raise unsupported(f"scalar prefetch (kernel '{kernel.name}', {kernel.source})")
     _check_scratch(kernel)
-    # Block dims that are not powers of two are refused by code generation at the first
-    # whole or sliced access (array-offset pallas_triton.load/store can reach them).
+    # Block and scratch dims of any size: values are padded to powers of two (padding.py).
     # Code generation finds unsupported primitives and shapes; do it now, before lowering.
     generate_source(kernel)
 
@@ -41,19 +40,11 @@ def _check_scratch(kernel):
         where = f"kernel '{kernel.name}' ({kernel.source})"
         if np.dtype(inner.dtype).name not in TL_DTYPES:
             raise unsupported(f"{label} of {where}: only numeric scratch buffers (no semaphores)")
-        if any(not _pow2(n) for n in inner.shape):
-            raise TritonCapabilityError(
-                f"The Triton backend keeps scratch in registers, whose dims must be powers of "
-                f"two: {label} of {where} is not. Round it up (pl.next_power_of_2).")
         if uses[first + k].partial:
             raise TritonCapabilityError(
                 f"The Triton backend keeps scratch in registers, so it reads and writes scratch "
                 f"buffers only whole (acc[...]); {label} of {where} has "
                 f"{uses[first + k].partial}.")
-
-
-def _pow2(n):
-    return n > 0 and n & (n - 1) == 0
 
 
 class TritonBackend(backend_api.Backend):

@@ -29,7 +29,7 @@ from pallas_frontend.backend_api import KernelIR
 from pallas_triton.emitters import EMITTERS, helper_source
 from pallas_triton.jaxpr_text import (  # noqa: F401  (re-exported for plugins' callers)
     is_float, is_pow2, literal, padding_literal, source_line, tl_dtype, used_vars)
-from pallas_triton import widening, xla_numerics  # noqa: F401  (registers div/rem/shifts)
+from pallas_triton import padding, widening, xla_numerics  # noqa: F401  (registers div/rem/shifts)
 from pallas_triton.errors import TritonCapabilityError, unsupported
 
 
@@ -169,17 +169,6 @@ class KernelWriter:
             raise TritonCapabilityError(
                 f"The Triton backend has no code generator for primitive '{name}' "
                 f"(kernel '{self.kernel.name}', at {source_line(eqn) or self.kernel.source}).")
-        for v in eqn.outvars:
-            shape = getattr(v.aval, "shape", ())
-            if any(not is_pow2(d) for d in shape):
-                ref = self.env.get(eqn.invars[0]) if eqn.invars else None
-                if isinstance(ref, BlockRef):        # a read/write of a non-power-of-two block
-                    bad = [d for d in ref.visible if not is_pow2(ref.block_sizes[d])]
-                    if bad:
-                        raise not_pow2_block(ref, bad[0])
-                raise TritonCapabilityError(
-                    f"'{name}' at {source_line(eqn) or self.kernel.source} makes a value of shape "
-                    f"{tuple(shape)}; Triton tensors need power-of-two dims.")
         self.current_eqn = eqn
         ins = [self.read(v) for v in eqn.invars]
         wide = widening.widened_dtypes(self.target, eqn)
@@ -229,15 +218,17 @@ class KernelWriter:
                     local = start
                     pos = add_expr(ref.starts[d], start)
                 else:
-                    local = "tl.arange(0, %d)" % size
-                    if step != 1:
-                        local = f"{local} * {step}"
+                    lanes = "tl.arange(0, %d)" % padding.size(size)
+                    local = lanes if step == 1 else f"{lanes} * {step}"
                     local = add_expr(start, local)
                     idx = ", ".join(":" if k == axis else "None" for k in range(rank))
                     pos = add_expr(ref.starts[d], local)
                     pos = f"({pos})[{idx}]" if rank > 1 else f"({pos})"
                     local = f"({local})[{idx}]" if rank > 1 else f"({local})"
-                    shape.append(size)
+                    if padding.size(size) != size:      # lanes past the block: masked
+                        mask_terms.append(f"(({lanes})[{idx}] < {size})" if rank > 1
+                                          else f"({lanes} < {size})")
+                    shape.append(padding.size(size))
                     axis += 1
             if "tl.arange" in pos:
                 pos = self.bind(pos, "o")        # shared by the pointer, the mask, other operands
@@ -314,20 +305,18 @@ def indexer_entries(ref: BlockRef, indexer):
     """One ``(kind, start, size, step)`` per visible dim; kind is "scalar" or "slice"."""
     block = [ref.block_sizes[d] for d in ref.visible]
     if indexer is None:
-        for d, n in zip(ref.visible, block):
-            if not is_pow2(n):
-                raise not_pow2_block(ref, d)
         return [("slice", "0", n, 1) for n in block]
     out = []
     for k, ix in enumerate(indexer.indices):
         if isinstance(ix, pl.Slice):
             start = ix.start if isinstance(ix.start, str) else str(int(ix.start))
             out.append(("slice", start, int(ix.size), int(ix.stride)))
-            if not is_pow2(int(ix.size)):
-                raise unsupported(f"a Ref slice of size {ix.size} (Triton needs powers of two)")
         elif isinstance(ix, str):
             out.append(("scalar", ix, None, None))
         elif isinstance(ix, ArrayIndex):
+            if not all(is_pow2(n) for n in ix.shape):
+                raise unsupported(f"an integer-array index of shape {ix.shape} (Triton needs "
+                                  "power-of-two dims for index arrays)")
             out.append(("array", ix.expr, ix.shape, None))
         else:
             raise unsupported("integer-array (gather) indexing of Refs")
@@ -335,16 +324,6 @@ def indexer_entries(ref: BlockRef, indexer):
         raise unsupported("a Ref access mixing integer-array indices with slices (index every "
                           "dim with an array, broadcasting them, or use pl.ds only)")
     return out
-
-
-def not_pow2_block(ref, d) -> TritonCapabilityError:
-    shape = tuple(ref.block_sizes[v] for v in ref.visible)
-    return TritonCapabilityError(
-        f"The Triton backend needs power-of-two block dims to read or write a block whole or "
-        f"by slices: {ref.origin} has block shape {shape} (dim {d} is {ref.block_sizes[d]}); "
-        f"its BlockSpec index_map is at {ref.index_map_source}. Round the block up "
-        "(pl.next_power_of_2) and let the edge block be masked, or access it with "
-        "pallas_triton.load/store at integer-array offsets with a mask, as JAX's GPU kernels do.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -474,9 +453,6 @@ def generate(kernel: KernelIR, *, target: str = "interpret",
     for k in sorted(plan.register_outputs):
         m = kernel.out_mappings[k]
         memory = block_ref(w, m, arg_names[n_in + k], outer_names)
-        for d in memory.visible:
-            if not is_pow2(memory.block_sizes[d]):
-                raise not_pow2_block(memory, d)
         reg = RegisterRef(f"out{k}_blk", tuple(m.block_shape), np.dtype(m.dtype), m.origin)
         start = w.load(memory, None) if k in aliased else padding_block(reg.shape, reg.dtype)
         w.line(f"{reg.name} = {start}")
@@ -530,7 +506,7 @@ def printable(text: str, limit: int = 300) -> str:
 
 def padding_block(shape, dtype) -> str:
     """A block of the padding value: what an unwritten output or scratch holds."""
-    return f"tl.full({list(shape)}, {padding_literal(dtype)}, {tl_dtype(dtype)})"
+    return f"tl.full({padding.shape(shape)}, {padding_literal(dtype)}, {tl_dtype(dtype)})"
 
 
 def kernel_fingerprint(kernel: KernelIR, extra=()) -> str:

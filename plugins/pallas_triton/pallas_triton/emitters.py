@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pallas_triton import padding
 from pallas_triton.jaxpr_text import TL_DTYPES, is_float, literal, tl_dtype  # noqa: F401
 
 EMITTERS: dict[str, Callable] = {}
@@ -168,7 +169,7 @@ def _clamp(w, eqn, ins):
 def _integer_pow(w, eqn, ins):
     y = eqn.params["y"]
     if y == 0:
-        return [f"tl.full({list(out_aval(eqn).shape)}, 1, {tl_dtype(out_aval(eqn).dtype)})"]
+        return [f"tl.full({padding.shape(out_aval(eqn).shape)}, 1, {tl_dtype(out_aval(eqn).dtype)})"]
     x = w.bind(ins[0])
     # square-and-multiply keeps the number of multiplies at O(log y)
     acc, base, n = None, x, abs(y)
@@ -200,21 +201,7 @@ def _select_n(w, eqn, ins):
     return [expr]
 
 
-@register("convert_element_type")
-def _convert(w, eqn, ins):
-    new = np.dtype(eqn.params["new_dtype"])
-    if type(eqn.invars[0]).__name__ == "Literal":
-        return [literal(np.asarray(eqn.invars[0].val).astype(new), new)]
-    if new == np.dtype(bool):
-        return [f"({ins[0]} != 0)"]
-    from pallas_triton.widening import cast
-    from pallas_triton.xla_numerics import float_to_int, needs_saturation
-    src = in_aval(eqn).dtype
-    if w.target == "interpret" and np.dtype(src).name == "bfloat16":
-        src = np.float32            # widened before this emitter (widening.ARITHMETIC)
-    if needs_saturation(src, new):
-        return [float_to_int(w, ins[0], src, new)]
-    return [cast(w, ins[0], src, new)]
+# convert_element_type: xla_numerics.py (saturating float -> int casts)
 
 
 @register("multiple_of")
@@ -235,6 +222,7 @@ def _identity(w, eqn, ins):
 def broadcast_expr(x: str, in_shape, out_shape, dims) -> str:
     if tuple(in_shape) == tuple(out_shape):
         return x
+    in_shape, out_shape = padding.shape(in_shape), padding.shape(out_shape)
     if not in_shape:
         return f"tl.broadcast_to({x}, {list(out_shape)})"
     with_ones = [1] * len(out_shape)
@@ -249,7 +237,8 @@ def broadcast_expr(x: str, in_shape, out_shape, dims) -> str:
 def _broadcast_in_dim(w, eqn, ins):
     if not in_aval(eqn).shape and type(eqn.invars[0]).__name__ == "Literal":
         # a Python number is not a tensor; tl.full makes one of the right type
-        return [f"tl.full({list(eqn.params['shape'])}, {ins[0]}, {tl_dtype(out_aval(eqn).dtype)})"]
+        return [f"tl.full({padding.shape(eqn.params['shape'])}, {ins[0]}, "
+                f"{tl_dtype(out_aval(eqn).dtype)})"]
     return [broadcast_expr(ins[0], in_aval(eqn).shape, eqn.params["shape"],
                            eqn.params["broadcast_dimensions"])]
 
@@ -265,6 +254,8 @@ def _broadcast_to(w, eqn, ins):
 def reshape_expr(w, x: str, in_shape, out_shape) -> str:
     if tuple(in_shape) == tuple(out_shape):
         return x
+    padding.check_reshape(in_shape, out_shape)
+    in_shape, out_shape = padding.shape(in_shape), padding.shape(out_shape)
     if not out_shape:                        # a one-element tensor to a scalar
         flat = x if len(in_shape) == 1 else f"tl.reshape({x}, [1])"
         return f"tl.reduce({flat}, 0, {w.helper('add')})"
@@ -289,7 +280,7 @@ def _transpose(w, eqn, ins):
 @register("iota")
 def _iota(w, eqn, ins):
     shape, dim = tuple(eqn.params["shape"]), eqn.params["dimension"]
-    expr = f"tl.arange(0, {shape[dim]})"
+    expr = f"tl.arange(0, {padding.size(shape[dim])})"
     expr = broadcast_expr(expr, (shape[dim],), shape, (dim,))
     dtype = np.dtype(eqn.params["dtype"])
     from pallas_triton.widening import cast
@@ -308,7 +299,10 @@ def _slice(w, eqn, ins):
         if (lo, n, st) == (0, shape[axis], 1):
             continue
         new_shape = shape[:axis] + [n] + shape[axis + 1:]
-        idx = broadcast_expr(f"({lo} + tl.arange(0, {n}) * {st})", (n,), new_shape, (axis,))
+        lanes = f"({lo} + tl.arange(0, {padding.size(n)}) * {st})"
+        if padding.size(n) != n:                  # padded lanes gather an in-range element
+            lanes = f"tl.minimum({lanes}, {shape[axis] - 1})"
+        idx = broadcast_expr(lanes, (n,), new_shape, (axis,))
         if n < shape[axis]:
             x = w.bind(f"tl.gather({x}, {idx}, {axis})")
         else:
@@ -347,23 +341,32 @@ def _float_extremum(w, eqn, x: str, kind: str) -> str:
     return f"tl.where({nans} > 0, float('nan'), {reduce_expr(w, v, axes, kind)})"
 
 
+def _neutral_padding(w, eqn, x, kind, axes):
+    """``x`` with the reduction's neutral element in the lanes padding ``axes`` (padding.py)."""
+    aval = in_aval(eqn)
+    return padding.fill_padding(w, x, aval.shape, axes, padding.neutral(kind, aval.dtype))
+
+
 @register("reduce_sum")
 def _reduce_sum(w, eqn, ins):
-    return [reduce_expr(w, ins[0], eqn.params["axes"], "add")]
+    x = _neutral_padding(w, eqn, ins[0], "add", eqn.params["axes"])
+    return [reduce_expr(w, x, eqn.params["axes"], "add")]
 
 
 @register("reduce_max")
 def _reduce_max(w, eqn, ins):
+    x = _neutral_padding(w, eqn, ins[0], "max", eqn.params["axes"])
     if is_float(in_aval(eqn).dtype):
-        return [_float_extremum(w, eqn, ins[0], "max")]
-    return [reduce_expr(w, ins[0], eqn.params["axes"], "max")]
+        return [_float_extremum(w, eqn, x, "max")]
+    return [reduce_expr(w, x, eqn.params["axes"], "max")]
 
 
 @register("reduce_min")
 def _reduce_min(w, eqn, ins):
+    x = _neutral_padding(w, eqn, ins[0], "min", eqn.params["axes"])
     if is_float(in_aval(eqn).dtype):
-        return [_float_extremum(w, eqn, ins[0], "min")]
-    return [reduce_expr(w, ins[0], eqn.params["axes"], "min")]
+        return [_float_extremum(w, eqn, x, "min")]
+    return [reduce_expr(w, x, eqn.params["axes"], "min")]
 
 
 @register("cumsum", "cumprod", "cummax", "cummin")
@@ -375,26 +378,32 @@ def _cumulative(w, eqn, ins):
     axis, reverse = eqn.params["axis"], bool(eqn.params.get("reverse", False))
     if not in_aval(eqn).shape:
         return [ins[0]]
-    return [f"tl.associative_scan({ins[0]}, {axis}, {combine_fn(w, kind)}, reverse={reverse})"]
+    x = _neutral_padding(w, eqn, ins[0], kind, (axis,))
+    return [f"tl.associative_scan({x}, {axis}, {combine_fn(w, kind)}, reverse={reverse})"]
 
 
 @register("reduce_and")
 def _reduce_and(w, eqn, ins):
-    return [reduce_expr(w, ins[0], eqn.params["axes"], "and")]
+    x = _neutral_padding(w, eqn, ins[0], "and", eqn.params["axes"])
+    return [reduce_expr(w, x, eqn.params["axes"], "and")]
 
 
 @register("reduce_or")
 def _reduce_or(w, eqn, ins):
-    return [reduce_expr(w, ins[0], eqn.params["axes"], "or")]
+    x = _neutral_padding(w, eqn, ins[0], "or", eqn.params["axes"])
+    return [reduce_expr(w, x, eqn.params["axes"], "or")]
 
 
 @register("argmax", "argmin")
 def _argmax(w, eqn, ins):
     (axis,) = eqn.params["axes"]
     shape = in_aval(eqn).shape
-    idx = broadcast_expr(f"tl.arange(0, {shape[axis]})", (shape[axis],), shape, (axis,))
+    idx = broadcast_expr(f"tl.arange(0, {padding.size(shape[axis])})", (shape[axis],), shape,
+                         (axis,))
     combine = "argmax" if eqn.primitive.name == "argmax" else "argmin"
-    expr = f"tl.reduce(({ins[0]}, {idx}), {axis}, {w.helper(combine)})[1]"
+    x = padding.fill_padding(w, ins[0], shape, (axis,),
+                             padding.neutral(combine[3:], in_aval(eqn).dtype))
+    expr = f"tl.reduce(({x}, {idx}), {axis}, {w.helper(combine)})[1]"
     dt = np.dtype(eqn.params["index_dtype"])
     return [expr if dt == np.int32 else f"({expr}).to({tl_dtype(dt)})"]
 
@@ -408,7 +417,9 @@ def _dot_general(w, eqn, ins):
     la, ra = in_aval(eqn, 0), in_aval(eqn, 1)
     if lb or rb or la.ndim != 2 or ra.ndim != 2:
         raise unsupported("dot_general other than a 2-D matrix product (no batch dims)")
-    a, b = ins
+    # padded contraction lanes hold unspecified data (maybe NaN): 0 there on both sides
+    a = padding.fill_padding(w, ins[0], la.shape, lc, "0")
+    b = padding.fill_padding(w, ins[1], ra.shape, rc, "0")
     widened = w.target == "interpret" and np.dtype(la.dtype).name in ("bfloat16", "float16")
     if widened:
         # Triton's interpreter multiplies 16-bit floats as their raw bits (garbage, not an
@@ -419,9 +430,9 @@ def _dot_general(w, eqn, ins):
         a = f"tl.trans({a})"
     if tuple(rc) == (1,):
         b = f"tl.trans({b})"
-    m = la.shape[1 - lc[0]]
-    n = ra.shape[1 - rc[0]]
-    k = la.shape[lc[0]]
+    m = padding.size(la.shape[1 - lc[0]])
+    n = padding.size(ra.shape[1 - rc[0]])
+    k = padding.size(la.shape[lc[0]])
     if min(m, n, k) < 16:
         raise unsupported(f"a dot of shape ({m}x{k}) @ ({k}x{n}): tl.dot needs every dim >= 16")
     out = np.dtype(out_aval(eqn).dtype)

@@ -16,9 +16,7 @@ UNSUPPORTED = {
     "sliced_scratch": "scratch and run_scoped buffers live in registers (a loop-carried tensor per buffer); Triton "
                       "tensors cannot be sliced or updated in part, so scratch is read and "
                       "written whole only.",
-    "non_power_of_two_scratch": "scratch is a Triton tensor, whose dims must be powers of two.",
     "scalar_prefetch": "not implemented: would need a scalar-pointer argument per operand.",
-    "non_power_of_two_blocks": "Triton tensors need power-of-two dims.",
     "semaphores": "no cross-program synchronization in Triton's model.",
     "gather_indexing": "integer-array indexing of Refs is not generated yet.",
     "scan_with_xs": "only fori_loop-style scans (carry only) become Python for-loops.",

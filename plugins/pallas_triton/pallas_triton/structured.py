@@ -27,7 +27,8 @@ def _as_block(reg: RegisterRef, value: str) -> str:
     """``value`` with the register's exact type, so loops and branches can carry it."""
     if value.isidentifier():
         return f"{value}.to({tl_dtype(reg.dtype)})"
-    return f"tl.full({list(reg.shape)}, {value}, {tl_dtype(reg.dtype)})"
+    from pallas_triton.padding import shape
+    return f"tl.full({shape(reg.shape)}, {value}, {tl_dtype(reg.dtype)})"
 
 
 @register("get")

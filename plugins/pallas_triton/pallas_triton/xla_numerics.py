@@ -20,6 +20,7 @@ import numpy as np
 from jax.extend.core import Literal
 
 from pallas_triton.emitters import in_aval, is_float, literal, out_aval, register, tl_dtype
+from pallas_triton.widening import cast
 
 
 def _static(eqn, k):
@@ -132,4 +133,16 @@ def needs_saturation(src, dst) -> bool:
     return is_float(src) and np.issubdtype(np.dtype(dst), np.integer)
 
 
-__all__ = ["float_to_int", "in_aval", "needs_saturation"]
+@register("convert_element_type")
+def _convert(w, eqn, ins):
+    new = np.dtype(eqn.params["new_dtype"])
+    if isinstance(eqn.invars[0], Literal):
+        return [literal(np.asarray(eqn.invars[0].val).astype(new), new)]
+    if new == np.dtype(bool):
+        return [f"({ins[0]} != 0)"]
+    src = in_aval(eqn).dtype
+    if w.target == "interpret" and np.dtype(src).name == "bfloat16":
+        src = np.float32            # widened before this emitter (widening.ARITHMETIC)
+    if needs_saturation(src, new):
+        return [float_to_int(w, ins[0], src, new)]
+    return [cast(w, ins[0], src, new)]

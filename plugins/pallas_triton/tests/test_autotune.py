@@ -75,12 +75,12 @@ def test_tuned_matmul_matches_numpy(rng):
 
 
 def test_failing_candidate_is_skipped_and_all_failing_raises(rng):
-    odd, good = Config({"block": 48}), Config({"block": 64})   # 48: not a power of two
+    odd, good = Config({"block": 0}), Config({"block": 64})    # 0: refused before running
     tuner = Autotuner(_add_builder(), [odd, good], repeat=1)
     x, y = _f32(rng, 256), _f32(rng, 256)
     np.testing.assert_allclose(np.asarray(tuner(x, y)), x.astype(np.float64) + y, rtol=1e-6)
     (trials,) = tuner.trials.values()
-    assert trials[0].seconds is None and "power-of-two" in trials[0].error
+    assert trials[0].seconds is None and trials[0].error
     with pytest.raises(RuntimeError, match="every candidate failed"):
         Autotuner(_add_builder(), [odd], repeat=1)(x, y)
 

@@ -16,11 +16,15 @@ def _copy(x_ref, o_ref):
     o_ref[...] = x_ref[...]
 
 
-def test_non_power_of_two_block_names_the_blockspec():
-    spec = pl.BlockSpec((24,), lambda i: (i,))
-    f = pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct((48,), jnp.float32), grid=(2,),
-                       in_specs=[spec], out_specs=spec, **TRITON)
-    with pytest.raises(BackendCapabilityError, match=r"power-of-two.*args\[0\].*\(24,\)"):
+def test_reshape_of_a_padded_block_names_the_kernel_line():
+    # (24,) blocks are padded to 32 lanes (padding.py); a reshape would mix padding into data
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...].reshape(4, 6)
+    f = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((8, 6), jnp.float32), grid=(2,),
+                       in_specs=[pl.BlockSpec((24,), lambda i: (i,))],
+                       out_specs=pl.BlockSpec((4, 6), lambda i: (i, 0)), **TRITON)
+    with pytest.raises(BackendCapabilityError, match=r"reshape from \(24,\) to \(4, 6\).*"
+                                                     r"kernel 'body'.*test_negative.py"):
         f(jnp.ones(48, jnp.float32))
 
 

@@ -157,11 +157,18 @@ def test_sliced_scratch_is_refused_naming_buffer_and_line():
         f(np.ones(16, np.float32))
 
 
-def test_non_power_of_two_scratch_is_refused():
+def test_scratch_of_any_size_accumulates(rng):
+    """A (24,) scratch accumulator (padded to 32 lanes in registers) over a revisiting grid."""
     def body(x, o, s):
-        s[...] = jnp.zeros((24,), jnp.float32)
-        o[...] = x[...]
-    f = pl.pallas_call(body, jax.ShapeDtypeStruct((16,), jnp.float32),
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            s[...] = jnp.zeros((24,), jnp.float32)
+        s[...] = s[...] + x[...] * 2
+        o[...] = s[...]
+    x = rng.standard_normal(72).astype(np.float32)
+    f = pl.pallas_call(body, jax.ShapeDtypeStruct((24,), jnp.float32), grid=(3,),
+                       in_specs=[pl.BlockSpec((24,), lambda i: (i,))],
+                       out_specs=pl.BlockSpec((24,), lambda i: (0,)),
                        scratch_shapes=[pl.MemorySpace.DEFAULT((24,), jnp.float32)], **TRITON)
-    with pytest.raises(BackendCapabilityError, match=r"powers of two: scratch_shapes\[0\] \(float32\[24\]\)"):
-        f(np.ones(16, np.float32))
+    np.testing.assert_allclose(np.asarray(f(x)), 2 * x.astype(np.float64).reshape(3, 24).sum(0),
+                               rtol=1e-6, atol=1e-6)

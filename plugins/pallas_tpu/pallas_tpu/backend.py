@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 
 
 class TpuBackend(Backend):
+    """The ``tpu`` backend: rebuilds a kernel for JAX's TPU Pallas and lowers it
+    through Mosaic, or runs it in JAX's TPU interpret mode (``InterpretParams``)."""
     name = "tpu"
     distribution = "pallas-tpu"
     version = __version__

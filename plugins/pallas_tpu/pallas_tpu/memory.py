@@ -67,6 +67,7 @@ class SemaphoreType(enum.Enum):
         return SemaphoreArray(SemaphoreKind(self.value), tuple(int(d) for d in shape))
 
     def get_ref_aval(self):
+        """The Ref type of one semaphore of this kind (JAX's scratch-type protocol)."""
         return self(()).get_ref_aval()
 
 

@@ -38,18 +38,22 @@ class TensorCoreMesh:
 
     @property
     def shape(self):
+        """``{axis_name: num_cores}``, the mesh's one axis."""
         return OrderedDict({self.axis_name: self.num_cores})
 
     @property
     def core_type(self) -> CoreType:
+        """``CoreType.TC``: every point is a TensorCore."""
         return CoreType.TC
 
     @property
     def default_memory_space(self) -> MemorySpace:
+        """``ANY`` (HBM): where a ``pl.kernel`` over this mesh sees its operands."""
         return MemorySpace.ANY
 
     @property
     def compiler_params(self) -> CompilerParams:
+        """The params a kernel over this mesh gets: its axis ``core_parallel``."""
         return CompilerParams(dimension_semantics=(CORE_PARALLEL,))
 
 

@@ -24,6 +24,10 @@ _SEMANTICS = (PARALLEL, ARBITRARY, CORE_PARALLEL, SUBCORE_PARALLEL)
 
 
 class SideEffectType(enum.Enum):
+    """``CompilerParams(has_side_effects=...)``: ``PURE`` (the call may be
+    removed or deduplicated like any pure op), ``DATAFLOW_SIDE_EFFECTING``
+    (kept while its outputs are used), ``SIDE_EFFECTING`` (always kept). JAX's
+    values, handed to Mosaic."""
     PURE = "pure"
     DATAFLOW_SIDE_EFFECTING = "dataflow_side_effecting"
     SIDE_EFFECTING = "side_effecting"
@@ -129,9 +133,11 @@ class InterpretParams:
 
     @property
     def options(self) -> dict[str, Any]:
+        """Every field by name (the keywords of JAX's ``InterpretParams``)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def to_jax(self):
+        """The equivalent ``jax.experimental.pallas.tpu.InterpretParams``."""
         from jax.experimental.pallas import tpu as pltpu
         return pltpu.InterpretParams(**self.options)
 

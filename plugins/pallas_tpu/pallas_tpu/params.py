@@ -25,8 +25,8 @@ _SEMANTICS = (PARALLEL, ARBITRARY, CORE_PARALLEL, SUBCORE_PARALLEL)
 
 class SideEffectType(enum.Enum):
     """``CompilerParams(has_side_effects=...)``: ``PURE`` (the call may be
-    removed or deduplicated like any pure op), ``DATAFLOW_SIDE_EFFECTING``
-    (kept while its outputs are used), ``SIDE_EFFECTING`` (always kept). JAX's
+    deduplicated, and removed when unused), ``DATAFLOW_SIDE_EFFECTING`` (never
+    deduplicated, removed when unused), ``SIDE_EFFECTING`` (neither). JAX's
     values, handed to Mosaic."""
     PURE = "pure"
     DATAFLOW_SIDE_EFFECTING = "dataflow_side_effecting"

@@ -78,6 +78,8 @@ class Autotuner:
         return self._function(self.best_config(*args))(*args)
 
     def best_config(self, *args) -> Config:
+        """The fastest config for arguments like ``args`` (same structure, shapes
+        and dtypes): measured on the first call, cached afterwards."""
         sig = signature(args)
         if sig in self.cache:
             self.hits += 1

@@ -48,6 +48,9 @@ def _check_scratch(kernel):
 
 
 class TritonBackend(backend_api.Backend):
+    """The ``triton`` backend: generates a ``@triton.jit`` kernel from the
+    KernelIR, compiled by the ``triton`` package and launched by XLA's Triton
+    custom call on CUDA/ROCm, or run under Triton's interpreter (``InterpretParams``)."""
     name = "triton"
     distribution = "pallas-triton"
     version = __version__

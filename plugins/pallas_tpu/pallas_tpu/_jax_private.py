@@ -57,3 +57,12 @@ def retype_ref_inputs(closed, in_avals):
     new = jaxpr.replace(invars=[env.get(v, v) for v in jaxpr.invars], eqns=eqns,
                         effects=core.subst_input_effects(jaxpr.effects, env))
     return jex.ClosedJaxpr(new, closed.consts)
+
+
+def def_linear(prim, transpose_rule):
+    """Marks ``prim`` linear in its one operand: its JVP applies it to the
+    tangent, and ``transpose_rule(ct, x, **params) -> [ct_x]`` makes it
+    reverse-differentiable (the frontend's ``def_pure_primitive`` has no
+    transpose hook)."""
+    from jax.interpreters import ad
+    ad.deflinear2(prim, transpose_rule)

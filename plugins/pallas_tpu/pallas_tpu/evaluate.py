@@ -311,9 +311,14 @@ def _unflatten(eqn, invals):
 
 def _descriptor(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
+    from jax.experimental import pallas as pl
     src, dst, dst_sem, src_sem, device_id = _unflatten(eqn, invals)
     if device_id is not None:
-        return pltpu.make_async_remote_copy(src, dst, src_sem, dst_sem, device_id=device_id)
+        # JAX 0.12 defaults to mesh ids and deprecates the argument: pass it only for logical ids.
+        logical = eqn.params.get("device_id_type") == "logical"
+        return pltpu.make_async_remote_copy(
+            src, dst, src_sem, dst_sem, device_id=device_id,
+            device_id_type=pl.DeviceIdType.LOGICAL if logical else None)
     return pltpu.make_async_copy(src, dst, dst_sem)
 
 

@@ -18,6 +18,8 @@ from jax import lax
 from pallas_frontend.backend_api import (
     def_pure_primitive, kernel_primitive, register_interpret_rule)
 
+from pallas_tpu import _jax_private
+
 OWNER = "tpu"
 
 roll_p = kernel_primitive("tpu_roll", owner=OWNER)
@@ -179,9 +181,16 @@ def _resolve(equation: str, shape, sizes: dict) -> tuple:
         known = int(np.prod([sizes[n] for n in group if n in sizes], dtype=np.int64))
         if len(group) == 1:
             unknown, known = [group[0]], 1
-        if len(unknown) > 1 or (not unknown and known != size) or (unknown and size % known):
-            raise ValueError(f"pallas_tpu.einshape: cannot split dim of size {size} into "
-                             f"{group} with sizes {sizes}")
+        # the messages start as JAX's do (its tests match them)
+        if len(unknown) > 1:
+            raise ValueError(f"pallas_tpu.einshape: Ambiguous split for {list(group)} with size "
+                             f"{size}. Unknowns: {unknown}. Provide sizes via kwargs.")
+        if not unknown and known != size:
+            raise ValueError(f"pallas_tpu.einshape: Size mismatch for group {list(group)}: "
+                             f"expected {size}, got {known}")
+        if unknown and size % known:
+            raise ValueError(f"pallas_tpu.einshape: Cannot split size {size} with known sizes "
+                             f"{known}")
         for n in group:
             dim[n] = size // known if n in unknown else int(sizes[n])
     perm = tuple(names.index(n) for n in out_names)
@@ -201,6 +210,17 @@ def _einshape_abstract_eval(x, *, equation, sizes):
 
 def_pure_primitive(einshape_p, impl=_einshape_impl, abstract_eval=_einshape_abstract_eval)
 register_interpret_rule(einshape_p)
+
+
+def _einshape_transpose(ct, x, *, equation, sizes):
+    """The cotangent goes back through the inverse einshape (right side to left)."""
+    lhs, dim, _, _ = _resolve(equation, x.aval.shape, dict(sizes))
+    left, right = equation.split("->")
+    split = tuple(sorted((n, dim[n]) for g in _parse_side(right) if len(g) > 1 for n in g))
+    return [einshape_p.bind(ct, equation=f"{right}->{left}", sizes=split)]
+
+
+_jax_private.def_linear(einshape_p, _einshape_transpose)
 
 
 def einshape(equation: str, x, **sizes: int):

@@ -74,18 +74,20 @@ def _effects(spec):
 # --- DMAs ----------------------------------------------------------------------
 
 dma_start_p.def_effectful_abstract_eval(
-    lambda *avals, tree, effect_spec, priority, add: ([], _effects(effect_spec)))
+    lambda *avals, tree, effect_spec, priority, add, device_id_type: ([], _effects(effect_spec)))
 dma_wait_p.def_effectful_abstract_eval(
-    lambda *avals, tree, effect_spec, wait_for: ([], _effects(effect_spec)))
+    lambda *avals, tree, effect_spec, wait_for, device_id_type: ([], _effects(effect_spec)))
 
 
 class AsyncCopyDescriptor:
     """A DMA from ``src_ref`` to ``dst_ref``; ``start()`` issues it, ``wait()``
     blocks until it has landed (and, for remote copies, has been sent)."""
 
-    def __init__(self, src_ref, dst_ref, dst_sem, src_sem=None, device_id=None):
+    def __init__(self, src_ref, dst_ref, dst_sem, src_sem=None, device_id=None,
+                 device_id_type: str = "mesh"):
         self.src_ref, self.dst_ref = src_ref, dst_ref
         self.dst_sem, self.src_sem, self.device_id = dst_sem, src_sem, device_id
+        self.device_id_type = device_id_type
 
     @property
     def is_remote(self) -> bool:
@@ -100,11 +102,12 @@ class AsyncCopyDescriptor:
         overwriting it. ``priority`` is handed to Mosaic as is."""
         flat, tree, spec = _flatten_with_effects(self._parts(), ("r", "w", "w", "w", None))
         dma_start_p.bind(*flat, tree=tree, effect_spec=spec, priority=int(priority),
-                         add=bool(add))
+                         add=bool(add), device_id_type=self.device_id_type)
 
     def _wait(self, wait_for: str):
         flat, tree, spec = _flatten_with_effects(self._parts(), ("r", "w", "w", "w", None))
-        dma_wait_p.bind(*flat, tree=tree, effect_spec=spec, wait_for=wait_for)
+        dma_wait_p.bind(*flat, tree=tree, effect_spec=spec, wait_for=wait_for,
+                        device_id_type=self.device_id_type)
 
     def wait(self):
         """Blocks until the copy has landed in ``dst_ref`` (and, for a remote
@@ -134,17 +137,35 @@ def async_copy(src_ref, dst_ref, sem, *, priority: int = 0, add: bool = False):
     return desc
 
 
-def make_async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id):
-    """Describes a DMA into ``dst_ref`` on device ``device_id`` (a dict
-    ``{mesh_axis: index}`` or a tuple of mesh coordinates)."""
+def make_async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id,
+                           device_id_type=None):
+    """Describes a DMA into ``dst_ref`` on device ``device_id``: a dict
+    ``{mesh_axis: index}`` or a tuple of mesh coordinates, or with
+    ``device_id_type=pl.DeviceIdType.LOGICAL`` one int, the logical device id."""
     if device_id is None:
         raise ValueError("make_async_remote_copy needs a device_id; use make_async_copy for "
                          "a copy on this device.")
-    return AsyncCopyDescriptor(src_ref, dst_ref, recv_sem, send_sem, device_id)
+    id_type = _device_id_type(device_id_type)
+    if id_type == "logical" and isinstance(device_id, (tuple, list, dict)):
+        raise ValueError(f"make_async_remote_copy: a LOGICAL device_id is one int, got "
+                         f"{device_id!r}; pass mesh coordinates with DeviceIdType.MESH.")
+    return AsyncCopyDescriptor(src_ref, dst_ref, recv_sem, send_sem, device_id, id_type)
 
 
-def async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id):
-    desc = make_async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id)
+def _device_id_type(t) -> str:
+    """"mesh" or "logical" from None, ours or JAX's ``DeviceIdType`` (an enum or a string)."""
+    if t is None:
+        return "mesh"
+    name = getattr(t, "name", getattr(t, "value", t))
+    if not isinstance(name, str) or name.lower() not in ("mesh", "logical"):
+        raise ValueError(f"device_id_type must be pl.DeviceIdType.MESH or "
+                         f"pl.DeviceIdType.LOGICAL, got {t!r}.")
+    return name.lower()
+
+
+def async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id, device_id_type=None):
+    desc = make_async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id,
+                                  device_id_type)
     desc.start()
     return desc
 

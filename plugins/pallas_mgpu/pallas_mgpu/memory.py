@@ -33,6 +33,7 @@ class TilingTransform:
             raise ValueError(f"TilingTransform: tiling must be positive ints, got {self.tiling}")
 
     def to_jax(self):
+        """JAX's ``plgpu.TilingTransform`` with this tiling."""
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return plgpu.TilingTransform(self.tiling)
 
@@ -49,6 +50,7 @@ class SwizzleTransform:
                              f"got {self.swizzle}")
 
     def to_jax(self):
+        """JAX's ``plgpu.SwizzleTransform`` with this swizzle."""
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return plgpu.SwizzleTransform(self.swizzle)
 
@@ -119,10 +121,12 @@ class GPUMemoryRef:
                              "32 bits need packed=True/False or an explicit layout.")
 
     def get_ref_aval(self):
+        """The Ref type of this buffer (JAX's scratch-type protocol)."""
         import jax
         return jax.ref.AbstractRef(jax.core.ShapedArray(self.shape, self.dtype), memory_space=self)
 
     def to_jax(self):
+        """JAX's ``plgpu`` scratch type of the same space, shape, dtype and transforms."""
         space = _jax_space(self.memory_space)
         kw = {}
         if self.memory_space is TMEM:
@@ -153,10 +157,12 @@ class WGMMAAccumulatorRef:
             raise ValueError(f"ACC: dtype {self.dtype} is not float32, float16 or int32.")
 
     def get_ref_aval(self):
+        """The Ref type of the accumulator (JAX's scratch-type protocol)."""
         import jax
         return jax.ref.AbstractRef(jax.core.ShapedArray(self.shape, self.dtype), memory_space=self)
 
     def to_jax(self):
+        """JAX's ``plgpu.ACC`` of the same shape and dtype."""
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return plgpu.ACC(self.shape, self.dtype)
 
@@ -182,10 +188,12 @@ class Barrier:
         object.__setattr__(self, "num_barriers", _barrier_shape(self.num_barriers))
 
     def get_ref_aval(self):
+        """The Ref type of the barrier array (JAX's scratch-type protocol)."""
         import jax
         return jax.ref.AbstractRef(jax.core.ShapedArray(self.num_barriers, np.int32), memory_space=self)
 
     def to_jax(self):
+        """JAX's ``plgpu.Barrier`` with the same fields."""
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return plgpu.Barrier(num_arrivals=self.num_arrivals, num_barriers=self.num_barriers,
                              orders_tensor_core=self.orders_tensor_core)
@@ -208,10 +216,12 @@ class ClusterBarrier:
         object.__setattr__(self, "num_barriers", _barrier_shape(self.num_barriers))
 
     def get_ref_aval(self):
+        """The Ref type of the barrier array (JAX's scratch-type protocol)."""
         import jax
         return jax.ref.AbstractRef(jax.core.ShapedArray(self.num_barriers, np.int32), memory_space=self)
 
     def to_jax(self):
+        """JAX's ``plgpu.ClusterBarrier`` with the same fields."""
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return plgpu.ClusterBarrier(collective_axes=self.collective_axes,
                                     num_barriers=self.num_barriers, num_arrivals=self.num_arrivals,

@@ -42,6 +42,7 @@ class Layout(enum.Enum):
     MMA_ACC = enum.auto()
 
     def to_jax(self):
+        """JAX's ``plgpu.Layout`` of the same name."""
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return getattr(plgpu.Layout, self.name)
 
@@ -91,6 +92,8 @@ def commit_smem() -> None:
 
 
 def commit_smem_to_gmem_group() -> None:
+    """Closes a group of the SMEM->GMEM copies issued so far and not yet in one
+    (``wait_smem_to_gmem`` counts these groups)."""
     bind("commit_smem_to_gmem_group")
 
 
@@ -107,6 +110,7 @@ def _wait_smem_to_gmem(*, n, wait_read_only):
 # --- barriers --------------------------------------------------------------------------
 
 def barrier_arrive(barrier, *, predicate=None) -> None:
+    """Arrives at ``barrier`` (only where ``predicate`` holds, when given)."""
     bind("barrier_arrive", barrier, predicate)
 
 
@@ -121,6 +125,7 @@ def barrier_wait(barrier) -> None:
 
 
 def barrier_arrive_and_wait(barrier) -> None:
+    """Arrives at ``barrier``, then waits for its current phase to complete."""
     bind("barrier_arrive_and_wait", barrier)
 
 
@@ -170,18 +175,25 @@ def _tcgen05_commit_arrive(barrier, predicate, *, collective_axis):
 
 
 def async_load_tmem(src, *, layout: Layout | None = None):
+    """Starts loading the TMEM Ref ``src`` into registers (in ``layout``) and
+    returns the array; ``wait_load_tmem()`` before ``src`` is written again."""
     return bind("async_load_tmem", src, layout=layout, out_avals=(aval_of(src),))[0]
 
 
 def async_store_tmem(ref, value) -> None:
+    """Starts storing ``value`` into the TMEM Ref ``ref``; ``commit_tmem()``
+    makes it visible to the tensor cores."""
     bind("async_store_tmem", ref, value)
 
 
 def wait_load_tmem() -> None:
+    """Waits for this thread's pending ``async_load_tmem`` loads."""
     bind("wait_load_tmem")
 
 
 def commit_tmem() -> None:
+    """Makes this thread's ``async_store_tmem`` writes visible (e.g. to a
+    following ``tcgen05_mma``)."""
     bind("commit_tmem")
 
 

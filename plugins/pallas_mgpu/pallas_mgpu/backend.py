@@ -13,6 +13,9 @@ __version__ = "0.1.1"
 
 
 class MosaicGpuBackend(Backend):
+    """The ``mgpu`` backend: rebuilds a kernel as a JAX Mosaic GPU kernel
+    (``plgpu.kernel`` + ``emit_pipeline``) for Hopper-class NVIDIA GPUs, or runs
+    it in JAX's Mosaic GPU interpret mode (``InterpretParams``)."""
     name = "mgpu"
     distribution = "pallas-mgpu"
     version = __version__

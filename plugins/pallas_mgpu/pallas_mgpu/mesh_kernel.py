@@ -96,10 +96,12 @@ class Mesh:
 
     @property
     def shape(self) -> dict:
+        """Axis name -> size: the grid's, the cluster's, then the thread axis."""
         return self.compiler_params.axis_sizes
 
     @property
     def default_memory_space(self):
+        """``GMEM``: a kernel over this mesh sees its operands whole in global memory."""
         return GMEM
 
     @property

@@ -78,7 +78,9 @@ class CompilerParams(pf.CompilerParams):
             raise ValueError("pallas_mgpu.CompilerParams: lowering_semantics must be a "
                              f"pallas_mgpu.LoweringSemantics, got {self.lowering_semantics!r}.")
 
-    replace = dataclasses.replace
+    def replace(self, **changes) -> CompilerParams:
+        """A copy of these params with the named fields changed."""
+        return dataclasses.replace(self, **changes)
 
     def to_jax(self, dimension_semantics=None):
         """JAX's ``plgpu.CompilerParams`` with the same values."""
@@ -128,9 +130,11 @@ class InterpretParams:
 
     @property
     def options(self) -> dict[str, Any]:
+        """Every field by name (the keywords of JAX's ``InterpretGPUParams``)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def to_jax(self, **overrides):
+        """The equivalent ``plgpu.InterpretGPUParams``, with ``overrides`` applied."""
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return plgpu.InterpretGPUParams(**{**self.options, **overrides})
 

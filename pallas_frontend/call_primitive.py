@@ -44,7 +44,20 @@ pallas_call_p.def_impl(partial(jc.dispatch.apply_primitive, pallas_call_p))
 # --- lowering -------------------------------------------------------------------
 
 def _lowering(ctx, *args, kernel: KernelIR, interpret, backend):
-    platform = ctx.module_context.platforms[0]
+    platforms = ctx.module_context.platforms
+    if len(platforms) == 1:
+        return _lower_for(ctx, *args, platform=platforms[0], kernel=kernel,
+                          interpret=interpret, backend=backend)
+    # One module for several platforms (jax.export(..., platforms=[...])): each
+    # platform gets its own backend's lowering, chosen at run time by platform index.
+    effects = _abstract_eval(*ctx.avals_in, kernel=kernel, interpret=interpret,
+                             backend=backend)[1]
+    rules = {p: partial(_lower_for, platform=p) for p in dict.fromkeys(platforms)}
+    return jc.mlir.lower_per_platform(ctx, f"pallas_call {kernel.name}", rules, None, effects,
+                                      *args, kernel=kernel, interpret=interpret, backend=backend)
+
+
+def _lower_for(ctx, *args, platform, kernel: KernelIR, interpret, backend):
     b = registry.select_backend(platform=platform, interpret=interpret,
                                 compiler_params=kernel.compiler_params, backend=backend)
     b.check(kernel)

@@ -247,6 +247,12 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
     every point of ``mesh``; it communicates only through closed-over Refs
     (``jax.new_ref``), which are updated in place."""
     from pallas_frontend import _jax_compat as jc
+    # A backend's mesh that maps *inside* a kernel body (e.g. Mosaic GPU's warps)
+    # records the map itself.
+    if callable(getattr(mesh, "core_map", None)):
+        return mesh.core_map(compiler_params=compiler_params, interpret=interpret,
+                             debug=debug, cost_estimate=cost_estimate, name=name,
+                             metadata=metadata, scratch_shapes=scratch_shapes)
     grid = _mesh_grid(mesh, "core_map")
     compiler_params = _mesh_compiler_params(mesh, compiler_params)
 

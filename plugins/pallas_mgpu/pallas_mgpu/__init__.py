@@ -16,6 +16,7 @@ from pallas_mgpu.memory import (
     ACC, GMEM, REGS, SMEM, TMEM, Barrier, ClusterBarrier, GPUMemoryRef, MemorySpace,
     SwizzleTransform, TilingTransform, WGMMAAccumulatorRef)
 from pallas_mgpu.mesh_kernel import Mesh, kernel
+from pallas_mgpu.warp_mesh import WarpMesh
 from pallas_mgpu.params import (
     CompilerParams, InterpretGPUParams, InterpretParams, LoweringSemantics, TraceScope,
     force_gpu_interpret_mode, set_gpu_interpret_mode)
@@ -31,7 +32,7 @@ __all__ = [
     "ACC", "Barrier", "BlockSpec", "ClusterBarrier", "CompilerParams", "GMEM", "GPUMemoryRef",
     "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace", "Mesh",
     "MosaicGpuBackend", "REGS", "SMEM", "SemaphoreSignal", "SwizzleTransform", "TMEM",
-    "TilingTransform", "TraceScope", "WGMMAAccumulatorRef", "__version__", "async_load_tmem",
+    "TilingTransform", "TraceScope", "WGMMAAccumulatorRef", "WarpMesh", "__version__", "async_load_tmem",
     "async_store_tmem", "barrier_arrive", "barrier_arrive_and_wait", "barrier_wait",
     "commit_smem", "commit_smem_to_gmem_group", "commit_tmem", "copy_gmem_to_smem",
     "copy_smem_to_gmem", "emit_pipeline", "emit_pipeline_warp_specialized", "find_swizzle",

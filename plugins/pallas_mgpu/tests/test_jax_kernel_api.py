@@ -136,3 +136,27 @@ def test_jax_interpret_params_are_taken_as_ours(rng):
     k = _scaled_copy("ours", 128)
     with plgpu.force_gpu_interpret_mode(jax_plgpu.InterpretGPUParams()):
         np.testing.assert_allclose(k(x), 2 * x.astype(np.float64) + 1, rtol=1e-6)
+
+
+def test_core_map_over_warps_inside_a_kernel(rng):
+    x = rng.integers(-1000, 1000, 5).astype(np.int32)
+    results = {}
+    for api, (pal, gpu) in APIS.items():
+        @functools.partial(gpu.kernel, out_type=jax.ShapeDtypeStruct((5,), jnp.int32),
+                           interpret=gpu.InterpretGPUParams(detect_races=True))
+        def k(x_ref, o_ref):
+            o_ref[...] = jnp.zeros((5,), jnp.int32)
+
+            @pal.core_map(gpu.WarpMesh(axis_name="warp"))
+            def _():
+                w = jax.lax.axis_index("warp")
+                for i in range(5):              # warp 4 does not exist: o[4] stays 0
+                    @pal.when(w == i)
+                    def _():
+                        o_ref[i] = x_ref[i] * 2 + i
+        with jax.enable_checks(True):
+            results[api] = np.asarray(k(x))
+    want = x * 2 + np.arange(5)
+    want[4] = 0
+    for api, got in results.items():
+        np.testing.assert_array_equal(got, want, err_msg=api)

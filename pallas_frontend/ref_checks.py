@@ -5,8 +5,10 @@ never meaningful: JAX's discharge clamps it (``x_ref[200]`` on a 128-block
 reads element 127; a ``pl.ds`` write past the end overwrites valid elements),
 and compiled backends read or write memory that is not the block. So:
 
-- a static index (a Python int, or a ``pl.ds`` with a static start) outside
-  its Ref is a ``RefIndexError`` at trace time, naming the kernel line;
+- a static negative integer index in ``[-n, 0)`` counts from the end, as in
+  NumPy (rewritten to ``n + i`` in the jaxpr, so every backend agrees);
+- any other static index (a Python int, or a ``pl.ds`` with a static start)
+  outside its Ref is a ``RefIndexError`` at trace time, naming the kernel line;
 - with ``pl.enable_debug_checks(True)`` at trace time, every dynamic index
   gets a ``pl.debug_check`` in front of the access (loop and branch bodies
   included), which raises ``pl.KernelCheckError`` naming the line when run.
@@ -42,6 +44,52 @@ def check_ref_accesses(jaxpr: jc.Jaxpr, ref_names: Sequence[str | None], *,
     if not (debug_checks and dynamic):
         return jaxpr
     return _with_runtime_checks(jaxpr, names)
+
+
+# --- static negative indices: counted from the end, as NumPy does --------------------
+
+def normalize_negative_indices(jaxpr):
+    """``x_ref[..., -1]``: a static integer index in ``[-n, 0)`` becomes ``n + i``
+    in the jaxpr (nested bodies too), so every backend reads the same element."""
+    eqns, changed = [], False
+    for eqn in jaxpr.eqns:
+        new = _normalized_eqn(eqn)
+        changed |= new is not eqn
+        eqns.append(new)
+    return jaxpr.replace(eqns=eqns) if changed else jaxpr
+
+
+def _normalized_param(p):
+    if isinstance(p, jc.Jaxpr):
+        return normalize_negative_indices(p)
+    if hasattr(p, "jaxpr") and isinstance(p.jaxpr, jc.Jaxpr):     # a closed jaxpr
+        inner = normalize_negative_indices(p.jaxpr)
+        return p if inner is p.jaxpr else p.replace(jaxpr=inner)
+    if isinstance(p, tuple) and p and any(isinstance(q, jc.Jaxpr) or hasattr(q, "jaxpr")
+                                          for q in p):
+        new = tuple(_normalized_param(q) for q in p)
+        return p if all(a is b for a, b in zip(new, p)) else new
+    return p
+
+
+def _normalized_eqn(eqn):
+    invars = list(eqn.invars)
+    first = jc.ref_indexers(eqn)
+    if first is not None:
+        positions = jax.tree.unflatten(eqn.params["tree"], list(range(len(invars) - first)))
+        for indexer in (t for t in positions if isinstance(t, jc.NDIndexer)):
+            for d, pos in enumerate(indexer.indices):
+                if isinstance(pos, jc.Slice) or not isinstance(pos, int):
+                    continue
+                atom, n = invars[first + pos], indexer.shape[d]
+                value = _static_value(atom) if isinstance(atom, jc.Literal) else None
+                if value is not None and -n <= value < 0:
+                    invars[first + pos] = jc.Literal(np.asarray(n + value, atom.aval.dtype)
+                                                     [()], atom.aval)
+    params = {k: _normalized_param(v) for k, v in eqn.params.items()}
+    if invars == list(eqn.invars) and all(params[k] is eqn.params[k] for k in params):
+        return eqn
+    return eqn.replace(invars=invars, params=params)
 
 
 # --- static indices, at trace time --------------------------------------------------
@@ -87,10 +135,8 @@ def _check_static_index(eqn, names, indexer, d, idx) -> bool:
     value = _static_value(idx)
     if value is None:
         return True
-    if not 0 <= value < n:
-        hint = (f" Negative indices are not counted from the end inside kernels: write "
-                f"{n + value} (or ref.shape[{d}] - {-value})." if -n <= value < 0 else "")
-        _raise(eqn, names, d, n, str(value), f"index {value}", hint)
+    if not 0 <= value < n:   # (negatives in [-n, 0) were counted from the end already)
+        _raise(eqn, names, d, n, str(value), f"index {value}")
     return False
 
 

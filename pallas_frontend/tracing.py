@@ -17,7 +17,8 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.index_maps import _fn_name, _type_str, source_of, trace_index_map
 from pallas_frontend.primitives import enable_debug_checks, grid_context, ref_aval_of
-from pallas_frontend.ref_checks import check_ref_accesses, static_slice_errors
+from pallas_frontend.ref_checks import (
+    check_ref_accesses, normalize_negative_indices, static_slice_errors)
 from pallas_frontend.specs import (
     BlockSpec, Blocked, GridSpec, MemoryRef, MemorySpace, PallasTypeError,
     PallasUsageError, canonicalize_block_dim, check_dims, no_block_spec)
@@ -329,6 +330,7 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     ref_names = ([None] * num_index + [f"scalar prefetch {k}" for k in range(n_pf)]
                  + [f"the block Ref of {m.origin}" for m in (*in_maps, *out_maps)]
                  + [f"the Ref of scratch_shapes[{k}]" for k in range(len(scratch_avals))])
+    jaxpr = normalize_negative_indices(jaxpr)     # x_ref[..., -1], as NumPy reads it
     if check_refs:
         jaxpr = check_ref_accesses(jaxpr, ref_names, debug_checks=enable_debug_checks.value)
 

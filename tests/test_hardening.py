@@ -359,13 +359,20 @@ def test_static_index_outside_the_block_is_refused_naming_the_line(rng):
         blocked_call(kernel)(rand(rng, 256))
 
 
-def test_static_negative_index_is_refused(rng):
+def test_static_negative_index_counts_from_the_end_as_numpy(rng):
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...]
-        o_ref[-1] = 0.0
+        o_ref[-1] = x_ref[-128] * 2     # block elements 127 and 0
 
-    with pytest.raises(pl.RefIndexError, match=r"writes the block Ref of outputs at -1.*write 127"):
-        blocked_call(kernel)(rand(rng, 256))
+    x = rand(rng, 256)
+    want = x.astype(np.float64).reshape(2, 128)
+    want[:, -1] = 2 * want[:, 0]
+    np.testing.assert_allclose(np.asarray(blocked_call(kernel)(x)), want.reshape(-1), rtol=1e-6)
+
+    def below(x_ref, o_ref):
+        o_ref[-129] = 0.0               # past the start even counted from the end
+    with pytest.raises(pl.RefIndexError, match=r"writes the block Ref of outputs at -129"):
+        blocked_call(below)(x)
 
 
 def test_static_slice_past_the_block_is_refused_naming_the_line(rng):

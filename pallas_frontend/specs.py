@@ -246,6 +246,7 @@ class CompilerParams:
     BACKEND: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def replace(self, **changes):
+        """A copy of these params with the named fields changed (the type kept)."""
         return dataclasses.replace(self, **changes)
 
 

@@ -164,6 +164,8 @@ def _device_id_type(t) -> str:
 
 
 def async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id, device_id_type=None):
+    """Starts a DMA into ``dst_ref`` on device ``device_id`` now and returns its
+    descriptor (see ``make_async_remote_copy``)."""
     desc = make_async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id,
                                   device_id_type)
     desc.start()

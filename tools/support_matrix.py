@@ -63,9 +63,24 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _primitives_by_owner() -> dict[str, list[str]]:
-    from pallas_frontend import backend_api
+    # kernel_primitive's record (no public listing); found where the contract's
+    # helpers keep it, and never silently empty (the table would just vanish)
+    import pallas_frontend
+    record = None
+    for module in ("backend_helpers", "backend_api"):
+        try:
+            mod = importlib.import_module(f"pallas_frontend.{module}")
+        except ImportError:
+            continue
+        record = getattr(mod, "_primitive_owners", None)
+        if record is not None:
+            break
+    if not record:
+        sys.exit("support_matrix: kernel_primitive's owner record (_primitive_owners) was not "
+                 f"found in {pallas_frontend.__name__}.backend_helpers/backend_api; update "
+                 "tools/support_matrix.py")
     owners: dict[str, list[str]] = {}
-    for prim, owner in getattr(backend_api, "_primitive_owners", {}).items():
+    for prim, owner in record.items():
         owners.setdefault(owner, []).append(prim.name)
     return {owner: sorted(names) for owner, names in owners.items()}
 

@@ -95,13 +95,22 @@ class TritonBackend(backend_api.Backend):
         return True, ""
 
     def compile_platform(self):
-        """cuda where the XLA:GPU compiler is installed (no GPU needed), else this machine's."""
-        from pallas_triton import aot
+        """rocm where ``PALLAS_TRITON_AOT_GPU`` names AMD archs (Triton compiles HSACO
+        without ROCm); cuda where the XLA:GPU compiler is installed (no GPU needed);
+        else this machine's."""
+        from pallas_triton import amd, aot
+        if amd.requested_archs():
+            return "rocm"
         return "cuda" if aot.cuda_compiler_installed() else super().compile_platform()
 
     def compile_only(self, fn, *args):
         """On cuda: XLA:GPU compiles ``fn`` device-less for the GPU named by
-        ``PALLAS_TRITON_AOT_GPU`` (H100, A100 or a GpuTargetConfigProto path; default H100)."""
+        ``PALLAS_TRITON_AOT_GPU`` (H100, A100 or a GpuTargetConfigProto path; default H100).
+        With AMD archs there (``gfx942,gfx90a``): Triton compiles every pallas_call to
+        HSACO for each; returns the rows of ``amd.compile_for_amd``."""
+        from pallas_triton import amd
+        if amd.requested_archs():
+            return amd.compile_for_amd(fn, *args, archs=amd.requested_archs())
         if self.compile_platform() != "cuda":
             return super().compile_only(fn, *args)
         import os

@@ -17,6 +17,14 @@ from pallas_triton.triton_runtime import load_module
 
 def kernel_ir_of(fn, *example_args) -> KernelIR:
     """The KernelIR of the (single) pallas_call inside ``fn(*example_args)``."""
+    found = kernel_irs_of(fn, *example_args)
+    if len(found) != 1:
+        raise ValueError(f"expected exactly one pallas_call in {fn}, found {len(found)}")
+    return found[0]
+
+
+def kernel_irs_of(fn, *example_args) -> list[KernelIR]:
+    """The KernelIRs of every pallas_call inside ``fn(*example_args)``, in trace order."""
     from jax.extend.core import jaxprs_in_params
     found = []
 
@@ -27,15 +35,17 @@ def kernel_ir_of(fn, *example_args) -> KernelIR:
             for sub in jaxprs_in_params(eqn.params):
                 walk(getattr(sub, "jaxpr", sub))
     walk(jax.make_jaxpr(fn)(*example_args).jaxpr)
-    if len(found) != 1:
-        raise ValueError(f"expected exactly one pallas_call in {fn}, found {len(found)}")
-    return found[0]
+    return found
 
 
 def _pointer_type(dtype) -> str:
     return "*" + {"tl.float32": "fp32", "tl.float16": "fp16", "tl.bfloat16": "bf16",
                   "tl.float64": "fp64", "tl.int1": "i1"}.get(tl_dtype(dtype),
                                                             tl_dtype(dtype)[3:].replace("int", "i"))
+
+
+# AMD archs with tf32 (xf32) matrix instructions: CDNA3 (MI300) and later
+_AMD_TF32_ARCHS = ("gfx94", "gfx95")
 
 
 def compile_for_target(kernel_or_fn, *example_args, target=("cuda", 90),
@@ -56,6 +66,12 @@ def compile_for_target(kernel_or_fn, *example_args, target=("cuda", 90),
         kernel_or_fn, *example_args)
     params = params or _compiler_params(kernel)
     backend_name, arch = target
+    if backend_name == "hip" and not str(arch).startswith(_AMD_TF32_ARCHS) and \
+            params.dot_input_precision.startswith("tf32"):
+        # CDNA2 (gfx90a) and older have no tf32 (xf32) matrix instructions: Triton
+        # refuses input_precision='tf32' there; full float32 is what they offer
+        import dataclasses
+        params = dataclasses.replace(params, dot_input_precision="ieee")
     gen = generate_source(kernel, target="cuda" if backend_name == "cuda" else "rocm",
                           params=params)
     namespace = load_module(gen.source, gen.name)
@@ -79,4 +95,4 @@ def compile_for_target(kernel_or_fn, *example_args, target=("cuda", 90),
     return out
 
 
-__all__ = ["compile_for_target", "kernel_ir_of", "np"]
+__all__ = ["compile_for_target", "kernel_ir_of", "kernel_irs_of", "np"]

@@ -35,6 +35,7 @@ KNOWN_GAPS = {
                          "integral y.",
     "gpu_numerics": "launching on a real GPU is untested here (no GPU): lowering, export and "
                     "device-less XLA:GPU compiles for H100/A100 are tested.",
-    "rocm": "lowering for rocm emits the same custom call with gfx942 TTIR; never compiled by "
-            "XLA:ROCm nor run.",
+    "rocm": "lowering for rocm emits the same custom call with gfx942 TTIR, which Triton "
+            "compiles to HSACO here (tox -e triton-amd); XLA:ROCm's compile and the launch are "
+            "untested.",
 }

@@ -17,3 +17,4 @@ def rng(request):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA/ROCm GPU; skipped without one")
     config.addinivalue_line("markers", "cuda_aot: needs jax-cuda12-plugin/pjrt (device-less compile)")
+    config.addinivalue_line("markers", "amd: compiles to HSACO for AMD GPUs (tox -e triton-amd)")

@@ -406,3 +406,8 @@ def _einshape(eqn, invals):
 def register_rule(prim, rule: Callable) -> None:
     """Adds a substitution (used by ``pipeline.py`` for ``emit_pipeline``)."""
     _RULES[prim] = rule
+
+
+def register_frontend_rule(name: str, rule: Callable) -> None:
+    """Adds a rule for the frontend primitive ``name`` (``kernel_globals.py``)."""
+    _FRONTEND_RULES[name] = rule

@@ -18,7 +18,7 @@ import jax
 import pallas_frontend as pf
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 
-from pallas_tpu import check, evaluate, interpret_mode
+from pallas_tpu import check, evaluate, interpret_mode, kernel_globals
 from pallas_tpu.params import CompilerParams, InterpretParams
 from pallas_tpu.spaces import block_memory_space, scratch_type_of_aval
 
@@ -76,9 +76,11 @@ def block_spec(m: BlockMapping):
     return pl.BlockSpec(tuple(_block_dim(d) for d in m.block_dims), _index_map_fn(m), **kwargs)
 
 
-def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_axes=()):
+def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_axes=(),
+                 n_globals: int = 0):
     """``prng_state``: the last Ref is the hidden PRNG state of interpret mode;
-    ``core_axes``: the grid names interpret mode runs as simulated cores."""
+    ``core_axes``: the grid names interpret mode runs as simulated cores;
+    ``n_globals``: the ``pl.get_global`` Refs that come before it."""
     from jax.experimental import pallas as pl
     jaxpr, n_grid = kernel.jaxpr, len(kernel.grid)
     dynamic_axes = kernel.dynamic_grid_axes
@@ -87,12 +89,15 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_ax
         # the kernel jaxpr takes program ids, then the dynamic axes' sizes
         ids = [pl.program_id(a) for a in range(n_grid)]
         ids += [pl.num_programs(a) for a in dynamic_axes]
-        if not interpreting:
-            evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs)
-            return
         state = refs[-1] if prng_state else None
-        with interpret_mode.interpreting(state, core_axes):
-            evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *(refs[:-1] if prng_state else refs))
+        refs = refs[:-1] if prng_state else refs
+        n_own = len(refs) - n_globals
+        with kernel_globals.binding(kernel, refs[n_own:]):
+            if not interpreting:
+                evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs[:n_own])
+                return
+            with interpret_mode.interpreting(state, core_axes):
+                evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs[:n_own])
     body.__name__ = kernel.name
     return body
 
@@ -161,6 +166,8 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
     in_specs = [block_spec(m) for m in kernel.in_mappings]
     out_specs = [block_spec(m) for m in kernel.out_mappings]
     scratch = [scratch_type_of_aval(a) for a in kernel.scratch_avals]
+    n_globals = len(kernel_globals.global_equations(kernel))
+    scratch += kernel_globals.scratch_types(kernel)
     prng_state = interpret is not None and interpret_mode.uses_prng(kernel)
     if prng_state:
         scratch.append(interpret_mode.prng_state_type())
@@ -169,6 +176,8 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
     if interpret is not None:
         params, jax_interpret = _simulated_cores(kernel, params, interpret.to_jax())
         check.check_shared_vmem_in_interpret(kernel, jax_interpret.num_cores_or_threads)
+    kernel_globals.check_single_core(
+        kernel, jax_interpret.num_cores_or_threads if jax_interpret else 1)
     n_dynamic = len(kernel.dynamic_grid_axes)
 
     def call_with_grid(sizes):
@@ -182,7 +191,8 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
         # force_tpu_interpret_mode also sets, for jit's cache key) must not override it.
         with pltpu.force_tpu_interpret_mode(None):
             return pl.pallas_call(
-                _kernel_body(kernel, interpret is not None, prng_state, _core_axis_names(kernel)),
+                _kernel_body(kernel, interpret is not None, prng_state, _core_axis_names(kernel),
+                             n_globals),
                 out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
                 input_output_aliases=dict(kernel.input_output_aliases),
                 compiler_params=params, cost_estimate=_cost_estimate(kernel),

@@ -39,6 +39,10 @@ MENTIONS = {
                    r"|grid sizes? known only at run time|sizes known only at run time",
     "none_operand": r"`?None`? operands?",
     "semaphore_view": r"\bsems?\.at\[",
+    "semaphore_read": r"\bsemaphore_read\b",
+    "bounded_slice": r"\bBoundedSlice\b",
+    "indirect_block": r"\bIndirect\b",
+    "collective_run_scoped": r"\bcollective_axes\b|\bcollective_run_scoped\b",
 }
 NEGATION = re.compile(r"\b(not|no|never|yet|cannot|can't|refuses?|refused|fails?|unsupported)\b",
                       re.IGNORECASE)

@@ -21,7 +21,11 @@ Environment:
   the others are recorded as filtered and never imported. Unknown names warn.
 - ``PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD=1``: load no plugin at all
   (the built-in interpreter and ``register_backend`` backends remain);
-- ``PALLAS_FRONTEND_STRICT=1``: a load failure raises instead (for CI).
+- ``PALLAS_FRONTEND_STRICT=1``: a load failure raises instead (for CI);
+- ``PALLAS_FRONTEND_IMPORT_TIMEOUT=<seconds>`` (default 20, 0: no limit): a
+  plugin whose import (or hook) has not returned by then is recorded as a load
+  failure that says where it blocks; its import is left to finish in a
+  background thread, so ``pallas backends`` and ``pl.backends()`` never hang.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import dataclasses
 import importlib
 import importlib.metadata as metadata
 import os
+import sys
 import traceback
 import warnings
 from collections.abc import Callable
@@ -37,6 +42,7 @@ from collections.abc import Callable
 from pallas_frontend import backend_api
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 from pallas_frontend.backend_metadata import INFO_GROUP, Declared, parse_declarations
+from pallas_frontend.load_timeout import PluginImportTimeout, call_with_timeout, import_timeout
 
 BUILTIN_ENTRY_POINT = "interpret"
 BUILTIN_MODULE = "pallas_frontend.interpreter.backend"
@@ -240,10 +246,22 @@ def _backends_of(plugin: object, origin: Origin) -> list[object]:
 
 def _load_one(cand: Candidate, found: Discovered) -> None:
     name, origin = cand.name, cand.origin
+
+    def load():
+        return _backends_of(cand.load(), origin)
+    limit = import_timeout()      # a malformed setting raises here, naming the variable
     try:
-        candidates = _backends_of(cand.load(), origin)
+        # A module already (being) imported cannot block again, and its import
+        # lock may be this thread's: load it here.
+        if name == BUILTIN_ENTRY_POINT or cand.top_module in sys.modules:
+            candidates = load()
+        else:
+            candidates = call_with_timeout(load, f"{name} ({origin.distribution})", limit)
     except KeyboardInterrupt:
         raise
+    except PluginImportTimeout as e:
+        found.failures[name] = LoadFailure(name, origin, str(e).split("\n")[0], e)
+        return
     except BaseException as e:  # an arbitrary plugin: anything, sys.exit included
         kind = "import of its module failed" if isinstance(e, ImportError) else "loading it raised"
         found.failures[name] = LoadFailure(name, origin, f"{kind}: {type(e).__name__}: {e}", e)

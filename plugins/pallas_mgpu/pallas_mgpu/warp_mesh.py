@@ -49,6 +49,7 @@ class WarpMesh:
 
     @property
     def shape(self) -> dict:
+        """``{axis_name: 4}``: one point per warp of the warpgroup."""
         return {self.axis_name: WARPS_PER_WARPGROUP}
 
     def core_map(self, **options):

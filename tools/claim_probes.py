@@ -201,6 +201,25 @@ def collective_run_scoped(backend: str) -> None:
     _close(out, 2.0 * x)
 
 
+def get_global_in_branch(backend: str) -> None:
+    """``pl.get_global`` called inside a ``pl.when`` body (not at the kernel's top)."""
+    import jax
+    import jax.numpy as jnp
+    import pallas_frontend as pl
+
+    def kernel(x_ref, o_ref):
+        @pl.when(pl.program_id(0) >= 0)
+        def _():
+            shared = pl.get_global(pl.MemorySpace.ANY((BLOCK, LANES), jnp.float32))
+            shared[...] = x_ref[...]
+            o_ref[...] = shared[...] * 2
+    x = _x()
+    out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                         grid=(ROWS // BLOCK,), in_specs=[_spec()], out_specs=_spec(),
+                         **_options(backend))(x)
+    _close(out, 2.0 * x)
+
+
 def non_identifier_backend_name(backend: str) -> None:
     """A backend named ``my-backend`` passes the frontend's load-time validation."""
     from pallas_frontend import backend_api, discovery
@@ -228,6 +247,7 @@ PROBES = {
     "bounded_slice": (bounded_slice, ALL),
     "indirect_block": (indirect_block, ALL),
     "collective_run_scoped": (collective_run_scoped, ALL),
+    "get_global_in_branch": (get_global_in_branch, ("interpret",)),
     "non_identifier_backend_name": (non_identifier_backend_name, ("frontend",)),
 }
 

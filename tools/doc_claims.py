@@ -43,6 +43,7 @@ MENTIONS = {
     "bounded_slice": r"\bBoundedSlice\b",
     "indirect_block": r"\bIndirect\b",
     "collective_run_scoped": r"\bcollective_axes\b|\bcollective_run_scoped\b",
+    "get_global_in_branch": r"get_global\b.{0,40}\b(loop|branch)",
 }
 NEGATION = re.compile(r"\b(not|no|never|yet|cannot|can't|refuses?|refused|fails?|unsupported)\b",
                       re.IGNORECASE)

@@ -8,7 +8,7 @@ import re
 import sys
 import warnings
 
-from pallas_frontend import discovery, registry
+from pallas_frontend import backend_needs, discovery, registry
 
 COLUMNS = ("name", "distribution", "version", "api", "platforms", "capabilities", "available",
            "load error")
@@ -24,7 +24,8 @@ class SmokeResult:
 
 def availability(b, platform: str) -> str:
     """How ``b`` can be used on this machine: natively, interpret-only,
-    compile-only, or "no: <why>" (a raising ``is_available`` included)."""
+    compile-only (naming what a shipped backend lacks for it and the install
+    that provides it), or "no: <why>" (a raising ``is_available`` included)."""
     try:
         ok, why = b.is_available()
     except Exception as e:  # a plugin's probe: report it in its row, keep listing
@@ -40,10 +41,16 @@ def availability(b, platform: str) -> str:
         target = b.compile_platform()
     except Exception:   # same: a plugin's own code
         target = platform
+    lacking = backend_needs.missing(b)
     if target != platform and target in b.platforms:
-        modes.append(f"compile-only ({target})")
+        modes.append(f"compile-only ({target})"
+                     + (f": {backend_needs.describe(lacking)}" if lacking else ""))
+    elif lacking:
+        modes.append(f"compile-only ({lacking[0].target}) unavailable: "
+                     f"{backend_needs.describe(lacking)}")
     if not modes:
         return f"no: it serves {', '.join(b.platforms)}, this machine is {platform}"
+    modes.append(f"to run natively: a {' or '.join(b.platforms)} device")
     return "; ".join(modes)
 
 

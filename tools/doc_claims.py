@@ -12,13 +12,15 @@ an HTML comment after it, in the same paragraph, list item or table row
 is a probe of ``tools/claim_probes.py`` (a tiny kernel run on BACKEND); a tag
 never starts a line (CommonMark would end the paragraph there).
 
-Untagged statements. A paragraph that mentions a feature of ``MENTIONS`` in
-words that say it is missing ("not", "refused", "yet", ...) must carry a tag
-for that feature: a new "not supported yet" cannot go stale unnoticed.
+Untagged statements. A paragraph with a sentence (or clause, or table cell)
+that mentions a feature of ``MENTIONS`` in words that say it is missing
+("not", "refused", "yet", ...) must carry a tag for that feature: a new "not
+supported yet" cannot go stale unnoticed.
 
 Name lists. The API overview (docs/api.md) and the plugins' READMEs list
-names as provided or not; ``name_claims()`` reads those lists so that the test
-compares them with the modules.
+names as provided or not; ``api_overview_claims()`` and
+``plugin_readme_claims()`` read those lists so that the test compares them
+with the modules.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pallas_mgpu import matmul as _matmul  # noqa: F401  (registers the WGMMA ru
 from pallas_mgpu.helpers import find_swizzle, planar_snake
 from pallas_mgpu.memory import (
     ACC, GMEM, REGS, SMEM, TMEM, Barrier, ClusterBarrier, GPUMemoryRef, MemorySpace,
-    SwizzleTransform, TilingTransform, WGMMAAccumulatorRef)
+    SwizzleTransform, TilingTransform, Transform, WGMMAAccumulatorRef)
 from pallas_mgpu.mesh_kernel import Mesh, kernel
 from pallas_mgpu.warp_mesh import WarpMesh
 from pallas_mgpu.params import (
@@ -22,8 +22,9 @@ from pallas_mgpu.params import (
     force_gpu_interpret_mode, set_gpu_interpret_mode)
 from pallas_mgpu.pipeline import BlockSpec, emit_pipeline, emit_pipeline_warp_specialized
 from pallas_mgpu.primitives import (
-    Layout, SemaphoreSignal, async_load_tmem, async_store_tmem, barrier_arrive,
-    barrier_arrive_and_wait, barrier_wait, commit_smem, commit_smem_to_gmem_group, commit_tmem,
+    Layout, SemaphoreSignal, async_copy_scales_to_tmem, async_copy_smem_to_tmem,
+    async_load_tmem, async_store_tmem, barrier_arrive, barrier_arrive_and_wait, barrier_wait,
+    broadcasted_iota, commit_smem, commit_smem_to_gmem_group, commit_tmem,
     copy_gmem_to_smem, copy_smem_to_gmem, layout_cast, load, semaphore_signal_parallel,
     set_max_registers, tcgen05_commit_arrive, tcgen05_mma, wait_load_tmem, wait_smem_to_gmem,
     wgmma, wgmma_wait)
@@ -32,8 +33,10 @@ __all__ = [
     "ACC", "Barrier", "BlockSpec", "ClusterBarrier", "CompilerParams", "GMEM", "GPUMemoryRef",
     "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace", "Mesh",
     "MosaicGpuBackend", "REGS", "SMEM", "SemaphoreSignal", "SwizzleTransform", "TMEM",
-    "TilingTransform", "TraceScope", "WGMMAAccumulatorRef", "WarpMesh", "__version__", "async_load_tmem",
+    "TilingTransform", "TraceScope", "Transform", "WGMMAAccumulatorRef", "WarpMesh",
+    "__version__", "async_copy_scales_to_tmem", "async_copy_smem_to_tmem", "async_load_tmem",
     "async_store_tmem", "barrier_arrive", "barrier_arrive_and_wait", "barrier_wait",
+    "broadcasted_iota",
     "commit_smem", "commit_smem_to_gmem_group", "commit_tmem", "copy_gmem_to_smem",
     "copy_smem_to_gmem", "emit_pipeline", "emit_pipeline_warp_specialized", "find_swizzle",
     "force_gpu_interpret_mode", "kernel", "layout_cast", "load", "planar_snake",

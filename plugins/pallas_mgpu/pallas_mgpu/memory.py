@@ -21,8 +21,15 @@ import pallas_frontend as pf
 
 # --- SMEM transforms ---------------------------------------------------------------
 
+class Transform:
+    """The base of the SMEM buffer transforms (JAX's ``plgpu.Transform``)."""
+
+    def to_jax(self):
+        raise NotImplementedError
+
+
 @dataclasses.dataclass(frozen=True)
-class TilingTransform:
+class TilingTransform(Transform):
     """Tiles the minor dims of an SMEM buffer: (M, N) tiled (X, Y) is stored
     (M//X, N//Y, X, Y). TMA and WGMMA want (8, swizzle // itemsize)."""
     tiling: tuple[int, ...]
@@ -39,7 +46,7 @@ class TilingTransform:
 
 
 @dataclasses.dataclass(frozen=True)
-class SwizzleTransform:
+class SwizzleTransform(Transform):
     """Swizzles the bytes of each SMEM row (32, 64 or 128 bytes), avoiding bank
     conflicts for TMA and WGMMA."""
     swizzle: int
@@ -62,7 +69,7 @@ def transforms_to_jax(transforms) -> tuple:
 def _check_transforms(transforms, what: str) -> tuple:
     transforms = tuple(transforms)
     for t in transforms:
-        if not isinstance(t, (TilingTransform, SwizzleTransform)):
+        if not isinstance(t, Transform):
             raise TypeError(f"{what}: {t!r} is not a pallas_mgpu SMEM transform (TilingTransform, "
                             "SwizzleTransform; transpose a Ref with ref.T / ref.transpose).")
     return transforms

@@ -197,7 +197,27 @@ def commit_tmem() -> None:
     bind("commit_tmem")
 
 
+def async_copy_smem_to_tmem(smem_ref, tmem_ref, collective_axis=None) -> None:
+    """Starts a copy of (tiled, swizzled) SMEM into TMEM; awaited through
+    ``tcgen05_commit_arrive``."""
+    bind("async_copy_smem_to_tmem", smem_ref, tmem_ref, collective_axis=collective_axis)
+
+
+def async_copy_scales_to_tmem(smem_ref, tmem_ref, collective_axis=None) -> None:
+    """Starts a copy of block-scaling factors from SMEM into TMEM."""
+    bind("async_copy_scales_to_tmem", smem_ref, tmem_ref, collective_axis=collective_axis)
+
+
 # --- registers, layouts, loads ---------------------------------------------------------------
+
+def broadcasted_iota(dtype, shape, dimension: int, *, layout: Layout | None = None):
+    """``lax.broadcasted_iota`` with an optional register layout."""
+    import jax
+    import numpy as np   # (both names are deleted from this module's namespace)
+    shape = tuple(int(d) for d in shape)
+    return bind("broadcasted_iota", dtype=np.dtype(dtype), shape=shape, dimension=int(dimension),
+                layout=layout, out_avals=(jax.core.ShapedArray(shape, np.dtype(dtype)),))[0]
+
 
 def set_max_registers(n: int, *, action: str) -> None:
     """Re-balances registers between warpgroups ("increase" or "decrease" to ``n``)."""

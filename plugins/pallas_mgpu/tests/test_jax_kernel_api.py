@@ -160,3 +160,35 @@ def test_core_map_over_warps_inside_a_kernel(rng):
     want[4] = 0
     for api, got in results.items():
         np.testing.assert_array_equal(got, want, err_msg=api)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_smem_to_tmem_copy_and_broadcasted_iota(api, rng):
+    """x -> SMEM -> TMEM (async_copy_smem_to_tmem) -> registers, plus a row iota."""
+    _, gpu = APIS[api]
+    shape = (128, 128)
+
+    @functools.partial(
+        gpu.kernel, out_type=jax.ShapeDtypeStruct(shape, jnp.float32),
+        scratch_types=dict(src=gpu.SMEM(shape, jnp.float32), tmem=gpu.TMEM(shape, jnp.float32),
+                           bar=gpu.Barrier(), mma_bar=gpu.Barrier(orders_tensor_core=True)),
+        interpret=gpu.InterpretGPUParams(detect_races=True))
+    def k(x_ref, o_ref, src, tmem, bar, mma_bar):
+        gpu.copy_gmem_to_smem(x_ref, src, bar)
+        gpu.barrier_wait(bar)
+        gpu.async_copy_smem_to_tmem(src, tmem)
+        gpu.tcgen05_commit_arrive(mma_bar)
+        gpu.barrier_wait(mma_bar)
+        v = gpu.async_load_tmem(tmem)
+        gpu.wait_load_tmem()
+        o_ref[...] = v + gpu.broadcasted_iota(jnp.int32, shape, 0).astype(jnp.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    got = k(x)
+    np.testing.assert_allclose(got, x.astype(np.float64) + np.arange(128)[:, None], rtol=1e-6)
+
+
+def test_transform_is_the_base_of_smem_transforms():
+    assert isinstance(plgpu.TilingTransform((8, 64)), plgpu.Transform)
+    assert isinstance(plgpu.SwizzleTransform(128), plgpu.Transform)
+    with pytest.raises(TypeError, match="SMEM transform"):
+        plgpu.SMEM((8, 64), jnp.float16, transforms=(object(),))

@@ -26,6 +26,7 @@ from pallas_tpu.primitives import (
     AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
     make_async_remote_copy, prng_random_bits, prng_seed, reciprocal, store, sync_copy)
 from pallas_tpu.spaces import with_memory_space_constraint
+from pallas_tpu import dma_interpret as _dma_interpret  # noqa: F401  (interpret=True rules)
 from pallas_tpu.random import (
     stateful_bernoulli, stateful_bits, stateful_normal, stateful_uniform)
 

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pallas_frontend as pf
 from pallas_frontend import backend_api
 from pallas_frontend.backend_api import kernel_primitive
 
@@ -38,22 +39,23 @@ def _abstract_eval(*avals, ref_positions, **params):
 mgpu_pipeline_p.def_effectful_abstract_eval(_abstract_eval)
 
 
-@dataclasses.dataclass(frozen=True)
-class BlockSpec:
+@dataclasses.dataclass
+class BlockSpec(pf.BlockSpec):
     """A pipelined operand's block: its shape (``None`` squeezes a dim), the
     index map from the pipeline indices to block indices, and its SMEM
-    transforms. Fields as JAX 0.12's ``plgpu.BlockSpec``."""
-    block_shape: tuple | None = None
-    index_map: Any = None
-    memory_space: Any = None
+    transforms. Fields as JAX 0.12's ``plgpu.BlockSpec``, which is also a
+    ``pl.BlockSpec``: ``pl.pallas_call`` takes it (the transforms, delay and
+    collective axes are pipelining hints that ``pallas_call`` leaves to the
+    backend's own layout choice)."""
     transforms: tuple = ()
     delay_release: int = 0
     collective_axes: tuple = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "transforms", _check_transforms(self.transforms, "BlockSpec"))
+        super().__post_init__()
+        self.transforms = _check_transforms(self.transforms, "BlockSpec")
         axes = self.collective_axes
-        object.__setattr__(self, "collective_axes", (axes,) if isinstance(axes, str) else tuple(axes or ()))
+        self.collective_axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
         if self.delay_release < 0:
             raise ValueError(f"BlockSpec: delay_release must be >= 0, got {self.delay_release}")
 

@@ -192,3 +192,30 @@ def test_transform_is_the_base_of_smem_transforms():
     assert isinstance(plgpu.SwizzleTransform(128), plgpu.Transform)
     with pytest.raises(TypeError, match="SMEM transform"):
         plgpu.SMEM((8, 64), jnp.float16, transforms=(object(),))
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_pallas_call_takes_mgpu_block_specs_and_dict_scratch(api, rng):
+    """JAX's test_tiling_and_swizzle_transforms_with_pallas_call, on random data."""
+    pal, gpu = APIS[api]
+    x = rng.standard_normal((128, 128)).astype(np.float16)
+
+    def body(x_ref, o_ref, smem_ref1, smem_ref2, smem_ref3):
+        smem_ref1[...] = jnp.full_like(smem_ref1, 2.0)
+        smem_ref2[...] = x_ref[...].reshape(smem_ref2.shape)
+        smem_ref3[...] = jnp.full_like(smem_ref3, 1.0)
+        o_ref[...] = (smem_ref1[0, ...] * smem_ref2[...].reshape((128, 128)) + smem_ref3[:128])
+
+    f = pal.pallas_call(
+        body, out_shape=jax.ShapeDtypeStruct((128, 128), jnp.float16),
+        in_specs=[gpu.BlockSpec((128, 128), lambda: (0, 0), memory_space=gpu.SMEM)],
+        out_specs=gpu.BlockSpec((128, 128), memory_space=gpu.SMEM),
+        scratch_shapes=dict(
+            smem_ref1=gpu.SMEM((2, 128, 128), jnp.float16, transforms=(
+                gpu.TilingTransform((8, 64)), gpu.SwizzleTransform(128))),
+            smem_ref2=gpu.SMEM((4, 128, 32), jnp.float16, transforms=(gpu.SwizzleTransform(64),)),
+            smem_ref3=gpu.SMEM((256, 128), jnp.float16, transforms=(gpu.TilingTransform((16, 32)),)),
+        ),
+        interpret=gpu.InterpretGPUParams())
+    got = np.asarray(jax.jit(f)(x), np.float64)
+    np.testing.assert_allclose(got, 2 * x.astype(np.float64) + 1, rtol=2e-3, atol=2e-3)

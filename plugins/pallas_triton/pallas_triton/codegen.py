@@ -26,10 +26,11 @@ from jax.extend.core import Literal
 
 import pallas_frontend as pl
 from pallas_frontend.backend_api import KernelIR
-from pallas_triton.emitters import EMITTERS, helper_source
+from pallas_triton.emitters import EMITTERS, broadcast_expr, helper_source
 from pallas_triton.jaxpr_text import (  # noqa: F401  (re-exported for plugins' callers)
     is_float, is_pow2, literal, padding_literal, source_line, tl_dtype, used_vars)
-from pallas_triton import padding, widening, xla_numerics  # noqa: F401  (registers div/rem/shifts)
+# the modules that register emitters beyond emitters.py's
+from pallas_triton import joins, math_library, padding, widening, xla_numerics  # noqa: F401
 from pallas_triton.errors import TritonCapabilityError, unsupported
 
 
@@ -86,6 +87,7 @@ class KernelWriter:
         self.depth = 1
         self.counter = 0
         self.helpers: dict[str, str] = {}
+        self.imports: set[str] = set()          # module-level imports emitters asked for
         self.env: dict = {}
         self.current_eqn = None
         self.used_vars = used_vars(kernel.jaxpr)
@@ -199,7 +201,9 @@ class KernelWriter:
         result_axes = [i for i, ix in enumerate(indices) if ix[0] == "slice"]
         rank = len(result_axes)
         gather_shape = list(np.broadcast_shapes(*[ix[2] for ix in indices if ix[0] == "array"]))
-        offset_terms, mask_terms, shape = [], [], []
+        # the result: the broadcast index arrays' dims first, then the sliced dims (as JAX)
+        g = len(gather_shape)
+        offset_terms, mask_terms, shape = [], [], list(gather_shape)
         pos_of_visible = dict(zip(ref.visible, indices))
         axis = 0
         for d in range(len(ref.array_shape)):
@@ -211,9 +215,11 @@ class KernelWriter:
                 kind, start, size, step = pos_of_visible[d]
                 if kind == "array":        # gather: the index tensor broadcasts over the result
                     local = start
-                    pos = add_expr(ref.starts[d], f"({start})")
-                    if not shape:
-                        shape.extend(gather_shape)
+                    if rank:                # room for the sliced dims after the gathered ones
+                        full = broadcast_expr(start, size, gather_shape,
+                                              tuple(range(g - len(size), g)))
+                        local = f"({full})[{', '.join([':'] * g + ['None'] * rank)}]"
+                    pos = add_expr(ref.starts[d], f"({local})")
                 elif kind == "scalar":
                     local = start
                     pos = add_expr(ref.starts[d], start)
@@ -221,12 +227,13 @@ class KernelWriter:
                     lanes = "tl.arange(0, %d)" % padding.size(size)
                     local = lanes if step == 1 else f"{lanes} * {step}"
                     local = add_expr(start, local)
-                    idx = ", ".join(":" if k == axis else "None" for k in range(rank))
+                    idx = ", ".join(["None"] * g + [":" if k == axis else "None"
+                                                     for k in range(rank)])
                     pos = add_expr(ref.starts[d], local)
-                    pos = f"({pos})[{idx}]" if rank > 1 else f"({pos})"
-                    local = f"({local})[{idx}]" if rank > 1 else f"({local})"
+                    pos = f"({pos})[{idx}]" if g + rank > 1 else f"({pos})"
+                    local = f"({local})[{idx}]" if g + rank > 1 else f"({local})"
                     if padding.size(size) != size:      # lanes past the block: masked
-                        mask_terms.append(f"(({lanes})[{idx}] < {size})" if rank > 1
+                        mask_terms.append(f"(({lanes})[{idx}] < {size})" if g + rank > 1
                                           else f"({lanes} < {size})")
                     shape.append(padding.size(size))
                     axis += 1
@@ -320,9 +327,12 @@ def indexer_entries(ref: BlockRef, indexer):
             out.append(("array", ix.expr, ix.shape, None))
         else:
             raise unsupported("integer-array (gather) indexing of Refs")
-    if any(e[0] == "array" for e in out) and any(e[0] == "slice" for e in out):
-        raise unsupported("a Ref access mixing integer-array indices with slices (index every "
-                          "dim with an array, broadcasting them, or use pl.ds only)")
+    kinds = [e[0] for e in out]
+    arrays = [k for k, kind in enumerate(kinds) if kind == "array"]
+    slices = [k for k, kind in enumerate(kinds) if kind == "slice"]
+    if arrays and slices and min(slices) < max(arrays):
+        raise unsupported("a Ref access with a slice before an integer-array index (put the "
+                          "array-indexed dims first, as JAX's paged attention does)")
     return out
 
 
@@ -480,7 +490,7 @@ def generate(kernel: KernelIR, *, target: str = "interpret",
     w.depth -= len(plan.sequential_axes)
     for reg, memory in registers.values():
         w.store(memory, None, reg.name)
-    header = ["import triton", "import triton.language as tl", "", ""]
+    header = ["import triton", "import triton.language as tl", *sorted(w.imports), "", ""]
     helpers = [src + "\n" for src in w.helpers.values()]
     signature = f"def {fn_name}({', '.join(arg_names)}):"
     # user text (kernel name, file path) only ever enters the module as a repr

@@ -212,7 +212,8 @@ def _multiple_of(w, eqn, ins):
     return [f"tl.multiple_of({ins[0]}, {values if len(values) > 1 else values[0]})"]
 
 
-@register("copy", "copy_p", "reduce_precision", "optimization_barrier", "stop_gradient")
+@register("copy", "copy_p", "reduce_precision", "optimization_barrier", "stop_gradient",
+          "reshard")
 def _identity(w, eqn, ins):
     return list(ins)
 

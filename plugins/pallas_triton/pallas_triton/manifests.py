@@ -18,7 +18,7 @@ UNSUPPORTED = {
                       "written whole only.",
     "scalar_prefetch": "not implemented: would need a scalar-pointer argument per operand.",
     "semaphores": "no cross-program synchronization in Triton's model.",
-    "gather_indexing": "integer-array indexing of Refs is not generated yet.",
+    "gather_writes": "integer-array indices on Ref writes (plain Refs); reads are generated.",
     "scan_with_xs": "only fori_loop-style scans (carry only) become Python for-loops.",
     "batched_dot": "tl.dot here is 2-D only; dims must be >= 16.",
     "debug_print": "not generated yet (tl.device_print exists; no emitter written).",

@@ -38,7 +38,12 @@ def _get(w, eqn, ins):
         copy = w.fresh("r")          # a snapshot: later writes rebind the register's name
         w.line(f"{copy} = {reg.name}")
         return [copy]
-    ref, indexer = _ref_and_indexer(w, eqn, ins, 1)
+    # integer-array (gather) indices are fine for reads, as in JAX's Triton lowering
+    w.allow_gather, allowed = True, w.allow_gather
+    try:
+        ref, indexer = _ref_and_indexer(w, eqn, ins, 1)
+    finally:
+        w.allow_gather = allowed
     return [w.load(ref, indexer)]
 
 
@@ -161,7 +166,8 @@ def _cond(w, eqn, ins):
     return results
 
 
-@register("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint")
+@register("pjit", "jit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
+          "eval_jaxpr")
 def _inline(w, eqn, ins):
     sub = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
     return w.emit_jaxpr(sub, list(ins))

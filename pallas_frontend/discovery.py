@@ -39,7 +39,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 
-from pallas_frontend import backend_api
+from pallas_frontend import backend_api, env_config
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 from pallas_frontend.backend_metadata import INFO_GROUP, Declared, parse_declarations
 from pallas_frontend.load_timeout import PluginImportTimeout, call_with_timeout, import_timeout
@@ -159,7 +159,7 @@ class Discovered:
 
 
 def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+    return env_config.flag(name)      # an unrecognized value raises, naming the variable
 
 
 def allow_list() -> set[str] | None:

@@ -16,19 +16,19 @@ is imported only when selection may choose it) and from ``register_backend``
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import types
 import typing
 from typing import TYPE_CHECKING, Any
 
+from pallas_frontend import env_config
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 
 if TYPE_CHECKING:
     from pallas_frontend import discovery
 
 INTERPRETER = "interpret"
-ENV_DEFAULT = "PALLAS_FRONTEND_DEFAULT_BACKEND"   # "name" or "platform=name,platform=name"
+ENV_DEFAULT = env_config.ENV_DEFAULT_BACKEND   # "name" or "platform=name,platform=name"
 
 _lock = threading.RLock()
 _found: discovery.Discovered | None = None
@@ -156,21 +156,15 @@ def set_default_backend(platform: str, name: str | None) -> None:
             _defaults[platform] = name
 
 
+def _known_names() -> list[str]:
+    found = _discovered()
+    return sorted({*found.backends, *found.pending, *_registered})
+
+
 def configured_default(platform: str) -> str | None:
     if platform in _defaults:
         return _defaults[platform]
-    raw = os.environ.get(ENV_DEFAULT, "").strip()
-    if not raw:
-        return None
-    for item in raw.split(","):
-        item = item.strip()
-        if "=" in item:
-            p, n = (s.strip() for s in item.split("=", 1))
-            if p == platform:
-                return n
-        elif item:
-            return item
-    return None
+    return env_config.default_backend_for(platform, _known_names)
 
 
 def check_interpret_arguments(interpret, compiler_params, backend: str | None) -> None:
@@ -255,7 +249,11 @@ def select_backend(*, platform: str, interpret, compiler_params, backend: str | 
         return _serving(get_backend(backend), platform)
     configured = configured_default(platform)
     if configured is not None:
-        return _serving(get_backend(configured), platform)
+        try:
+            return _serving(get_backend(configured), platform)
+        except BackendUnavailableError as e:   # say where the choice was made
+            raise env_config.configured_default_error(
+                platform, configured, e, platform in _defaults, _known_names) from e
     if platform == "cpu":
         return get_backend(INTERPRETER)
     return _platform_default(platform)

@@ -69,13 +69,15 @@ def _in_suite(item) -> bool:
     return module is not None and module.__name__.startswith(SUITE_PACKAGE + ".")
 
 
-def _load_backend(name: str):
+def _load_backend(config, name: str):
     from pallas_frontend import registry
     from pallas_frontend.backend_api import BackendUnavailableError
     try:
         return registry.get_backend(name)
     except BackendUnavailableError as e:
-        raise pytest.UsageError(f"--pallas-backend={name}: {e}") from e
+        source = ("--pallas-backend" if config.getoption("pallas_backend", None)
+                  else ENV_BACKEND)
+        raise pytest.UsageError(f"{source}={name}: {e}") from e
 
 
 def _matches(item, pattern: str) -> bool:
@@ -98,7 +100,7 @@ def pytest_collection_modifyitems(session, config, items):
         for it in suite:
             it.add_marker(skip)
         return
-    backend = _load_backend(name)
+    backend = _load_backend(config, name)
     used: set[str] = set()
     for it in suite:
         reason = _skip_reason(it, backend, used)
@@ -144,7 +146,7 @@ def pallas_backend(request):
     name = backend_name(request.config)
     if name is None:
         pytest.skip(f"no --pallas-backend given (or {ENV_BACKEND})")
-    return _load_backend(name)
+    return _load_backend(request.config, name)
 
 
 @pytest.fixture(scope="session")

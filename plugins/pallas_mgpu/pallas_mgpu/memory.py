@@ -25,6 +25,7 @@ class Transform:
     """The base of the SMEM buffer transforms (JAX's ``plgpu.Transform``)."""
 
     def to_jax(self):
+        """JAX's equivalent transform (each subclass gives its own)."""
         raise NotImplementedError
 
 

@@ -104,6 +104,17 @@ class Mesh:
         """``GMEM``: a kernel over this mesh sees its operands whole in global memory."""
         return GMEM
 
+    def core_map(self, *, interpret=False, **options):
+        """``pl.core_map(mesh, ...)``: the frontend's, with JAX's own
+        ``InterpretGPUParams`` taken as this plugin's (code written for JAX
+        passes those)."""
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)   # pl.core_map is deprecated
+            frontend_core_map = pf.core_map
+        return frontend_core_map(_LaunchedMesh(self), interpret=adopt_interpret(interpret),
+                                 **options)
+
     @property
     def compiler_params(self) -> "MeshKernelParams":
         """What the frontend launches the mesh's grid with (selects this backend)."""
@@ -111,6 +122,16 @@ class Mesh:
                                 cluster=tuple(int(c) for c in self.cluster),
                                 cluster_names=self.cluster_names, num_threads=self.num_threads,
                                 thread_name=self.thread_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LaunchedMesh:
+    """A ``Mesh`` as the frontend's ``core_map`` launches it (no ``core_map`` hook)."""
+    mesh: Mesh
+
+    shape = property(lambda self: self.mesh.shape)
+    default_memory_space = property(lambda self: self.mesh.default_memory_space)
+    compiler_params = property(lambda self: self.mesh.compiler_params)
 
 
 def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_params=None,

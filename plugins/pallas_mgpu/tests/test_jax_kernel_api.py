@@ -219,3 +219,16 @@ def test_pallas_call_takes_mgpu_block_specs_and_dict_scratch(api, rng):
         interpret=gpu.InterpretGPUParams())
     got = np.asarray(jax.jit(f)(x), np.float64)
     np.testing.assert_allclose(got, 2 * x.astype(np.float64) + 1, rtol=2e-3, atol=2e-3)
+
+
+def test_core_map_over_a_mesh_takes_jax_interpret_params(rng):
+    x = rng.integers(-1000, 1000, 4).astype(np.int32)
+
+    @pl.run_state
+    def kernel(o_ref):
+        @pl.core_map(plgpu.Mesh(num_threads=4, thread_name="x"),
+                     interpret=jax_plgpu.InterpretGPUParams(detect_races=True))
+        def _():
+            t = jax.lax.axis_index("x")
+            o_ref[t] = o_ref[t] - t
+    np.testing.assert_array_equal(kernel(jnp.asarray(x)), x - np.arange(4))

@@ -77,8 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from pallas_frontend.env_config import ConfigError
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except ConfigError as e:     # a PALLAS_FRONTEND_* setting: its message is the whole story
+        print(f"pallas: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

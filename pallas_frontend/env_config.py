@@ -17,6 +17,10 @@ PLATFORMS = ("cpu", "cuda", "rocm", "tpu")     # what a platform=name entry may 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
+class ConfigError(ValueError):
+    """A PALLAS_FRONTEND_* variable holds a value it does not take."""
+
+
 def flag(name: str) -> bool:
     """A yes/no variable; any other value is an error, not a silent "no"."""
     raw = os.environ.get(name, "")
@@ -25,12 +29,12 @@ def flag(name: str) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise ValueError(f"{name}={raw!r} is neither on nor off: set it to 1 (or true, yes, on) to "
+    raise ConfigError(f"{name}={raw!r} is neither on nor off: set it to 1 (or true, yes, on) to "
                      f"turn it on, to 0 (or false, no, off) or unset it to turn it off")
 
 
 def default_backend_error(raw: str, problem: str, known: Callable[[], list[str]],
-                          cls: type[Exception] = ValueError) -> Exception:
+                          cls: type[Exception] = ConfigError) -> Exception:
     return cls(
         f"{ENV_DEFAULT_BACKEND}={raw!r}: {problem}. It takes a backend name (the default on every "
         f"platform) or platform=name pairs separated by commas, platforms "

@@ -17,6 +17,8 @@ import threading
 import traceback
 from collections.abc import Callable
 
+from pallas_frontend.env_config import ConfigError
+
 ENV_IMPORT_TIMEOUT = "PALLAS_FRONTEND_IMPORT_TIMEOUT"
 DEFAULT_IMPORT_TIMEOUT = 20.0
 
@@ -35,7 +37,7 @@ def import_timeout() -> float | None:
     except ValueError:
         value = -1.0
     if not value >= 0 or value == float("inf"):
-        raise ValueError(
+        raise ConfigError(
             f"{ENV_IMPORT_TIMEOUT}={raw!r} is not a number of seconds: set it to a "
             f"non-negative number (e.g. {ENV_IMPORT_TIMEOUT}=60; 0 means no limit), or unset "
             f"it for the default of {DEFAULT_IMPORT_TIMEOUT:g} s")

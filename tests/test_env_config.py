@@ -110,3 +110,16 @@ def test_suite_backend_from_the_environment_names_the_variable(tmp_path):
     assert out.returncode != 0
     assert "PALLAS_FRONTEND_TEST_BACKEND=nosuch: No pallas_frontend backend named 'nosuch'" \
         in out.stderr + out.stdout, out.stderr[-2000:]
+
+
+def test_cli_reports_a_bad_setting_without_a_traceback(monkeypatch, capsys):
+    from pallas_frontend import cli
+    monkeypatch.setenv("PALLAS_FRONTEND_IMPORT_TIMEOUT", "soon")
+    monkeypatch.setattr(registry, "_found", None)      # discover again, under the bad setting
+    try:
+        assert cli.main(["backends"]) == 2
+    finally:
+        monkeypatch.delenv("PALLAS_FRONTEND_IMPORT_TIMEOUT")
+        registry.reload()
+    err = capsys.readouterr().err
+    assert err.startswith("pallas: PALLAS_FRONTEND_IMPORT_TIMEOUT='soon' is not a number"), err

@@ -31,13 +31,13 @@ FLOAT32_ONLY = frozenset({
     "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "cbrt",
     "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh",
     "asinh", "acosh", "atanh", "logistic", "erf", "erf_inv", "erfc", "pow",
-    "rem", "triton_approx_tanh",
+    "rem", "floor", "ceil", "round", "triton_approx_tanh",
 })
 
 # Everything the interpreter would compute on bfloat16's bits.
 ARITHMETIC = FLOAT32_ONLY | frozenset({
     "add", "add_any", "sub", "mul", "div", "neg", "abs", "sign", "max", "min", "clamp",
-    "square", "integer_pow", "one_minus_square", "polynomial", "floor", "ceil", "round",
+    "square", "integer_pow", "one_minus_square", "polynomial",
     "is_finite", "eq", "ne", "lt", "le", "gt", "ge", "convert_element_type",
     "reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
     "cumsum", "cumprod", "cummax", "cummin", "argmax", "argmin",

@@ -147,3 +147,13 @@ def test_gathered_load_from_a_plain_ref(rng):
         body, out_shape=f((32, 16), jnp.float32))(p, t), f((10, 8, 16), jnp.float32),
         f((4,), jnp.int32), target=("cuda", 90))
     assert asm["ptx"]
+
+
+@pytest.mark.parametrize("method", [lax.RoundingMethod.AWAY_FROM_ZERO,
+                                    lax.RoundingMethod.TO_NEAREST_EVEN])
+def test_round(rng, method):
+    x = (rng.standard_normal((16, 32)) * 4).astype(np.float32)
+    x.reshape(-1)[:8] = [0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, np.inf, np.nan]
+    out = _map(lambda v: lax.round(v, method), **TRITON)(x)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(jax.jit(
+        lambda v: lax.round(v, method))(x)))

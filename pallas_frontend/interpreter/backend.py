@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pallas_frontend import backend_api
-from pallas_frontend.interpreter import dynamic_grid, vectorized
+from pallas_frontend.interpreter import dynamic_grid, vectorized, wide_dims
 
 
 class InterpreterBackend(backend_api.Backend):
@@ -27,11 +27,21 @@ class InterpreterBackend(backend_api.Backend):
         return backend_api.interpretable(prim)
 
     def lower(self, kernel, ctx, *args):
+        split = wide_dims.split_wide_dims(kernel)    # dims past int32 offsets
+        if split is not None:
+            inner = self._runner(split.kernel)
+            return ctx.lower_fun(
+                lambda *xs: split.finish_outputs(inner(*split.prepare_operands(xs)), kernel),
+                *args)
+        return ctx.lower_fun(self._runner(kernel), *args)
+
+    def _runner(self, kernel):
+        """The kernel as a function of its operands (dynamic grid sizes first)."""
         if kernel.dynamic_grid_axes or kernel.num_scalar_prefetch:   # index maps at run time
             n = len(kernel.dynamic_grid_axes)
-            return ctx.lower_fun(lambda *xs: dynamic_grid.run(kernel, xs[:n], *xs[n:]), *args)
+            return lambda *xs: dynamic_grid.run(kernel, xs[:n], *xs[n:])
         plan = vectorized.make_plan(kernel)
-        return ctx.lower_fun(lambda *xs: vectorized.run(plan, *xs), *args)
+        return lambda *xs: vectorized.run(plan, *xs)
 
 
 @backend_api.hookimpl

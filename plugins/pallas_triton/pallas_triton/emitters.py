@@ -182,10 +182,7 @@ def _integer_pow(w, eqn, ins):
     return [f"(1.0 / {acc})" if y < 0 else acc]
 
 
-@register("pow")
-def _pow(w, eqn, ins):
-    # exp2(y * log2(x)): exact semantics for x > 0 only; documented in the manifest.
-    return [f"tl.exp2({ins[1]} * tl.log2({ins[0]}))"]
+# pow: math_library.py (the vendor libraries' pow)
 
 
 @register("select_n")

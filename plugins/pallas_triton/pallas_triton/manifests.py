@@ -31,8 +31,6 @@ CONFORMANCE_UNSUPPORTED: dict[str, str] = {}
 CONFORMANCE_XFAIL: dict[str, str] = {}
 
 KNOWN_GAPS = {
-    "pow_negative_base": "pow is exp2(y*log2(x)); NaN for x < 0 where lax.pow is defined for "
-                         "integral y.",
     "gpu_numerics": "launching on a real GPU is untested here (no GPU): lowering, export and "
                     "device-less XLA:GPU compiles for H100/A100 are tested.",
     "rocm": "lowering for rocm emits the same custom call with gfx942 TTIR, which Triton "

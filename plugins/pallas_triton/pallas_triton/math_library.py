@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pallas_triton import padding
 from pallas_triton.emitters import in_aval, out_aval, register, tl_dtype
 from pallas_triton.errors import unsupported
 
@@ -90,3 +91,20 @@ def _round(w, eqn, ins):
         up = f"({d} > 0.5) | (({d} == 0.5) & ({odd}))"
     r = w.bind(f"tl.where({up}, {t} + 1.0, {t})")
     return [f"tl.where({x} < 0, -{r}, {r})"]
+
+
+@register("pow")
+def _pow(w, eqn, ins):
+    """C's pow (negative bases with integral exponents, zeros, infinities), as XLA's."""
+    x, y = ins
+    xd, yd = np.dtype(in_aval(eqn, 0).dtype), np.dtype(in_aval(eqn, 1).dtype)
+    if not x.isidentifier():         # a literal base: a tensor, so the result has its type
+        x = w.bind(f"tl.full({padding.shape(out_aval(eqn).shape)}, {x}, {tl_dtype(out_aval(eqn).dtype)})")
+    if w.target == "interpret":
+        return [_numpy(w, "pow", [x, y])]
+    if np.issubdtype(yd, np.integer):
+        y = f"({y}).to(tl.int32)"            # pown/powi take an int32 exponent
+    elif yd != xd:
+        y = f"({y}).to({tl_dtype(out_aval(eqn).dtype)})"
+    w.imports.add(LIBDEVICE_IMPORT)
+    return [f"libdevice.pow({x}, {y})"]

@@ -157,3 +157,22 @@ def test_round(rng, method):
     out = _map(lambda v: lax.round(v, method), **TRITON)(x)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(jax.jit(
         lambda v: lax.round(v, method))(x)))
+
+
+def test_pow_negative_bases_and_zeros(rng):
+    """lax.pow is C's pow (as XLA): negative bases with integral exponents are defined.
+    Before: exp2(y * log2(x)), NaN for every x < 0."""
+    x = rng.uniform(-3, 3, (16, 32)).astype(np.float32)
+    y = rng.integers(-3, 4, (16, 32)).astype(np.float32)
+    y[1] = rng.uniform(-2, 2, 32)                    # non-integral: NaN for x < 0, as C
+    x[0, :4], y[0, :4] = [0.0, 0.0, -0.0, np.inf], [0.0, -1.0, 3.0, -2.0]
+    got = np.asarray(_map(lax.pow, **TRITON)(x, y))
+    np.testing.assert_allclose(got, np.power(x.astype(np.float64), y), rtol=1e-5, atol=1e-6)
+    yi = jnp.asarray(y[2:].astype(np.int32))         # an int32 exponent
+    got = np.asarray(_map(lax.pow, **TRITON)(x[2:], yi))
+    np.testing.assert_allclose(got, np.power(x[2:].astype(np.float64), y[2:]), rtol=1e-5)
+    f, i = jax.ShapeDtypeStruct((16, 32), jnp.float32), jax.ShapeDtypeStruct((16, 32), jnp.int32)
+    for target in [("cuda", 90), ("hip", "gfx942")]:
+        for ys in (f, i):
+            asm = pt.compile_for_target(_map(lax.pow), f, ys, target=target)
+            assert asm["ttir"]

@@ -270,3 +270,16 @@ def _discharge_whole_refs(jaxpr, should_discharge, strip_memory_space):
     outvars = [read(a) for a in jaxpr.outvars] + [value[r] for r in refs]
     return core.Jaxpr(jaxpr.constvars, invars, outvars, eqns, core.no_effects,
                       jaxpr.debug_info.with_unknown_names(), consts=jaxpr.consts)
+
+
+def is_symbolic_dim(d) -> bool:
+    """Whether ``d`` is a ``jax.export`` symbolic dimension (e.g. ``b // 8``)."""
+    return core.is_dim(d) and not core.is_constant_dim(d)
+
+
+def jax_dynamic_shapes_export_enabled() -> bool:
+    """JAX's own ``pallas_export_experimental(dynamic_shapes=True)`` switch, so
+    code written against JAX's context manager is honoured too."""
+    import sys
+    pcore = sys.modules.get("jax._src.pallas.core")   # never imported here: only read if loaded
+    return bool(pcore is not None and pcore.dynamic_shapes_export_enabled())

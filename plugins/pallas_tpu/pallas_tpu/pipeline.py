@@ -37,11 +37,25 @@ def _spec_list(specs) -> list:
     return list(specs)
 
 
-def _trace_index_map(spec: pf.BlockSpec, n_grid: int):
+def _trace_index_map(spec: pf.BlockSpec, n_grid: int, dims):
+    """A jaxpr from the grid indices to one int32 per block dim (two, start
+    and size, for a BoundedSlice dim, whose index map returns ``pl.ds``)."""
     def flat(*idx):
         out = spec.index_map(*idx)
         out = out if isinstance(out, (tuple, list)) else (out,)
-        return [jnp.asarray(v, jnp.int32) for v in out]
+        if len(out) != len(dims):
+            raise ValueError(f"emit_pipeline: the index map returned {len(out)} indices for a "
+                             f"block of {len(dims)} dims.")
+        leaves = []
+        for v, d in zip(out, dims):
+            if isinstance(d, pf.BoundedSlice):
+                if not (hasattr(v, "start") and hasattr(v, "size")):
+                    raise ValueError("emit_pipeline: the index map must return pl.ds(start, "
+                                     f"size) for a BoundedSlice dim, got {v!r}.")
+                leaves += [jnp.asarray(v.start, jnp.int32), jnp.asarray(v.size, jnp.int32)]
+            else:
+                leaves.append(jnp.asarray(v, jnp.int32))
+        return leaves
     jaxpr, consts = backend_api.trace_body(
         flat, [jax.core.ShapedArray((), jnp.int32)] * n_grid, traced_for="emit_pipeline index_map")
     if consts:
@@ -50,13 +64,35 @@ def _trace_index_map(spec: pf.BlockSpec, n_grid: int):
     return jaxpr
 
 
-def _block_shape(spec: pf.BlockSpec, ref) -> tuple[int, ...]:
-    if spec.block_shape is None:
-        return tuple(ref.shape)
-    if any(not isinstance(d, (int, np.integer)) for d in spec.block_shape):
-        raise NotImplementedError("emit_pipeline block shapes must be ints here "
-                                  "(Squeezed/Element/BoundedSlice are not supported yet).")
-    return tuple(int(d) for d in spec.block_shape)
+def _block_dims(spec: pf.BlockSpec, ref) -> tuple:
+    """The spec's block dims as the frontend's kinds (an int is Blocked, None Squeezed)."""
+    shape = tuple(ref.shape) if spec.block_shape is None else tuple(spec.block_shape)
+    dims = []
+    for d in shape:
+        if d is None or isinstance(d, pf.Squeezed):
+            dims.append(pf.squeezed)
+        elif isinstance(d, (int, np.integer)):
+            dims.append(pf.Blocked(int(d)))
+        elif isinstance(d, (pf.Blocked, pf.BoundedSlice)):
+            dims.append(d)
+        elif isinstance(d, pf.Element):
+            if tuple(d.padding) != (0, 0):
+                raise NotImplementedError(
+                    f"emit_pipeline: Element block dims with padding ({d}) are not supported "
+                    "(as in JAX's emit_pipeline); pad the operand instead.")
+            dims.append(d)
+        else:
+            raise TypeError(f"emit_pipeline: {d!r} is not a block dim (an int, None, "
+                            "pl.Squeezed(), pl.Element(n) or pl.BoundedSlice(n)).")
+    if len(dims) != len(ref.shape):
+        raise ValueError(f"emit_pipeline: block shape {shape} has {len(dims)} dims, the Ref "
+                         f"{tuple(ref.shape)} has {len(ref.shape)}.")
+    return tuple(dims)
+
+
+def _block_shape(dims) -> tuple[int, ...]:
+    """What the body's block Ref looks like: squeezed dims dropped."""
+    return tuple(d.block_size for d in dims if not isinstance(d, pf.Squeezed))
 
 
 def _static_or_traced(grid):
@@ -96,7 +132,8 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
     def pipeline(*refs):
         if len(refs) != len(specs):
             raise TypeError(f"emit_pipeline: {len(specs)} BlockSpecs but {len(refs)} Refs given.")
-        shapes = [_block_shape(s, r) for s, r in zip(specs, refs)]
+        dims = [_block_dims(s, r) for s, r in zip(specs, refs)]
+        shapes = [_block_shape(d) for d in dims]
         block_avals = [jax.ref.AbstractRef(jax.core.ShapedArray(sh, r.dtype), memory_space=VMEM)
                        for sh, r in zip(shapes, refs)]
 
@@ -105,7 +142,7 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
             return []
         body_jaxpr, consts = backend_api.trace_body(flat_body, block_avals,
                                                        traced_for="emit_pipeline body")
-        index_maps = tuple(_trace_index_map(s, len(static_grid)) for s in specs)
+        index_maps = tuple(_trace_index_map(s, len(static_grid), d) for s, d in zip(specs, dims))
         _, traced_sizes = _static_or_traced(grid)
         # Views (x_ref.at[1]) travel as their Ref plus indexer leaves.
         flat_refs, ref_tree, ref_spec = _flatten_with_effects(
@@ -116,7 +153,7 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
         effect_spec = ref_spec + tuple((base + i, "w") for i, c in enumerate(consts) if _is_ref(c))
         emit_pipeline_p.bind(
             *operands, effect_spec=effect_spec, body=body_jaxpr, index_maps=index_maps,
-            block_shapes=tuple(shapes), grid=static_grid, num_inputs=n_in,
+            block_dims=tuple(dims), grid=static_grid, num_inputs=n_in,
             ref_tree=ref_tree, num_ref_leaves=len(flat_refs), num_traced_sizes=len(traced_sizes),
             options=options,
             dimension_semantics=None if dimension_semantics is None else tuple(
@@ -138,10 +175,16 @@ def replay_emit_pipeline(eqn, invals):
     consts = invals[n_leaves + n_sizes:]
     grid = tuple(g if g is not None else next(sizes) for g in p["grid"])
 
-    def index_fn(jaxpr):
-        return lambda *idx: tuple(evaluate.eval_jaxpr(jaxpr, (), *idx))
-    specs = [pl.BlockSpec(shape, index_fn(im))
-             for shape, im in zip(p["block_shapes"], p["index_maps"])]
+    from pallas_tpu import rebuild
+
+    def index_fn(jaxpr, dims):
+        def index_map(*idx):
+            flat = iter(evaluate.eval_jaxpr(jaxpr, (), *idx))
+            return tuple(pl.ds(next(flat), next(flat)) if isinstance(d, pf.BoundedSlice)
+                         else next(flat) for d in dims)
+        return index_map
+    specs = [pl.BlockSpec(tuple(rebuild.block_dim(d) for d in dims), index_fn(im, dims))
+             for dims, im in zip(p["block_dims"], p["index_maps"])]
 
     def inner(*blocks):
         evaluate.eval_jaxpr(p["body"], (), *consts, *blocks)

@@ -23,7 +23,7 @@ from pallas_tpu.params import CompilerParams, InterpretParams
 from pallas_tpu.spaces import block_memory_space, scratch_type_of_aval
 
 
-def _block_dim(d):
+def block_dim(d):
     from jax.experimental import pallas as pl
     if isinstance(d, pf.Blocked):
         return d.block_size
@@ -73,7 +73,7 @@ def block_spec(m: BlockMapping):
         kwargs["pipeline_mode"] = pl.Buffered(m.pipeline_mode.buffer_count)
     if space is not None:
         kwargs["memory_space"] = space
-    return pl.BlockSpec(tuple(_block_dim(d) for d in m.block_dims), _index_map_fn(m), **kwargs)
+    return pl.BlockSpec(tuple(block_dim(d) for d in m.block_dims), _index_map_fn(m), **kwargs)
 
 
 def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_axes=(),

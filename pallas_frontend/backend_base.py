@@ -234,7 +234,7 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         while skip < min(kernel.num_batch_axes, len(dims)) and isinstance(dims[skip][0], Squeezed):
             skip += 1
         for d, n in dims[skip:]:
-            if isinstance(d, Blocked) and d.block_size < n:
+            if isinstance(d, Blocked) and _smaller(d.block_size, n):
                 need.setdefault("blocked", where)
             elif isinstance(d, Element):
                 need.setdefault("element", where)
@@ -254,6 +254,13 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
                 line = kernel.source
             need.setdefault("collective_run_scoped", line)
     return need
+
+
+def _smaller(block: Any, n: Any) -> bool:
+    """block < n; a jax.export symbolic dim is only ordered against itself."""
+    if isinstance(block, (int, np.integer)) and isinstance(n, (int, np.integer)):
+        return block < n
+    return not (block == n)
 
 
 def check_capabilities(backend: Backend, kernel: KernelIR) -> None:

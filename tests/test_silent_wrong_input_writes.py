@@ -63,3 +63,40 @@ def test_input_write_under_jit_with_a_dynamic_grid(rng):
         a = a * 2 + 1
         want.append(a)
     np.testing.assert_allclose(got, np.concatenate(want), rtol=1e-6)
+
+
+def test_input_written_inside_a_loop_body(rng):
+    x, y = rand(rng, 8), rand(rng, 2)
+
+    def kern(x_ref, y_ref, o_ref):
+        def body(j, c):
+            y_ref[...] += x_ref[0:2] * 0.5
+            return c
+        jax.lax.fori_loop(0, 3, body, 0)
+        o_ref[...] = y_ref[0:1] * 2
+
+    def run(mod):
+        return mod.pallas_call(
+            kern, out_shape=jax.ShapeDtypeStruct((4,), jnp.float32), grid=(4,),
+            in_specs=[mod.BlockSpec((8,), lambda i: (0,)), mod.BlockSpec((2,), lambda i: (0,))],
+            out_specs=mod.BlockSpec((1,), lambda i: (i,)), interpret=True)(x, y)
+
+    np.testing.assert_allclose(run(pl), run(jpl), rtol=1e-6)
+
+
+def test_inputs_only_read_in_a_loop_still_run_batched(monkeypatch, rng):
+    from pallas_frontend.interpreter import vectorized
+    plans = []
+    make_plan = vectorized.make_plan
+    monkeypatch.setattr(vectorized, "make_plan", lambda k: plans.append(make_plan(k)) or plans[-1])
+    x = rand(rng, 8)
+
+    def kern(x_ref, o_ref):
+        total = jax.lax.fori_loop(0, 4, lambda j, c: c + x_ref[pl.ds(j, 1)], jnp.zeros(1))
+        o_ref[...] = total + pl.program_id(0).astype(jnp.float32)
+
+    got = pl.pallas_call(kern, out_shape=jax.ShapeDtypeStruct((4,), jnp.float32), grid=(4,),
+                         in_specs=[pl.BlockSpec((8,), lambda i: (0,))],
+                         out_specs=pl.BlockSpec((1,), lambda i: (i,)), interpret=True)(x)
+    np.testing.assert_allclose(got, x[:4].astype(np.float64).sum() + np.arange(4), rtol=1e-5)
+    assert plans and plans[0].batch_axes == (0,), plans[0].note

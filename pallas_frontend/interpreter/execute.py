@@ -141,14 +141,20 @@ def make_plan(kernel: KernelIR) -> InterpreterPlan:
     return InterpreterPlan(kernel, layouts, body)
 
 
-def written_inputs(body, num_index: int, num_inputs: int) -> tuple[int, ...]:
-    """The inputs whose Ref the discharged kernel ``body`` may write: their new
-    value is not the block it was given. Such a block is written back, so a
-    later grid point reads the update (as JAX's interpreter does)."""
-    jaxpr = body.jaxpr
-    ins = jaxpr.invars[num_index:num_index + num_inputs]
-    outs = jaxpr.outvars[:num_inputs]
-    return tuple(k for k, (i, o) in enumerate(zip(ins, outs)) if o is not i)
+def written_inputs(jaxpr, num_index: int, num_inputs: int) -> tuple[int, ...]:
+    """The inputs whose Ref the kernel ``jaxpr`` (not discharged) writes, by its
+    write and accumulate effects (nested loops and branches included). Such a
+    block is written back, so a later grid point reads the update (as JAX's
+    interpreter does)."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    refs = jaxpr.invars[num_index:num_index + num_inputs]
+    written = set()
+    for e in jaxpr.effects:
+        if isinstance(e, (jc.state_types.WriteEffect, jc.state_types.AccumEffect)):
+            at = e.input
+            written.update(k for k, v in enumerate(refs)
+                           if at is v or (isinstance(at, int) and at == num_index + k))
+    return tuple(sorted(written))
 
 
 def read_block(buf, layout: OperandLayout, starts):
@@ -233,7 +239,7 @@ def run_sequential(plan: InterpreterPlan, *inputs):
         def positions(k, idx, p):
             return start_tables[k][p], size_tables[k][p]
 
-    written = written_inputs(plan.body, len(grid), n_in)
+    written = written_inputs(kernel.jaxpr, len(grid), n_in)
 
     def step(p, carry):
         (outs, ins), scratch = carry

@@ -80,7 +80,7 @@ def make_plan(kernel: KernelIR) -> VectorizedPlan:
     if kernel.debug:
         print(analysis.describe(), file=sys.stdout)
         print(coverage_report(kernel, tables), file=sys.stdout)
-    written = execute.written_inputs(base.body, len(kernel.grid), len(kernel.in_mappings))
+    written = execute.written_inputs(kernel.jaxpr, len(kernel.grid), len(kernel.in_mappings))
     if written and base.num_points > 1:
         # Batching assumes inputs carry nothing from one point to the next.
         return VectorizedPlan(base, analysis, (), tuple(range(len(kernel.grid))), (),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 import jax
 
@@ -31,7 +32,29 @@ def pallas_export_experimental(dynamic_shapes: bool):
 
 
 def dynamic_shapes_export_enabled() -> bool:
-    return getattr(_local, "dynamic_shapes", False)
+    """Ours or JAX's ``pallas_export_experimental(dynamic_shapes=True)`` is on:
+    then blocks may have symbolic dims (JAX refuses them otherwise)."""
+    return getattr(_local, "dynamic_shapes", False) or jc.jax_dynamic_shapes_export_enabled()
+
+
+# The symbolic sizes of a kernel's dynamic grid axes, by KernelIR (the contract's
+# grid holds None there): the built-in interpreter proves block ranges with them.
+_symbolic_grids: dict[int, tuple] = {}
+
+
+def record_symbolic_grid(kernel, grid) -> None:
+    """Notes ``grid`` (ints and ``jax.export`` symbolic dims; traced sizes
+    become None) for ``kernel``."""
+    grid = tuple(g if isinstance(g, int) or jc.is_symbolic_dim(g) else None for g in grid)
+    if any(g is not None and not isinstance(g, int) for g in grid):
+        key = id(kernel)
+        _symbolic_grids[key] = grid
+        weakref.finalize(kernel, _symbolic_grids.pop, key, None)
+
+
+def symbolic_grid_of(kernel) -> tuple | None:
+    """The grid recorded for ``kernel`` by ``record_symbolic_grid``, if any."""
+    return _symbolic_grids.get(id(kernel))
 
 
 def lower_as_mlir(f, *args, dynamic_shapes: bool = False, device=None, static_argnames=(),

@@ -26,7 +26,16 @@ def cdiv(a, b):
     grid), an array for arrays and traced values."""
     if _static_int(a) and _static_int(b):
         return -(-int(a) // int(b))
+    if _size_dim(a) and _size_dim(b) and not (_static_int(b) and b <= 0):
+        return (a + b - 1) // b      # a jax.export symbolic dim stays one (usable in a grid)
     return lax.div(a + b - 1, b)
+
+
+def _size_dim(x) -> bool:
+    if _static_int(x):
+        return True
+    from pallas_frontend import _jax_compat as jc
+    return not isinstance(x, jax.core.Tracer) and jc.is_symbolic_dim(x)
 
 
 def align_to(a: int, alignment: int) -> int:

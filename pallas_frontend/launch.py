@@ -11,6 +11,7 @@ import jax
 from pallas_frontend import registry
 from pallas_frontend.block_indices import check_block_ranges
 from pallas_frontend.call_primitive import pallas_call_p
+from pallas_frontend.export import record_symbolic_grid
 from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
 from pallas_frontend.tracing import build_kernel_ir, normalize_out_shape, resolve_grid_spec
@@ -72,6 +73,7 @@ def pallas_call(
             # an interpreter that checks every Ref access itself when it runs (and
             # may be told to pad or read NaN, as JAX's TPU interpret mode) keeps that say
             check_refs=not getattr(mode, "checks_ref_bounds", False))
+        record_symbolic_grid(ir, gs.grid)     # jax.export: sizes the interpreter proves with
         # A backend's interpret mode may be asked to read out-of-range blocks as
         # uninitialized memory (pallas_tpu.InterpretParams(out_of_bounds_reads=...)).
         if gs.num_scalar_prefetch == 0 and not dynamic_axes and \

@@ -36,10 +36,19 @@ def check_dims(shape, what: str) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints, or a ValueError naming ``what``."""
     dims = tuple(shape)
     for d in dims:
+        if _is_symbolic(d):
+            continue             # a jax.export symbolic dim (b, 8 * b, ...): >= 1 by construction
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
             raise ValueError(f"{what} has shape {dims}: every dim must be a non-negative int "
                              f"(got {d!r}).")
-    return tuple(int(d) for d in dims)
+    return tuple(d if _is_symbolic(d) else int(d) for d in dims)
+
+
+def _is_symbolic(d) -> bool:
+    if isinstance(d, (int, np.integer)) or not hasattr(d, "__floordiv__"):
+        return False
+    from pallas_frontend import _jax_compat as jc   # only reached for non-int dims
+    return jc.is_symbolic_dim(d)
 
 
 def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
@@ -58,6 +67,8 @@ def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
             raise ValueError(f"Block shape for {origin} has a non-positive dim {dim}; "
                              "block dims must be positive ints.")
         return Blocked(int(dim))
+    if _is_symbolic(dim):        # allowed only under pallas_export_experimental (tracing checks)
+        return Blocked(dim)
     raise TypeError(
         f"Unsupported block dimension {dim!r} for {origin}. Allowed: int, None, "
         "pl.Blocked, pl.Element, pl.Squeezed, pl.BoundedSlice.")
@@ -206,16 +217,17 @@ def normalize_grid(grid: Any) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
         grid = tuple(g[1] for g in grid)
     sizes = []
     for g in grid:
-        if _is_traced_size(g):
-            sizes.append(g)      # a dynamic grid dim: its size is known at run time only
+        if _is_symbolic(g) or _is_traced_size(g):
+            # a dynamic grid dim (traced, or symbolic under jax.export): its size is an operand
+            sizes.append(g)
             continue
         if hasattr(g, "dtype") and np.shape(g) == () and np.issubdtype(g.dtype, np.integer):
             g = int(g)           # a concrete array scalar
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
             raise TypeError(
                 f"Grid must be a tuple of integers, got {tuple(grid)!r}: element {g!r} is a "
-                f"{type(g).__name__}. Give Python ints (e.g. pl.cdiv(n, block)) or, for a size "
-                "known only at run time, a traced int32 scalar.")
+                f"{type(g).__name__}. Give Python ints (e.g. pl.cdiv(n, block)), a jax.export "
+                "symbolic dim or, for a size known only at run time, a traced int32 scalar.")
         if g < 0:
             raise ValueError(f"Grid sizes must be non-negative, got {tuple(grid)!r}.")
         sizes.append(int(g))

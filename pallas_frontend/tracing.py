@@ -105,7 +105,7 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
     shape = aval.shape
     block_shape = None if spec is None else spec.block_shape
     if block_shape is None:
-        dims = tuple(Blocked(d) if d > 0 else Blocked(1) for d in shape)
+        dims = tuple(Blocked(d) if jc.is_symbolic_dim(d) or d > 0 else Blocked(1) for d in shape)
     else:
         if not isinstance(block_shape, (tuple, list)):
             raise TypeError(f"Block shape for {origin} must be a tuple, got {block_shape!r}.")
@@ -115,6 +115,7 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
                 f"dimensions as the array shape {shape}: give one entry per array dim (None to "
                 "squeeze a dim).")
         dims = tuple(canonicalize_block_dim(d, origin) for d in block_shape)
+    _check_static_blocks(dims, origin)
     index_map, src = trace_index_map(spec, dims, origin, num_grid, prefetch_avals,
                                      prefetch_tree, grid_sizes)
     return BlockMapping(
@@ -122,6 +123,20 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
         index_map=index_map, index_map_source=src,
         memory_space=None if spec is None else spec.memory_space,
         pipeline_mode=None if spec is None else spec.pipeline_mode)
+
+
+def _check_static_blocks(dims, origin: str):
+    """Symbolic block dims (jax.export) are JAX's experimental dynamic-shapes
+    export: refused, with JAX's message, unless it is switched on."""
+    shape = tuple(getattr(d, "block_size", None) for d in dims)
+    if any(s is not None and jc.is_symbolic_dim(s) for s in shape):
+        from pallas_frontend.export import dynamic_shapes_export_enabled
+        if not dynamic_shapes_export_enabled():
+            raise ValueError(
+                "shape polymorphism for Pallas does not support dynamically-shaped blocks. "
+                f"Block spec for {origin} has block_shape: {shape}. Give blocks static sizes "
+                "(a symbolic grid such as pl.cdiv(n, 128) is fine) or, if this is intentional, "
+                "use the pl.pallas_export_experimental(dynamic_shapes=True) context manager.")
 
 
 def _to_block_mapping(self: BlockSpec, origin: str, array_aval, *, grid=(), index_map_avals=None,
@@ -187,10 +202,9 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
     if grid_names and any(e.primitive.name == "axis_index" for e in _iter_eqns(jaxpr.jaxpr)):
         def with_program_ids(*flat):
             def index_of(axis):
-                if axis not in grid_names:
-                    raise ValueError(f"lax.axis_index({axis!r}) in kernel {name}: the grid has "
-                                     f"no axis named {axis!r}; its names are {grid_names}.")
-                return flat[grid_names.index(axis)]
+                # another name was bound around the kernel (a shard_map axis; the
+                # first trace checked it): its axis_index stays as it is
+                return flat[grid_names.index(axis)] if axis in grid_names else None
             return _eval_binding_axis_index(jaxpr.jaxpr, jaxpr.consts, flat, index_of, name)
         jaxpr, _ = jc.trace_kernel_jaxpr(with_program_ids, in_avals, traced_for="pallas kernel")
     bad = [c for c in jaxpr.consts
@@ -222,7 +236,7 @@ def _eval_binding_axis_index(jaxpr, consts, args, index_of, kernel_name):
     env.update(zip(jaxpr.invars, args))
     for eqn in jaxpr.eqns:
         vals = [read(x) for x in eqn.invars]
-        if eqn.primitive.name == "axis_index":
+        if eqn.primitive.name == "axis_index" and index_of(eqn.params["axis_name"]) is not None:
             outs = [index_of(eqn.params["axis_name"])]
         elif any(e.primitive.name == "axis_index" for sub in jc.sub_jaxprs(eqn)
                  for e in _iter_eqns(sub)):

@@ -37,7 +37,9 @@ class InterpreterBackend(backend_api.Backend):
 
     def _runner(self, kernel):
         """The kernel as a function of its operands (dynamic grid sizes first)."""
-        if kernel.dynamic_grid_axes or kernel.num_scalar_prefetch:   # index maps at run time
+        # index maps at run time (symbolic array dims: ranges known only then)
+        if kernel.dynamic_grid_axes or kernel.num_scalar_prefetch or \
+                dynamic_grid.has_symbolic_dims(kernel):
             n = len(kernel.dynamic_grid_axes)
             return lambda *xs: dynamic_grid.run(kernel, xs[:n], *xs[n:])
         plan = vectorized.make_plan(kernel)

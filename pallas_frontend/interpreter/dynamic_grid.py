@@ -21,10 +21,63 @@ from jax import lax
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend import primitives
+from pallas_frontend.affine_maps import affine_outputs
+from pallas_frontend.export import symbolic_grid_of
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.block_indices import BlockIndexError
 from pallas_frontend.interpreter.execute import padding_value, varying_like
 from pallas_frontend.specs import Blocked, BoundedSlice, Element, Squeezed
+
+
+def has_symbolic_dims(kernel: KernelIR) -> bool:
+    """Whether an array or block of ``kernel`` has a ``jax.export`` symbolic dim."""
+    return any(not isinstance(d, int) for m in kernel.mappings
+               for d in (*m.array_shape, *m.block_shape))
+
+
+def prove_in_range(kernel: KernelIR, grid) -> None:
+    """Under ``jax.export`` the run-time range check (a host callback) cannot be
+    serialised, so each block index is proven in range for every value of the
+    symbolic dims instead: affine index maps over the grid box, whose extremes
+    sit at its corners, compared by JAX's symbolic-dim decision procedure."""
+    stand_in = [g if isinstance(g, int) else 2 for g in grid]   # the map's form only
+    for m in kernel.mappings:
+        affine = None
+        if None not in grid and not kernel.num_scalar_prefetch:
+            affine = affine_outputs(m.index_map, stand_in) if all(stand_in) else None
+        if affine is None or len(affine) != len(m.block_dims) or \
+                any(isinstance(d, BoundedSlice) for d in m.block_dims):
+            why = "its index_map is not affine in the grid indices, or the grid has a traced size"
+        else:
+            why = next((f"dim {d}" for d, (a, dim, n) in
+                        enumerate(zip(affine, m.block_dims, m.array_shape))
+                        if not _fits(a, dim, n, grid)), None)
+            if why is None:
+                continue
+            why = f"in {why} a block may start outside the array for some values of the dims"
+        raise BlockIndexError(
+            f"Kernel '{kernel.name}' ({kernel.source}) exported with symbolic shapes: the "
+            f"blocks of {m.origin} cannot be proven to lie within the array (shape "
+            f"{m.array_shape}, grid {tuple(grid)}): {why}. The interpreter checks block ranges "
+            "when it exports; make the grid cover the array exactly (grid=(pl.cdiv(n, b),) "
+            "with index_map lambda i: (i, ...)) or state what holds with "
+            "jax.export.symbolic_shape(..., constraints=[...]).")
+
+
+def _fits(a, dim, n, grid) -> bool:
+    lo = hi = a.const
+    for c, g in zip(a.coefs, grid):
+        if c > 0:
+            hi = hi + c * (g - 1)
+        elif c < 0:
+            lo = lo + c * (g - 1)
+    scale = dim.block_size if isinstance(dim, Blocked) else 1
+    if isinstance(dim, Element):
+        n = n + dim.padding[0] + dim.padding[1]
+    try:
+        return bool(lo >= 0 and hi * scale <= n - 1)
+    except jax.errors.InconclusiveDimensionOperation:
+        return False
 
 
 def _pads(m: BlockMapping):
@@ -106,6 +159,10 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
     """``dyn_sizes`` are the run-time sizes of ``kernel.dynamic_grid_axes``. Also
     runs scalar-prefetch kernels (static grid or not): their index maps read the
     prefetch values, so they too are evaluated at each grid point."""
+    sym_grid = symbolic_grid_of(kernel)
+    symbolic = sym_grid is not None or has_symbolic_dims(kernel)
+    if symbolic:
+        prove_in_range(kernel, sym_grid or kernel.grid)
     n_pf = kernel.num_scalar_prefetch
     flat_args = operands     # input_output_aliases count the prefetch operands too
     prefetch, operands = list(operands[:n_pf]), operands[n_pf:]
@@ -172,6 +229,7 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
     no_bad = (jnp.ones((len(origins),), bool), jnp.zeros((n_grid,), jnp.int32))
     (outs, _, _), _, (ok, point) = lax.fori_loop(
         0, total, step, ((outs, padded_in, prefetch), scratch, no_bad))
-    jax.debug.callback(functools.partial(_raise_out_of_range, kernel_name=kernel.name,
-                                         origins=origins), ~ok, point)
+    if not symbolic:    # under jax.export the ranges were proven before the loop
+        jax.debug.callback(functools.partial(_raise_out_of_range, kernel_name=kernel.name,
+                                             origins=origins), ~ok, point)
     return [_unpad(o, m) for o, m in zip(outs, kernel.out_mappings)]

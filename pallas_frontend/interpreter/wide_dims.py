@@ -49,8 +49,8 @@ def _wide_dims(m: BlockMapping, kernel: KernelIR) -> dict[int, int]:
     """dim -> block size of the dims whose block starts may pass int32."""
     wide = {}
     for d, (n, dim) in enumerate(zip(m.array_shape, m.block_dims)):
-        if n - 1 <= INT32_MAX:
-            continue
+        if not isinstance(n, int) or n - 1 <= INT32_MAX:
+            continue                      # a jax.export symbolic dim: int32 offsets assumed
         if isinstance(dim, Blocked) and dim.block_size >= n:
             continue                      # one block: its start is 0
         if not isinstance(dim, Blocked) or -(-n // dim.block_size) > INT32_MAX:

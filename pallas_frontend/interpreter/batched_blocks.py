@@ -26,7 +26,7 @@ import numpy as np
 from jax import lax
 
 from pallas_frontend.affine_maps import Affine
-from pallas_frontend.interpreter.execute import OperandLayout, read_block
+from pallas_frontend.interpreter.execute import OperandLayout, int32_table, read_block
 from pallas_frontend.specs import BoundedSlice, Squeezed
 
 
@@ -224,12 +224,12 @@ def batched_access(layout: OperandLayout, step_axes, batch_axes, grid,
     if tiled is not None:
         flat = np.stack([st.reshape(ns, -1)[:, 0] for st in starts], -1) if ndim else \
             np.zeros((ns, 0), np.int64)
-        return BatchedAccess(layout, batch_shape, flat.astype(np.int32), None, tuple(tiled),
+        return BatchedAccess(layout, batch_shape, int32_table(flat), None, tuple(tiled),
                              per_step=bool(ns > 1 and (flat != flat[:1]).any()))
     full = np.stack([st.reshape(ns, np_) for st in starts], -1) if ndim else \
         np.zeros((ns, np_, 0), np.int64)
     valid = np.stack([sz.reshape(ns, np_) for sz in sizes], -1) if ndim else full
-    return BatchedAccess(layout, batch_shape, full.astype(np.int32), valid.astype(np.int32), None,
+    return BatchedAccess(layout, batch_shape, int32_table(full), int32_table(valid), None,
                          per_step=bool(ns > 1 and (full != full[:1]).any()))
 
 

@@ -95,7 +95,16 @@ class OperandLayout:
 def _stacked(columns, num: int) -> np.ndarray:
     if not columns:
         return np.zeros((num, 0), np.int32)
-    return np.stack([c.reshape(-1) for c in columns], -1).astype(np.int32)
+    return int32_table(np.stack([c.reshape(-1) for c in columns], -1))
+
+
+def int32_table(a: np.ndarray) -> np.ndarray:
+    """``a`` as int32 block offsets; a value that would wrap is an internal error
+    (``wide_dims`` splits dims whose offsets pass int32 before planning)."""
+    if a.size and (a.max() > np.iinfo(np.int32).max or a.min() < np.iinfo(np.int32).min):
+        raise OverflowError(f"block offset {int(a.max())} does not fit int32; the interpreter "
+                            "should have split this dim (interpreter/wide_dims.py)")
+    return a.astype(np.int32)
 
 
 def operand_layout(table: BlockTable) -> OperandLayout:

@@ -391,9 +391,13 @@ def program_coordinate_lines(w: KernelWriter, grid, axes) -> None:
 def block_ref(w: KernelWriter, mapping, ptr: str, grid_names) -> BlockRef:
     index = iter(w.emit_jaxpr(mapping.index_map, grid_names))
     starts, masked, low_masked, limits, visible, sizes = [], [], [], [], [], []
+    # element offsets past 2**31 need 64-bit arithmetic (program ids and ranges are int32)
+    wide = math.prod(mapping.array_shape) >= 2 ** 31
     for d, dim in enumerate(mapping.block_dims):
         n = mapping.array_shape[d]
         idx, limit, low = next(index), None, False
+        if wide and not idx.lstrip("-").isdigit():
+            idx = f"({idx}).to(tl.int64)"
         if isinstance(dim, pl.Blocked):
             starts.append(mul_expr(idx, dim.block_size))
             masked.append(n % dim.block_size != 0)

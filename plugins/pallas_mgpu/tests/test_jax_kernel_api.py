@@ -232,3 +232,27 @@ def test_core_map_over_a_mesh_takes_jax_interpret_params(rng):
             t = jax.lax.axis_index("x")
             o_ref[t] = o_ref[t] - t
     np.testing.assert_array_equal(kernel(jnp.asarray(x)), x - np.arange(4))
+
+
+def _small_matmul(api, interpret):
+    """A (4, 8) @ (8, 2) matmul of whole GMEM operands: no WGMMA tile fits."""
+    _, gpu = APIS[api]
+
+    @functools.partial(gpu.kernel, out_type=jax.ShapeDtypeStruct((4, 2), jnp.float32),
+                       interpret=gpu.InterpretGPUParams() if interpret else None)
+    def k(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] @ y_ref[...]
+    return k
+
+
+def test_any_matmul_shape_runs_in_interpret_mode_and_is_refused_when_compiling(rng):
+    from pallas_frontend.backend_api import BackendCapabilityError
+    from pallas_mgpu import aot
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    y = rng.standard_normal((8, 2)).astype(np.float32)
+    for api in APIS:
+        np.testing.assert_allclose(_small_matmul(api, True)(x, y), x.astype(np.float64) @ y,
+                                   rtol=1e-5, atol=1e-5, err_msg=api)
+    s = [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(y.shape, y.dtype)]
+    with pytest.raises(BackendCapabilityError, match="WGMMA tiles are 64 rows"):
+        aot.lower_for_cuda(_small_matmul("ours", False), *s)

@@ -206,9 +206,18 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
         # JAX takes a dynamic grid dim as a traced scalar: the call is built here,
         # inside the lowering's trace, where the sizes are.
         this_call = call_with_grid(args[:n_dynamic]) if n_dynamic else call
-        with pltpu.force_tpu_interpret_mode(None):
+        with pltpu.force_tpu_interpret_mode(None), \
+                pl.pallas_export_experimental(dynamic_shapes=_has_symbolic_blocks(kernel)):
             return list(this_call(*args[n_dynamic:]))
     return run
+
+
+def _has_symbolic_blocks(kernel: KernelIR) -> bool:
+    """Symbolic (jax.export) block or grid sizes reach the IR only under the
+    frontend's pallas_export_experimental; JAX's own switch is then needed too."""
+    sizes = [g for g in kernel.grid if g is not None]
+    sizes += [d for m in kernel.mappings for d in m.block_shape]
+    return any(not isinstance(d, int) for d in sizes)
 
 
 def _grid_with_sizes(grid, sizes):

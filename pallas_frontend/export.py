@@ -37,6 +37,15 @@ def dynamic_shapes_export_enabled() -> bool:
     return getattr(_local, "dynamic_shapes", False) or jc.jax_dynamic_shapes_export_enabled()
 
 
+def is_runtime_size(g) -> bool:
+    """Whether grid size ``g`` becomes a run-time operand (KernelIR.grid None):
+    a traced size, or a symbolic one unless dynamic-shapes export keeps it in
+    the grid (as JAX does)."""
+    if isinstance(g, int):
+        return False
+    return not (jc.is_symbolic_dim(g) and dynamic_shapes_export_enabled())
+
+
 # The symbolic sizes of a kernel's dynamic grid axes, by KernelIR (the contract's
 # grid holds None there): the built-in interpreter proves block ranges with them.
 _symbolic_grids: dict[int, tuple] = {}

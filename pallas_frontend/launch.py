@@ -11,7 +11,7 @@ import jax
 from pallas_frontend import registry
 from pallas_frontend.block_indices import check_block_ranges
 from pallas_frontend.call_primitive import pallas_call_p
-from pallas_frontend.export import record_symbolic_grid
+from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
 from pallas_frontend.tracing import build_kernel_ir, normalize_out_shape, resolve_grid_spec
@@ -61,7 +61,7 @@ def pallas_call(
     aliases = dict(input_output_aliases or {})
     normalize_out_shape(out_shape)   # bad shapes are refused here, before any call
 
-    dynamic_axes = [a for a, g in enumerate(gs.grid) if not isinstance(g, int)]
+    static_grid = all(isinstance(g, int) for g in gs.grid)
 
     # The debug-checks flag is read while tracing, so it is part of the cache key.
     @functools.partial(jax.jit, inline=True, static_argnums=(0, 1))
@@ -76,7 +76,7 @@ def pallas_call(
         record_symbolic_grid(ir, gs.grid)     # jax.export: sizes the interpreter proves with
         # A backend's interpret mode may be asked to read out-of-range blocks as
         # uninitialized memory (pallas_tpu.InterpretParams(out_of_bounds_reads=...)).
-        if gs.num_scalar_prefetch == 0 and not dynamic_axes and \
+        if gs.num_scalar_prefetch == 0 and static_grid and \
                 getattr(mode, "out_of_bounds_reads", "raise") == "raise":
             check_block_ranges(ir)
         flat_args = jax.tree.leaves(args)
@@ -86,7 +86,8 @@ def pallas_call(
 
     def call(*args):
         # A dynamic grid's sizes are operands (KernelIR.dynamic_grid_axes).
-        dyn_sizes = [jax.numpy.asarray(gs.grid[a], jax.numpy.int32) for a in dynamic_axes]
+        dyn_sizes = [jax.numpy.asarray(g, jax.numpy.int32) for g in gs.grid
+                     if is_runtime_size(g)]
         # A backend's own interpret mode (e.g. pallas_tpu.force_tpu_interpret_mode)
         # is read at each call and is part of the trace's cache key.
         mode = registry.effective_interpret(interpret, compiler_params)

@@ -19,9 +19,10 @@ from pallas_frontend.index_maps import _fn_name, _type_str, source_of, trace_ind
 from pallas_frontend.primitives import enable_debug_checks, grid_context, ref_aval_of
 from pallas_frontend.ref_checks import (
     check_ref_accesses, normalize_negative_indices, static_slice_errors)
+from pallas_frontend.export import is_runtime_size
 from pallas_frontend.specs import (
     BlockSpec, Blocked, GridSpec, MemoryRef, MemorySpace, PallasTypeError,
-    PallasUsageError, canonicalize_block_dim, check_dims, no_block_spec)
+    PallasUsageError, canonicalize_block_dim, check_dims, no_block_spec, symbolic_blocked)
 
 
 # PallasUsageError and PallasTypeError live with the specs (a leaf module) and
@@ -105,7 +106,8 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
     shape = aval.shape
     block_shape = None if spec is None else spec.block_shape
     if block_shape is None:
-        dims = tuple(Blocked(d) if jc.is_symbolic_dim(d) or d > 0 else Blocked(1) for d in shape)
+        dims = tuple(symbolic_blocked(d, origin) if jc.is_symbolic_dim(d) else
+                     Blocked(d) if d > 0 else Blocked(1) for d in shape)
     else:
         if not isinstance(block_shape, (tuple, list)):
             raise TypeError(f"Block shape for {origin} must be a tuple, got {block_shape!r}.")
@@ -115,7 +117,6 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
                 f"dimensions as the array shape {shape}: give one entry per array dim (None to "
                 "squeeze a dim).")
         dims = tuple(canonicalize_block_dim(d, origin) for d in block_shape)
-    _check_static_blocks(dims, origin)
     index_map, src = trace_index_map(spec, dims, origin, num_grid, prefetch_avals,
                                      prefetch_tree, grid_sizes)
     return BlockMapping(
@@ -123,20 +124,6 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
         index_map=index_map, index_map_source=src,
         memory_space=None if spec is None else spec.memory_space,
         pipeline_mode=None if spec is None else spec.pipeline_mode)
-
-
-def _check_static_blocks(dims, origin: str):
-    """Symbolic block dims (jax.export) are JAX's experimental dynamic-shapes
-    export: refused, with JAX's message, unless it is switched on."""
-    shape = tuple(getattr(d, "block_size", None) for d in dims)
-    if any(s is not None and jc.is_symbolic_dim(s) for s in shape):
-        from pallas_frontend.export import dynamic_shapes_export_enabled
-        if not dynamic_shapes_export_enabled():
-            raise ValueError(
-                "shape polymorphism for Pallas does not support dynamically-shaped blocks. "
-                f"Block spec for {origin} has block_shape: {shape}. Give blocks static sizes "
-                "(a symbolic grid such as pl.cdiv(n, 128) is fine) or, if this is intentional, "
-                "use the pl.pallas_export_experimental(dynamic_shapes=True) context manager.")
 
 
 def _to_block_mapping(self: BlockSpec, origin: str, array_aval, *, grid=(), index_map_avals=None,
@@ -276,7 +263,8 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     """Returns ``(KernelIR, out_tree)``."""
     kname = name or _fn_name(kernel)
     # Dynamic sizes (traced) are None in the IR; their values are operands.
-    grid = tuple(g if isinstance(g, int) else None for g in gs.grid)
+    # (jax.export symbolic sizes stay in the grid under pallas_export_experimental)
+    grid = tuple(None if is_runtime_size(g) else g for g in gs.grid)
     grid_names = gs.grid_names
     num_grid, npf = len(grid), gs.num_scalar_prefetch
 

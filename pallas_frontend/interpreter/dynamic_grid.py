@@ -31,8 +31,8 @@ from pallas_frontend.specs import Blocked, BoundedSlice, Element, Squeezed
 
 def has_symbolic_dims(kernel: KernelIR) -> bool:
     """Whether an array or block of ``kernel`` has a ``jax.export`` symbolic dim."""
-    return any(not isinstance(d, int) for m in kernel.mappings
-               for d in (*m.array_shape, *m.block_shape))
+    return any(g is not None and not isinstance(g, int) for g in kernel.grid) or any(
+        not isinstance(d, int) for m in kernel.mappings for d in (*m.array_shape, *m.block_shape))
 
 
 def prove_in_range(kernel: KernelIR, grid) -> None:
@@ -169,7 +169,7 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
     n_in, n_out = len(kernel.in_mappings), len(kernel.out_mappings)
     n_grid = len(kernel.grid)
     dyn = iter(jnp.asarray(s, jnp.int32) for s in dyn_sizes)
-    sizes = [jnp.int32(g) if g is not None else next(dyn) for g in kernel.grid]
+    sizes = [jnp.asarray(g, jnp.int32) if g is not None else next(dyn) for g in kernel.grid]
     dyn_values = [sizes[a] for a in kernel.dynamic_grid_axes]
     total = jnp.int32(1)
     for s in sizes:

@@ -82,3 +82,10 @@ def mosaic_gpu_modules(lowered) -> list[str]:
         with ctx:
             texts.append(str(ir.Module.parse(blob)))
     return texts
+
+
+def jax_forced_interpret_mode():
+    """What JAX's own ``force_gpu_interpret_mode`` / ``set_gpu_interpret_mode``
+    set (they share a config entry with the TPU ones), or None."""
+    from jax._src import config
+    return config.pallas_tpu_interpret_mode_context_manager.value

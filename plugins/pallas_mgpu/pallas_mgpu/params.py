@@ -197,4 +197,15 @@ _UNSET = object()
 
 def active_interpret_mode() -> InterpretParams | None:
     mode = getattr(_local, "mode", _UNSET)
-    return _global_mode[0] if mode is _UNSET else mode
+    mode = _global_mode[0] if mode is _UNSET else mode
+    if mode is None and not _local_off():
+        # JAX's own force_gpu_interpret_mode (code written for JAX uses it)
+        from pallas_mgpu import _jax_private
+        theirs = adopt_interpret(_jax_private.jax_forced_interpret_mode())
+        mode = theirs if isinstance(theirs, InterpretParams) else None
+    return mode
+
+
+def _local_off() -> bool:
+    """``force_gpu_interpret_mode(None)`` is in effect (compile, whatever is set)."""
+    return getattr(_local, "mode", _UNSET) is None

@@ -256,3 +256,14 @@ def test_any_matmul_shape_runs_in_interpret_mode_and_is_refused_when_compiling(r
     s = [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(y.shape, y.dtype)]
     with pytest.raises(BackendCapabilityError, match="WGMMA tiles are 64 rows"):
         aot.lower_for_cuda(_small_matmul("ours", False), *s)
+
+
+def test_jax_force_gpu_interpret_mode_runs_our_kernels(rng):
+    from jax._src.pallas.mosaic_gpu.interpret.params import force_gpu_interpret_mode
+    x = rng.standard_normal(128).astype(np.float32)
+
+    @functools.partial(plgpu.kernel, out_type=jax.ShapeDtypeStruct((128,), jnp.float32))
+    def k(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 3
+    with force_gpu_interpret_mode(jax_plgpu.InterpretGPUParams()):
+        np.testing.assert_allclose(jax.jit(k)(x), 3 * x.astype(np.float64), rtol=1e-6)

@@ -78,7 +78,7 @@ class TpuBackend(Backend):
         if interpret is None:
             check.check_for_mosaic(kernel)
         build = rebuild.build_pallas_call(kernel, ctx.mlir_ctx.avals_out, interpret)
-        with _tpu_info_context(kernel):
+        with _tpu_info_context(kernel), rebuild.dynamic_shapes_export(kernel):
             return ctx.lower_fun(build, *args)
 
 

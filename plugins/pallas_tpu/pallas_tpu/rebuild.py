@@ -206,18 +206,20 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
         # JAX takes a dynamic grid dim as a traced scalar: the call is built here,
         # inside the lowering's trace, where the sizes are.
         this_call = call_with_grid(args[:n_dynamic]) if n_dynamic else call
-        with pltpu.force_tpu_interpret_mode(None), \
-                pl.pallas_export_experimental(dynamic_shapes=_has_symbolic_blocks(kernel)):
+        with pltpu.force_tpu_interpret_mode(None):
             return list(this_call(*args[n_dynamic:]))
     return run
 
 
-def _has_symbolic_blocks(kernel: KernelIR) -> bool:
-    """Symbolic (jax.export) block or grid sizes reach the IR only under the
-    frontend's pallas_export_experimental; JAX's own switch is then needed too."""
+def dynamic_shapes_export(kernel: KernelIR):
+    """JAX's pallas_export_experimental, on when ``kernel`` has symbolic
+    (jax.export) grid or block sizes: they reach the IR only under the frontend's
+    switch, and JAX reads its own while tracing and lowering its pallas_call."""
+    from jax.experimental import pallas as pl
     sizes = [g for g in kernel.grid if g is not None]
     sizes += [d for m in kernel.mappings for d in m.block_shape]
-    return any(not isinstance(d, int) for d in sizes)
+    return pl.pallas_export_experimental(
+        dynamic_shapes=any(not isinstance(d, int) for d in sizes))
 
 
 def _grid_with_sizes(grid, sizes):

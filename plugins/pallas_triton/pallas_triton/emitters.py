@@ -231,10 +231,21 @@ def broadcast_expr(x: str, in_shape, out_shape, dims) -> str:
     return f"tl.broadcast_to({x}, {list(out_shape)})"
 
 
+def _python_number(text: str) -> bool:
+    if text in ("True", "False") or text.startswith("float('"):
+        return True
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
 @register("broadcast_in_dim")
 def _broadcast_in_dim(w, eqn, ins):
-    if not in_aval(eqn).shape and type(eqn.invars[0]).__name__ == "Literal":
-        # a Python number is not a tensor; tl.full makes one of the right type
+    if not in_aval(eqn).shape and (type(eqn.invars[0]).__name__ == "Literal" or
+                                   _python_number(ins[0])):
+        # a Python number (also one a folded cast left) is not a tensor; tl.full makes one
         return [f"tl.full({padding.shape(eqn.params['shape'])}, {ins[0]}, "
                 f"{tl_dtype(out_aval(eqn).dtype)})"]
     return [broadcast_expr(ins[0], in_aval(eqn).shape, eqn.params["shape"],

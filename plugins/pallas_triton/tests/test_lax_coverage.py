@@ -176,3 +176,13 @@ def test_pow_negative_bases_and_zeros(rng):
         for ys in (f, i):
             asm = pt.compile_for_target(_map(lax.pow), f, ys, target=target)
             assert asm["ttir"]
+
+
+def test_where_between_two_python_numbers(rng):
+    """jnp.where(mask, 1.0, 0.0): the broadcast of a folded constant was emitted as
+    tl.broadcast_to(1.0, ...), which Triton refuses (a float is not a tensor)."""
+    def body(x_ref, o_ref):
+        o_ref[...] = jnp.where(jnp.all(x_ref[...] > -1, axis=1, keepdims=True), 1.0, 0.0)
+    x = rng.standard_normal((8, 100)).astype(np.float32)
+    out = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((8, 1), jnp.float32), **TRITON)(x)
+    np.testing.assert_array_equal(np.asarray(out)[:, 0], (x > -1).all(1).astype(np.float32))

@@ -77,9 +77,10 @@ class TpuBackend(Backend):
                 "through JAX's TPU interpreter here.")
         if interpret is None:
             check.check_for_mosaic(kernel)
-        build = rebuild.build_pallas_call(kernel, ctx.mlir_ctx.avals_out, interpret)
-        with _tpu_info_context(kernel), rebuild.dynamic_shapes_export(kernel):
-            return ctx.lower_fun(build, *args)
+        with rebuild.dynamic_shapes_export(kernel):
+            build = rebuild.build_pallas_call(kernel, ctx.mlir_ctx.avals_out, interpret)
+            with _tpu_info_context(kernel):
+                return ctx.lower_fun(build, *args)
 
 
 def _interpreter_effects() -> frozenset:

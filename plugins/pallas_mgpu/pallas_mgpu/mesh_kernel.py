@@ -176,7 +176,7 @@ def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_p
 
     def _call(whole, *args):
         return pf.pallas_call(
-            traced, out_type, in_specs=[whole] * len(jax.tree.leaves(args)),
+            traced, out_type, in_specs=jax.tree.map(lambda _: whole, tuple(args)),
             out_specs=jax.tree.map(lambda _: whole, out_type), scratch_shapes=scratch_types,
             compiler_params=params,
             interpret=False if interpret is None else adopt_interpret(interpret),

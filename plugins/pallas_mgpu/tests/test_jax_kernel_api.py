@@ -267,3 +267,20 @@ def test_jax_force_gpu_interpret_mode_runs_our_kernels(rng):
         o_ref[...] = x_ref[...] * 3
     with force_gpu_interpret_mode(jax_plgpu.InterpretGPUParams()):
         np.testing.assert_allclose(jax.jit(k)(x), 3 * x.astype(np.float64), rtol=1e-6)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_none_operand_reaches_the_body_as_none(with_bias, rng):
+    """JAX's kernels pass optional operands as None (hopper_matmul_mgpu's c)."""
+    x = rng.standard_normal(128).astype(np.float32)
+    bias = rng.standard_normal(128).astype(np.float32) if with_bias else None
+    results = {}
+    for api, (_, gpu) in APIS.items():
+        @functools.partial(gpu.kernel, out_type=jax.ShapeDtypeStruct((128,), jnp.float32),
+                           interpret=gpu.InterpretGPUParams())
+        def k(x_ref, b_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2 + (0 if b_ref is None else b_ref[...])
+        results[api] = np.asarray(k(x, bias))
+    want = 2 * x.astype(np.float64) + (0 if bias is None else bias)
+    for api, got in results.items():
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=api)

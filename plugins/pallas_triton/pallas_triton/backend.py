@@ -69,7 +69,7 @@ class TritonBackend(backend_api.Backend):
     capabilities = frozenset({
         "grid", "blocked", "element", "squeezed", "aliasing", "loops", "cond", "vmap", "jvp",
         "scratch", "element_padding", "bounded_slice", "run_scoped",
-        "float64", "atomics", "interpret_on_cpu", "compile_only",
+        "float64", "atomics", "interpret_on_cpu", "compile_only", "debug_print",
     })
     dtypes = frozenset({"float32", "float16", "bfloat16", "float64", "int8", "int16", "int32",
                         "int64", "uint8", "uint16", "uint32", "uint64", "bool"})

@@ -21,7 +21,6 @@ UNSUPPORTED = {
     "gather_writes": "integer-array indices on Ref writes (plain Refs); reads are generated.",
     "scan_with_xs": "only fori_loop-style scans (carry only) become Python for-loops.",
     "batched_dot": "tl.dot here is 2-D only; dims must be >= 16.",
-    "debug_print": "not generated yet (tl.device_print exists; no emitter written).",
 }
 
 # Grid axes along which outputs are revisited (blocked matmul over k) run as loops

@@ -199,3 +199,16 @@ def _empty_ref(w, eqn, ins):
 @register("free_ref")
 def _free_ref(w, eqn, ins):
     return []
+
+
+# --- printing -------------------------------------------------------------------------
+
+@register("debug_print")
+def _debug_print(w, eqn, ins):
+    """``tl.device_print``: Triton prints each value per program and element after the
+    format's text (its ``{}`` fields removed), as JAX's Triton lowering does."""
+    from pallas_triton.codegen import printable
+    text = eqn.params["fmt"].replace("{}", "").replace("{{", "{").replace("}}", "}").strip()
+    prefix = repr(printable(text or "debug_print"))   # user text enters only as a repr
+    w.line(f"tl.device_print({', '.join([prefix, *ins])})")
+    return []

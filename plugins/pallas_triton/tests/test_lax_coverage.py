@@ -186,3 +186,21 @@ def test_where_between_two_python_numbers(rng):
     x = rng.standard_normal((8, 100)).astype(np.float32)
     out = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((8, 1), jnp.float32), **TRITON)(x)
     np.testing.assert_array_equal(np.asarray(out)[:, 0], (x > -1).all(1).astype(np.float32))
+
+
+def test_debug_print(rng, capfd):
+    """tl.device_print with the format's text as its prefix (JAX's Triton lowering prints
+    the same way); the value printed under the interpreter, vprintf in the PTX."""
+    def body(x_ref, o_ref):
+        pl.debug_print("first={}", x_ref[0])
+        o_ref[...] = x_ref[...] * 2
+    x = rng.integers(100, 1000, 16).astype(np.int32)
+    call = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((16,), jnp.int32))
+    out = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((16,), jnp.int32), **TRITON)(x)
+    jax.block_until_ready(out)
+    printed = capfd.readouterr().out
+    assert "first=" in printed and str(x[0]) in printed, printed
+    np.testing.assert_array_equal(np.asarray(out), x * 2)
+    asm = pt.compile_for_target(lambda v: call(v), jax.ShapeDtypeStruct((16,), jnp.int32),
+                                target=("cuda", 90))
+    assert "vprintf" in asm["ptx"]

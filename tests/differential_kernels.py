@@ -26,6 +26,9 @@ BOOL_OPS = ("and", "or", "xor", "not", "eq")
 UNARY = {"neg", "abs", "exp", "log", "sqrt", "tanh", "not"}
 # Blocks of (32, 128) tile every dtype on TPU and are powers of two (Triton).
 BLOCK = (32, 128)
+# masked loads: blocks of 128 elements, windows of 64 starting anywhere in the block
+MASKED = (128, 64)
+SENTINEL = -7
 
 
 def np_dtype(name: str):
@@ -62,7 +65,8 @@ def _values(rng, dtype: str, shape) -> np.ndarray:
 
 def draw(index: int, base_seed: int) -> Example:
     rng = np.random.default_rng([base_seed, index])
-    family = rng.choice(["elementwise"] * 5 + ["revisit", "input_write", "aliasing"])
+    family = rng.choice(["elementwise"] * 5 + ["revisit", "input_write", "aliasing",
+                                                "masked_load"])
     if family == "elementwise":
         dtype = str(rng.choice(DTYPES))
         ops = BOOL_OPS if dtype == "bool" else INT_OPS if "int" in dtype else FLOAT_OPS
@@ -73,16 +77,22 @@ def draw(index: int, base_seed: int) -> Example:
         dtype, op = str(rng.choice(["float32", "int32"])), "sum"
     elif family == "input_write":
         dtype, op = str(rng.choice(["float32", "int32"])), "running_sum"
+    elif family == "masked_load":
+        dtype = str(rng.choice(["float32", "int32"]))
+        op = f"window_{int(rng.integers(0, MASKED[0]))}_{int(rng.integers(0, MASKED[0]))}"
     else:
         dtype = str(rng.choice(DTYPES))
         op = "not" if dtype == "bool" else "add_one"
     # ragged: neither dim a multiple of the block (except where a family needs whole blocks)
     rows = int(rng.integers(1, 4)) * BLOCK[0] + int(rng.choice([0, 5, 17]))
     cols = int(rng.integers(1, 4)) * BLOCK[1] + int(rng.choice([0, 3, 77]))
+    if family == "masked_load":
+        rows, cols = 1, MASKED[0] * int(rng.integers(2, 6))
     if family in ("input_write", "aliasing"):
         rows, cols = int(rng.integers(2, 5)) * BLOCK[0], BLOCK[1] * int(rng.integers(1, 3))
     n_in = 1 if op in UNARY or family != "elementwise" else 2
-    operands = tuple(_values(rng, dtype, (rows, cols)) for _ in range(n_in))
+    shape = (cols,) if family == "masked_load" else (rows, cols)
+    operands = tuple(_values(rng, dtype, shape) for _ in range(n_in))
     if op in ("div", "rem") and "int" in dtype:
         # divisors 0 and -1 (XLA defines x / 0 = -1, x % 0 = x, MIN / -1 = MIN)
         b = operands[1].copy()
@@ -146,6 +156,8 @@ def build(ex: Example, P, **call):
                              grid=(rows // br, 3 * (cols // bc)),
                              in_specs=[P.BlockSpec(BLOCK, lambda i, j: (i, j // 3))],
                              out_specs=P.BlockSpec(BLOCK, lambda i, j: (i, j)), **call)
+    if ex.family == "masked_load":
+        return _masked_load(ex, P, **call)
     # aliasing: every other row block updated in place
     def body(x, o):
         o[...] = ~x[...] if ex.dtype == "bool" else x[...] + jnp.ones((), dt)
@@ -153,6 +165,26 @@ def build(ex: Example, P, **call):
     return P.pallas_call(body, jax.ShapeDtypeStruct(ex.shape, dt),
                          grid=(rows // br // 2, cols // bc), in_specs=[spec], out_specs=spec,
                          input_output_aliases={0: 0}, **call)
+
+
+def _masked_load(ex, P, **call):
+    """A window of the block that runs past its end, read with a mask (Triton's
+    load): the start is ``s0 + i * step`` mod the block, traced."""
+    import importlib
+    tl_load = importlib.import_module(
+        "pallas_triton" if P.__name__ == "pallas_frontend" else "jax.experimental.pallas.triton").load
+    block, width = MASKED
+    s0, step = (int(v) for v in ex.op.split("_")[1:])
+    n = ex.shape[1]
+
+    def body(x, o):
+        start = (s0 + P.program_id(0) * step) % block
+        valid = start + jax.lax.broadcasted_iota(jnp.int32, (width,), 0) < block
+        o[...] = tl_load(x.at[P.ds(start, width)], mask=valid,
+                         other=jnp.asarray(SENTINEL, x.dtype))
+    return P.pallas_call(body, jax.ShapeDtypeStruct((n // block * width,), np_dtype(ex.dtype)),
+                         grid=(n // block,), in_specs=[P.BlockSpec((block,), lambda i: (i,))],
+                         out_specs=P.BlockSpec((width,), lambda i: (i,)), **call)
 
 
 def pl_cdiv(a, b):
@@ -215,6 +247,15 @@ def numpy_reference(ex: Example) -> np.ndarray:
         with np.errstate(invalid="ignore", over="ignore"):     # inf + -inf, integer wrap
             wide = np.pad(wide, [(0, 0), (0, pad)]).reshape(rows, -1, bc).sum(1)
         return wide.astype(np.float64) if ex.dtype == "float32" else wide.astype(dt)
+    if ex.family == "masked_load":
+        block, width = MASKED
+        s0, step = (int(v) for v in ex.op.split("_")[1:])
+        flat, out = x.reshape(-1), []
+        for i in range(cols // block):
+            start = (s0 + i * step) % block
+            for j in range(width):
+                out.append(flat[i * block + start + j] if start + j < block else SENTINEL)
+        return np.array(out, dtype=dt)
     if ex.family == "input_write":
         blocks = []
         with np.errstate(over="ignore"):

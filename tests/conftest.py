@@ -27,3 +27,9 @@ def rng(request):
 def rand(rng, *shape, dtype=np.float32):
     """Standard-normal data of ``dtype`` (never zeros)."""
     return rng.standard_normal(shape).astype(dtype)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "jax_ops: JAX's shipped Pallas kernels run from JAX's files against JAX "
+        "(tests/test_jax_ops.py; select with -m jax_ops)")

@@ -35,7 +35,7 @@ def _seed():
 @pytest.mark.parametrize("name,grad", [("tpu.megablox.gmm", False), ("tpu.megablox.tgmm", False),
                                        ("tpu.megablox.ops.gmm", True)])
 def test_jax_megablox_file(name, grad):
-    row = jax_ops.run_case(CASES[name], "small", grad, seed=_seed())
+    row = jax_ops.run_case(CASES[name], "small", grad, seed=_seed(), repeats=0)
     assert row["jax"] == "ok", row["jax_error"]
     assert row["ours"] == "ok", row["ours_error"]
     assert row["rel"] <= 1e-5

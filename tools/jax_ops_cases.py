@@ -26,8 +26,9 @@ class Case:
     inputs: Callable[[np.random.Generator, str], tuple]   # (rng, size) -> args
     call: Callable[[Any, tuple], Any]                        # (module, args) -> outputs
     grad: bool = False                                       # also jax.grad of sum(out)
-    kind: str = "gpu"                                        # "gpu" (Triton-style) or "tpu"
+    kind: str = "gpu"              # "gpu" (Triton-style), "tpu", or "mgpu" (Mosaic GPU)
     force: bool = True     # tpu: run under force_tpu_interpret_mode (else interpret=True)
+    isolate: bool = False  # ours in its own process (its copy registers global state on import)
     rtol: float = 1e-3
 
 
@@ -231,19 +232,40 @@ def _ragged(mod, args):
                                       num_queries_per_block=16)
 
 
-def _key_inputs(rng, size):
-    return (rng.integers(0, 2**31, size=(2,)).astype(np.uint32),)
+def _all_gather_inputs(rng, size):
+    import jax       # one block of rows per CPU device
+    n = jax.device_count()
+    return (_normal(rng, *((n * 8, 128) if size == "small" else (n * 64, 256))),)
 
 
-def _threefry(mod, args, size=None):
-    return mod.threefry_2x32_count(args[0], (16, 256), (16, 256), (8, 128))
+def _all_gather(mod, args):
+    import jax
+    mesh = jax.make_mesh((jax.device_count(),), ("x",))
+    x = jax.device_put(args[0], jax.sharding.NamedSharding(mesh, jax.P("x")))
+    return mod.all_gather(x, mesh=mesh, axis_name="x")
+
+
+def _bits_shape(args):
+    return (16, 256) if args[1].size == 1 else (64, 1024)
+
+
+def _bits_inputs(rng, size):     # a key, and a marker of the size
+    return (rng.integers(0, 2**31, size=(2,)).astype(np.uint32),
+            np.zeros(1 if size == "small" else 2, np.int32))
+
+
+def _threefry(mod, args):
+    shape = _bits_shape(args)
+    return mod.threefry_2x32_count(args[0], shape, shape, (8, 128))
 
 
 def _philox(mod, args):
-    return mod.philox_4x32_count(args[0], (16, 256))
+    return mod.philox_4x32_count(args[0], _bits_shape(args))
 
 
 TPU_CASES = (
+    Case("tpu.all_gather", "tpu.all_gather", _all_gather_inputs, _all_gather,
+         kind="tpu", rtol=0.0),
     Case("tpu.matmul", "tpu.matmul", _matmul_inputs, _matmul, kind="tpu"),
     Case("tpu.example_kernel.double", "tpu.example_kernel", _double_inputs,
          lambda mod, args: mod.double(args[0]), kind="tpu"),
@@ -265,10 +287,61 @@ TPU_CASES = (
          _splash_inputs, _splash, grad=True, kind="tpu", force=False),
     Case("tpu.ragged_paged_attention", "tpu.ragged_paged_attention.kernel", _ragged_inputs,
          _ragged, kind="tpu"),
-    Case("tpu.random.threefry_2x32_count", "tpu.random.threefry", _key_inputs, _threefry,
-         kind="tpu", rtol=0.0),
-    Case("tpu.random.philox_4x32_count", "tpu.random.philox", _key_inputs, _philox,
-         kind="tpu", rtol=0.0),
+    Case("tpu.random.threefry_2x32_count", "tpu.random.threefry", _bits_inputs, _threefry,
+         kind="tpu", rtol=0.0, isolate=True),
+    Case("tpu.random.philox_4x32_count", "tpu.random.philox", _bits_inputs, _philox,
+         kind="tpu", rtol=0.0, isolate=True),
 )
 
-CASES = GPU_CASES + TPU_CASES
+
+
+# --- Mosaic GPU kernels: under force_gpu_interpret_mode, JAX's CPU path for them ------
+
+def _bf16(rng, *shape):
+    import jax.numpy as jnp
+    return np.asarray(_normal(rng, *shape), jnp.bfloat16)
+
+
+def _hopper_inputs(rng, size):
+    n = 256 if size == "small" else 512
+    return _bf16(rng, n, n), _bf16(rng, n, n)
+
+
+def _hopper(mod, args):
+    cfg = mod.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2)
+    return mod.matmul(args[0], args[1], None, cfg)
+
+
+def _mgpu_attention_inputs(rng, size):
+    b, s, h, d = (1, 128, 1, 64) if size == "small" else (2, 256, 2, 64)
+    return tuple(_bf16(rng, b, s, h, d) for _ in range(3))
+
+
+def _mgpu_attention(mod, args):
+    return mod.attention(*args, mod.TuningConfig(block_q=64, block_kv=64,
+                                                 max_concurrent_steps=2))
+
+
+def _ragged_dot_inputs(rng, size):
+    m, k, n, g = (256, 128, 128, 2) if size == "small" else (512, 256, 256, 4)
+    cuts = np.sort(rng.integers(0, m + 1, size=g - 1))
+    sizes = np.diff(np.concatenate([[0], cuts, [m]])).astype(np.int32)
+    return _bf16(rng, m, k), _bf16(rng, g, k, n), sizes
+
+
+def _ragged_dot(mod, args):
+    lhs, rhs, sizes = args
+    return mod.ragged_dot(lhs, rhs, group_sizes=sizes, block_m=64, block_n=64, block_k=64,
+                          max_concurrent_steps=2, grid_block_n=1)
+
+
+MGPU_CASES = (
+    Case("gpu.hopper_matmul_mgpu", "gpu.hopper_matmul_mgpu", _hopper_inputs, _hopper,
+         kind="mgpu", rtol=1e-2),
+    Case("gpu.attention_mgpu", "gpu.attention_mgpu", _mgpu_attention_inputs, _mgpu_attention,
+         kind="mgpu", rtol=1e-2),
+    Case("gpu.ragged_dot_mgpu", "gpu.ragged_dot_mgpu", _ragged_dot_inputs, _ragged_dot,
+         kind="mgpu", rtol=1e-2),
+)
+
+CASES = GPU_CASES + TPU_CASES + MGPU_CASES

@@ -74,12 +74,14 @@ def test_rejects_other_backends_primitive():
         jax.jit(_call((8, 128), kernel=kernel)).trace(jnp.zeros((256, 256))).lower()
 
 
-def test_interpreter_refuses_tpu_primitives():
-    def kernel(x_ref, o_ref, sem):
-        pltpu.async_copy(x_ref, o_ref, sem).wait()
+def test_interpreter_refuses_tpu_primitives_without_a_rule():
+    # (local DMAs have one: tests/test_dma_interpret.py)
+    def kernel(x_ref, o_ref):
+        pltpu.prng_seed(1)
+        o_ref[...] = x_ref[...]
     f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                       scratch_shapes=[pltpu.SemaphoreType.DMA], interpret=True)
-    with pytest.raises(BackendCapabilityError, match="tpu_dma_start.*'tpu'"):
+                       interpret=True)
+    with pytest.raises(BackendCapabilityError, match="tpu_prng_seed.*'tpu'"):
         f(jnp.zeros((8, 128)))
 
 

@@ -119,6 +119,12 @@ class TritonBackend(backend_api.Backend):
         return aot.compile_for_gpu(fn, *args, gpu=os.environ.get("PALLAS_TRITON_AOT_GPU", "H100"))
 
     def check(self, kernel):
+        if kernel.dynamic_grid_axes:     # JAX's wording: code written against JAX matches it
+            raise unsupported(
+                f"a grid size known only at run time (kernel '{kernel.name}', {kernel.source}, "
+                f"grid {kernel.grid}): dynamic grid bounds not supported in the Triton backend. "
+                "Give the grid Python int sizes (export with concrete shapes), or run it with "
+                "interpret=True")
         super().check(kernel)
         check_kernel(self, kernel)
 

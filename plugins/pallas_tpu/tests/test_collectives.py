@@ -86,7 +86,7 @@ def test_barrier_semaphore_aot_v5e_2x2():
     lowered.compile()
 
 
-def test_barrier_semaphore_only_in_a_kernel_and_tag_hashable():
+def test_barrier_semaphore_tag_must_be_hashable():
     with pytest.raises(TypeError, match="unhashable"):
         pltpu.get_barrier_semaphore(tag=[1])
 

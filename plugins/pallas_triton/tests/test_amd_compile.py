@@ -46,3 +46,44 @@ def test_every_case_compiles_to_hsaco():
     assert not failures, failures
     assert {r["arch"] for r in rows} == set(archs)
     assert all(r["hsaco_bytes"] > 0 and r["vgpr"] > 0 for r in rows)
+
+
+TOOLS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "tools")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(TOOLS, "jax_ops_cases.py")),
+                    reason="needs the repository's tools/ (JAX's ops copied with our imports)")
+def test_jax_gpu_ops_compile_to_hsaco():
+    """JAX's own GPU kernel files (jax/experimental/pallas/ops/gpu, only the imports
+    swapped: tools/jax_ops_copy.py), called as tools/jax_ops_cases.py calls them, forward
+    and jax.grad where the case has one: every pallas_call to HSACO."""
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    sys.path.insert(0, os.path.abspath(TOOLS))
+    import jax_ops_cases
+    import jax_ops_copy
+
+    archs = amd.requested_archs()
+    ops = jax_ops_copy.ours_ops()
+    rng = np.random.default_rng()
+    rows, failures = [], {}
+    for case in jax_ops_cases.GPU_CASES:
+        mod = ops.load(case.module)
+        args = case.inputs(rng, "small")
+        fns = {"fwd": lambda *a, case=case, mod=mod: case.call(mod, a)}
+        if case.grad:
+            def loss(*a, case=case, mod=mod):
+                return sum(jnp.sum(o) for o in jax.tree.leaves(case.call(mod, a)))
+            fns["grad"] = jax.grad(loss, argnums=tuple(range(len(args))))
+        for how, fn in fns.items():
+            try:
+                rows += [dict(case=f"{case.name} {how}", **r)
+                         for r in amd.compile_for_amd(fn, *args, archs=archs)]
+            except Exception as e:  # noqa: BLE001  (all failures reported together)
+                failures[f"{case.name} {how}"] = f"{type(e).__name__}: {e}"[:600]
+    print("\n" + _table(rows))
+    assert not failures, failures
+    assert len({r["case"] for r in rows}) == sum(1 + c.grad for c in jax_ops_cases.GPU_CASES)

@@ -8,7 +8,7 @@ import re
 import sys
 import warnings
 
-from pallas_frontend import backend_needs, discovery, registry
+from pallas_frontend import backend_needs, discovery, load_timeout, registry
 
 COLUMNS = ("name", "distribution", "version", "api", "platforms", "capabilities", "available",
            "load error")
@@ -26,8 +26,11 @@ def availability(b, platform: str) -> str:
     """How ``b`` can be used on this machine: natively, interpret-only,
     compile-only (naming what a shipped backend lacks for it and the install
     that provides it), or "no: <why>" (a raising ``is_available`` included)."""
-    try:
-        ok, why = b.is_available()
+    try:   # a probe that blocks (a driver waiting on a device) must not hang the listing
+        ok, why = load_timeout.call_with_timeout(b.is_available, "is_available()",
+                                                 load_timeout.import_timeout())
+    except load_timeout.PluginImportTimeout as e:
+        return f"no: {str(e).splitlines()[0]}"
     except Exception as e:  # a plugin's probe: report it in its row, keep listing
         return f"no: is_available() raised {type(e).__name__}: {e}"
     if not ok:

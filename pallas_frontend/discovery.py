@@ -256,7 +256,8 @@ def _load_one(cand: Candidate, found: Discovered) -> None:
         if name == BUILTIN_ENTRY_POINT or cand.top_module in sys.modules:
             candidates = load()
         else:
-            candidates = call_with_timeout(load, f"{name} ({origin.distribution})", limit)
+            candidates = call_with_timeout(load, "its import", limit,
+                                           label=f"loading {name} ({origin.distribution})")
     except KeyboardInterrupt:
         raise
     except PluginImportTimeout as e:

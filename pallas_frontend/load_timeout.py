@@ -62,9 +62,11 @@ def _blocked_at(thread: threading.Thread) -> tuple[str, str]:
         "".join(traceback.format_list(stack))
 
 
-def call_with_timeout(fn: Callable[[], object], what: str, limit: float | None) -> object:
-    """``fn()``, in a daemon thread when ``limit`` (seconds) is set; raises what
-    it raised, or ``PluginImportTimeout`` naming where it blocks."""
+def call_with_timeout(fn: Callable[[], object], what: str, limit: float | None,
+                      label: str = "") -> object:
+    """``fn()``, in a daemon thread (named after ``label``) when ``limit``
+    (seconds) is set; raises what it raised, or ``PluginImportTimeout`` saying
+    that ``what`` (e.g. "its import") did not return and where it blocks."""
     if limit is None:
         return fn()
     result: dict[str, object] = {}
@@ -74,16 +76,17 @@ def call_with_timeout(fn: Callable[[], object], what: str, limit: float | None) 
             result["value"] = fn()
         except BaseException as e:  # handed to the caller, which records it
             result["error"] = e
-    worker = threading.Thread(target=target, name=f"pallas_frontend: loading {what}", daemon=True)
+    worker = threading.Thread(target=target, name=f"pallas_frontend: {label or what}",
+                              daemon=True)
     worker.start()
     worker.join(limit)
     if worker.is_alive():
         where, stack = _blocked_at(worker)
         raise PluginImportTimeout(
-            f"it did not finish loading within {limit:g} s ({ENV_IMPORT_TIMEOUT}) and was "
+            f"{what} did not return within {limit:g} s ({ENV_IMPORT_TIMEOUT}) and was "
             f"abandoned; it is blocked at {where or 'an unknown line'}. Fix the plugin, or "
-            f"raise {ENV_IMPORT_TIMEOUT} if its import is just slow.\nStack of the blocked "
-            f"import:\n{stack}")
+            f"raise {ENV_IMPORT_TIMEOUT} if it is just slow.\nStack of the blocked "
+            f"call:\n{stack}")
     if "error" in result:
         raise result["error"]
     return result["value"]

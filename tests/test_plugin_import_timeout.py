@@ -32,7 +32,7 @@ def test_cli_lists_the_others_and_names_the_plugin_that_hangs(tmp_path):
     row = rows["sleepy"]
     assert row["distribution"] == "pallas-sleepy" and row["available"] == "no: failed to load"
     error = row["load error"]
-    assert "did not finish loading within 2 s (PALLAS_FRONTEND_IMPORT_TIMEOUT)" in error, error
+    assert "its import did not return within 2 s (PALLAS_FRONTEND_IMPORT_TIMEOUT)" in error, error
     assert f"{tmp_path / 'pf_sleepy.py'}:2 (time.sleep(3600))" in error, error
 
 
@@ -47,7 +47,7 @@ def test_backends_returns_with_the_blocked_plugin_recorded(tmp_path, monkeypatch
             with pytest.warns(discovery.BackendLoadWarning, match="'blocks'"):
                 names = set(registry.backends())
             failure = registry.load_failures()["blocks"]
-            with pytest.raises(pl_unavailable(), match="did not finish loading within 0.5 s"):
+            with pytest.raises(pl_unavailable(), match="its import did not return within 0.5 s"):
                 registry.get_backend("blocks")
         finally:
             import pf_gate
@@ -58,7 +58,7 @@ def test_backends_returns_with_the_blocked_plugin_recorded(tmp_path, monkeypatch
     assert {"good", "interpret"} <= names and "blocks" not in names
     assert f"{tmp_path / 'pf_blocks.py'}:2 (pf_gate.OPEN.wait())" in failure.reason
     # --verbose prints the blocked import's whole stack
-    assert "Stack of the blocked import" in discovery.format_cause(failure)
+    assert "Stack of the blocked call" in discovery.format_cause(failure)
 
 
 def pl_unavailable():
@@ -76,3 +76,21 @@ def test_malformed_timeout_names_the_variable_and_the_fix(tmp_path, monkeypatch,
     msg = str(info.value)
     assert f"PALLAS_FRONTEND_IMPORT_TIMEOUT={value!r}" in msg
     assert "non-negative number" in msg and "0 means no limit" in msg and "unset" in msg
+
+
+def test_a_blocking_is_available_is_reported_in_its_row(tmp_path, monkeypatch):
+    body = "def is_available(self):\n                import pf_gate; pf_gate.OPEN.wait(); return True, ''"
+    make_dist(tmp_path, "pallas-probe", "0.1", "pf_probe", backend_source("probe", body=body),
+              "probe")
+    (tmp_path / "pf_gate.py").write_text("import threading\nOPEN = threading.Event()\n")
+    from pallas_frontend import diagnostics
+    env = {"PALLAS_FRONTEND_IMPORT_TIMEOUT": "0.5", "PALLAS_FRONTEND_BACKENDS": "probe"}
+    with discovering(monkeypatch, tmp_path, env):
+        try:
+            rows = {r["name"]: r for r in diagnostics.backend_rows("cpu")}
+        finally:
+            import pf_gate
+            pf_gate.OPEN.set()
+    available = rows["probe"]["available"]
+    assert available.startswith("no: is_available() did not return within 0.5 s"), available
+    assert "pf_probe.py" in available and "pf_gate.OPEN.wait()" in available, available

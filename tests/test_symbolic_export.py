@@ -140,3 +140,39 @@ def test_exports_for_tpu_as_jax_does():
         assert text.count("tpu_custom_call") == 1
         assert "tensor<?x128xf32>" in text
     _roundtrip(ours)
+
+
+def test_symbolic_block_width_with_pl_ds_and_num_programs(rng):
+    # under the switch the grid stays symbolic: pl.num_programs is the dim itself
+    def f(x):
+        def kernel(x_ref, o_ref):
+            n = x_ref.shape[1]
+            steps = jnp.asarray(pl.num_programs(0), jnp.int32).astype(jnp.float32)
+            o_ref[:, pl.ds(0, n)] = x_ref[:, pl.ds(0, n)] * 2.0 + steps
+        spec = pl.BlockSpec((8, x.shape[1]), lambda i: (i, 0))
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct.like(x), in_specs=[spec],
+                              out_specs=spec, grid=(pl.cdiv(x.shape[0], 8),))(x)
+    b, c = _sym("b, c")
+    with pl.pallas_export_experimental(dynamic_shapes=True):
+        exp = export.export(jax.jit(f), platforms=["cpu"])(
+            jax.ShapeDtypeStruct((b, c), jnp.float32))
+    exp = _roundtrip(exp)
+    for n, m in ((16, 5), (37, 130)):
+        x = rng.standard_normal((n, m)).astype(np.float32)
+        want = x.astype(np.float64) * 2 + -(-n // 8)
+        np.testing.assert_allclose(np.asarray(exp.call(x)), want, rtol=1e-6, atol=1e-6)
+
+
+def test_triton_refuses_a_symbolic_grid_in_jax_words():
+    pallas_triton = pytest.importorskip("pallas_triton")
+    (b,) = _sym("b")
+    arg = jax.ShapeDtypeStruct((b, 128), jnp.float32)
+    f = jax.jit(lambda x, y: pl.pallas_call(
+        lambda x_ref, y_ref, o_ref: o_ref.__setitem__(..., x_ref[...] + y_ref[...]),
+        out_shape=jax.ShapeDtypeStruct.like(x), grid=(pl.cdiv(x.shape[0], 8),),
+        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))] * 2,
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        compiler_params=pallas_triton.CompilerParams())(x, y))
+    with pytest.raises(NotImplementedError,
+                       match="dynamic grid bounds not supported in the Triton backend"):
+        export.export(f, platforms=["cuda"])(arg, arg)

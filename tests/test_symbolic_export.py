@@ -176,3 +176,16 @@ def test_triton_refuses_a_symbolic_grid_in_jax_words():
     with pytest.raises(NotImplementedError,
                        match="dynamic grid bounds not supported in the Triton backend"):
         export.export(f, platforms=["cuda"])(arg, arg)
+
+
+def test_interpreter_exports_for_cpu_and_cuda_at_once(rng):
+    # the built-in interpreter lowers to plain XLA ops: one export serves both platforms
+    (b,) = _sym("b")
+    arg = jax.ShapeDtypeStruct((b, 128), jnp.float32)
+    exp = _roundtrip(export.export(jax.jit(lambda x, y: _axpb(x, y, interpret=True)),
+                                   platforms=["cpu", "cuda"])(arg, arg))
+    assert exp.platforms == ("cpu", "cuda")
+    for n in (8, 29):
+        x, y = (rng.standard_normal((n, 128)).astype(np.float32) for _ in range(2))
+        np.testing.assert_allclose(np.asarray(exp.call(x, y)), 2 * x.astype(np.float64) + y,
+                                   rtol=1e-6, atol=1e-6)

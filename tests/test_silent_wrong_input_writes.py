@@ -88,7 +88,8 @@ def test_inputs_only_read_in_a_loop_still_run_batched(monkeypatch, rng):
     from pallas_frontend.interpreter import vectorized
     plans = []
     make_plan = vectorized.make_plan
-    monkeypatch.setattr(vectorized, "make_plan", lambda k: plans.append(make_plan(k)) or plans[-1])
+    monkeypatch.setattr(vectorized, "make_plan",
+                        lambda k, **kw: plans.append(make_plan(k, **kw)) or plans[-1])
     x = rand(rng, 8)
 
     def kern(x_ref, o_ref):

@@ -27,22 +27,32 @@ class InterpreterBackend(backend_api.Backend):
         return backend_api.interpretable(prim)
 
     def lower(self, kernel, ctx, *args):
+        # The batched plan is first traced without a trial trace of its body (a
+        # whole extra trace of every first call); should tracing it fail (a
+        # primitive vmap refuses), nothing was emitted yet: plan again with the
+        # trial, which falls back to the sequential loop.
+        try:
+            return self._lower(kernel, ctx, args, trial_trace=False)
+        except Exception:  # noqa: BLE001 - the checked plan raises any real error again
+            return self._lower(kernel, ctx, args, trial_trace=True)
+
+    def _lower(self, kernel, ctx, args, trial_trace):
         split = wide_dims.split_wide_dims(kernel)    # dims past int32 offsets
         if split is not None:
-            inner = self._runner(split.kernel)
+            inner = self._runner(split.kernel, trial_trace)
             return ctx.lower_fun(
                 lambda *xs: split.finish_outputs(inner(*split.prepare_operands(xs)), kernel),
                 *args)
-        return ctx.lower_fun(self._runner(kernel), *args)
+        return ctx.lower_fun(self._runner(kernel, trial_trace), *args)
 
-    def _runner(self, kernel):
+    def _runner(self, kernel, trial_trace=True):
         """The kernel as a function of its operands (dynamic grid sizes first)."""
         # index maps at run time (symbolic array dims: ranges known only then)
         if kernel.dynamic_grid_axes or kernel.num_scalar_prefetch or \
                 dynamic_grid.has_symbolic_dims(kernel):
             n = len(kernel.dynamic_grid_axes)
             return lambda *xs: dynamic_grid.run(kernel, xs[:n], *xs[n:])
-        plan = vectorized.make_plan(kernel)
+        plan = vectorized.make_plan(kernel, trial_trace=trial_trace)
         return lambda *xs: vectorized.run(plan, *xs)
 
 

@@ -72,7 +72,9 @@ class VectorizedPlan:
         return int(np.unravel_index(s, self.step_grid)[k])
 
 
-def make_plan(kernel: KernelIR) -> VectorizedPlan:
+def make_plan(kernel: KernelIR, *, trial_trace: bool = True) -> VectorizedPlan:
+    """``trial_trace=False`` skips the trial trace of the batched body where only a
+    trace could fail: the caller then retries with it if tracing the plan raises."""
     base = execute.make_plan(kernel)
     kernel = base.kernel          # with pl.get_global Refs lifted to scratch
     tables = tuple(lay.table for lay in base.layouts)
@@ -107,6 +109,8 @@ def make_plan(kernel: KernelIR) -> VectorizedPlan:
     rows = _merged_rows(plan)
     if rows:
         return dataclasses.replace(plan, merged_rows=rows)
+    if not trial_trace and not _lowering_may_refuse(plan.base.body):
+        return plan
     return _checked_batchable(plan)
 
 
@@ -167,11 +171,18 @@ def _unbatchable(plan: VectorizedPlan) -> str:
         # A lowering that traces Python may still refuse the batched operands
         # (threefry2x32 with (1, 1) keys and batched counts): lower it here,
         # apart, so that the kernel falls back to the sequential loop.
-        if any(jc.lowering_traces_python(e.primitive) for e in _iter_eqns(plan.base.body)):
+        if _lowering_may_refuse(plan.base.body):
             jax.jit(fn).trace(*args).lower()
     except Exception as e:  # noqa: BLE001 - any failure means: run sequentially
         return f"{type(e).__name__}: {e}"[:200] or kernel.name
     return ""
+
+
+def _lowering_may_refuse(body) -> bool:
+    # A loop or cond lowered by tracing (scan) only re-lowers its body, whose
+    # equations are visited on their own: only leaf primitives count.
+    return any(jc.lowering_traces_python(e.primitive) and not jc.sub_jaxprs(e)
+               for e in _iter_eqns(body))
 
 
 def _iter_eqns(jaxpr):

@@ -120,11 +120,11 @@ class TritonBackend(backend_api.Backend):
 
     def check(self, kernel):
         if kernel.dynamic_grid_axes:     # JAX's wording: code written against JAX matches it
-            raise unsupported(
-                f"a grid size known only at run time (kernel '{kernel.name}', {kernel.source}, "
-                f"grid {kernel.grid}): dynamic grid bounds not supported in the Triton backend. "
-                "Give the grid Python int sizes (export with concrete shapes), or run it with "
-                "interpret=True")
+            raise TritonCapabilityError(
+                f"Backend 'triton' lacks capability 'dynamic_grid' that kernel '{kernel.name}' "
+                f"needs at grid {kernel.grid} ({kernel.source}): dynamic grid bounds not "
+                "supported in the Triton backend. Give the grid Python int sizes (export with "
+                "concrete shapes), or run it with interpret=True.")
         super().check(kernel)
         check_kernel(self, kernel)
 

@@ -55,7 +55,7 @@ def outcomes(tmp_path_factory):
 def test_the_unbroken_wrapper_passes_the_suite(outcomes):
     control = outcomes["mutant_none"]
     assert control["exit"] == 0 and not control["failed"], control
-    assert control["passed"] >= 25, control       # the execution layers ran, not skipped
+    assert control["passed"] >= 20, control       # the execution layers ran, not skipped
 
 
 @pytest.mark.parametrize("fault", FAULTS)

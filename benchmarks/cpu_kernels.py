@@ -91,7 +91,7 @@ def layer_norm(rows=4096, cols=1024, br=16, eps=1e-5):
     return build, norm, (x, w, bias)
 
 
-def flash_attention(heads=8, seq=1024, d=64, bq=128, bk=128):
+def flash_attention(heads=8, seq=1024, d=64, bq=128, bk=128, anchor="blocked"):
     q, k, v = (randn(s, (heads, seq, d)) for s in (8, 9, 10))
     scale = 1.0 / np.sqrt(d)
 
@@ -140,7 +140,30 @@ def flash_attention(heads=8, seq=1024, d=64, bq=128, bk=128):
                 jnp.zeros((heads, nq, bq, d), jnp.float32))
         _, l, acc = jax.lax.fori_loop(0, seq // bk, body, init)
         return (acc / l[..., None]).reshape(heads, seq, d)
-    return build, ref, (q, k, v)
+    def plain(q, k, v):
+        # Attention as one would write it in jax.numpy: whole score matrix, no blocks.
+        s = jnp.einsum("hqd,hkd->hqk", q * scale, k)
+        return jnp.einsum("hqk,hkd->hqd", jax.nn.softmax(s, axis=-1), v)
+    return build, (plain if anchor == "plain" else ref), (q, k, v)
+
+
+def scan_ema(batch=64, seq=256, d=128, decay=0.9):
+    """An in-kernel ``lax.scan`` (an exponential moving average along the sequence)."""
+    x = randn(12, (batch, seq, d))
+
+    def ema(rows):                      # rows: (seq, ...) -> running averages
+        def step(c, xt):
+            c = decay * c + xt
+            return c, c
+        return jax.lax.scan(step, jnp.zeros(rows.shape[1:], rows.dtype), rows)[1]
+
+    def build(pl):
+        def kernel(x_ref, o_ref):
+            o_ref[...] = ema(x_ref[...])
+        spec = pl.BlockSpec((None, seq, d), lambda b: (b, 0, 0))
+        return _call(pl, kernel, jax.ShapeDtypeStruct((batch, seq, d), jnp.float32), (batch,),
+                     [spec], spec)
+    return build, lambda x: jnp.swapaxes(ema(jnp.swapaxes(x, 0, 1)), 0, 1), (x,)
 
 
 def cumsum(n=1 << 20, b=1024):

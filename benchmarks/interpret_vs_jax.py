@@ -53,6 +53,8 @@ KERNELS = {
     "row softmax 4096x1024 (16 rows)": lambda: K.softmax(4096),
     "layer norm 4096x1024 (16 rows)": lambda: K.layer_norm(),
     "flash attention fwd (8 heads, 1024, d64)": lambda: K.flash_attention(),
+    "flash attention fwd, anchor: plain jnp attention": lambda: K.flash_attention(anchor="plain"),
+    "EMA by in-kernel lax.scan (64 x 256 steps x 128)": lambda: K.scan_ema(),
     "cumsum 1M (1024-blocks, sequential grid)": lambda: K.cumsum(1 << 20),
 }
 

@@ -120,13 +120,7 @@ def _logistic(w, eqn, ins):
     return [f"(1.0 / (1.0 + tl.exp(-{ins[0]})))"]
 
 
-@register("tanh")
-def _tanh(w, eqn, ins):
-    # exp-based so it also runs under Triton's interpreter (libdevice does not there);
-    # exp(-2|x|) never overflows.
-    x = w.bind(ins[0])
-    t = w.bind(f"tl.exp(-2.0 * tl.abs({x}))")
-    return [f"tl.where({x} >= 0, (1.0 - {t}) / (1.0 + {t}), ({t} - 1.0) / (1.0 + {t}))"]
+# tanh: math_library.py (libdevice/ocml; NumPy under the interpreter)
 
 
 @register("log1p")

@@ -51,6 +51,7 @@ _FUNCTIONS = {
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "asinh": np.arcsinh,
     "acosh": np.arccosh, "atanh": np.arctanh, "atan2": np.arctan2, "cbrt": np.cbrt,
     "nextafter": np.nextafter, "erf_inv": _erf_inv, "clz": _clz, "pow": np.power,
+    "tanh": np.tanh,
     "population_count": _popcount,
 }
 

@@ -37,9 +37,6 @@ RUNNERS = {
 # disagree (an example that now agrees fails: remove its entry); the runner's test
 # is then an xfail naming them, after every other example has agreed.
 KNOWN = {
-    ("triton", "revisit", "sum"): "pallas_triton codegen: jnp.where(mask, x, jnp.zeros((), dt)) "
-        "emits tl.broadcast_to(0.0, shape) on a Python float, which Triton's interpreter "
-        "rejects (AttributeError: 'float' object has no attribute 'type')",
     ("mgpu", "input_write", "running_sum"): "pallas_mgpu's pipeline fetches an input block "
         "again at every grid step, so a write to an input Ref is lost (its conformance "
         "manifest xfails the same)",

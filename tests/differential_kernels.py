@@ -63,10 +63,29 @@ def _values(rng, dtype: str, shape) -> np.ndarray:
     return x.astype(dt)
 
 
+def _in_range(rng, x, target: str):
+    """``x`` with the values a cast to ``target`` leaves undefined replaced: NaN,
+    infinities and out-of-range floats going to an integer type (XLA defines no
+    result for them)."""
+    if target == "bool" or "int" not in target or x.dtype == np.bool_ \
+            or not np.issubdtype(x.dtype, np.inexact) and "float" not in str(x.dtype) \
+            and str(x.dtype) != "bfloat16":
+        return x
+    info = jnp.iinfo(np_dtype(target))
+    lo, hi = max(float(info.min), -6e4), min(float(info.max), 6e4)   # f16's range too
+    wide = x.astype(np.float64)
+    bad = ~np.isfinite(wide) | (wide <= lo - 1) | (wide >= hi + 1)
+    wide[bad] = rng.uniform(lo, hi, size=int(bad.sum()))
+    out = wide.astype(x.dtype)
+    back = out.astype(np.float64)      # rounding to x's dtype may leave the range again
+    out[(back <= lo - 1) | (back >= hi + 1)] = 0
+    return out
+
+
 def draw(index: int, base_seed: int) -> Example:
     rng = np.random.default_rng([base_seed, index])
     family = rng.choice(["elementwise"] * 5 + ["revisit", "input_write", "aliasing",
-                                                "masked_load"])
+                                                "masked_load", "cast"])
     if family == "elementwise":
         dtype = str(rng.choice(DTYPES))
         ops = BOOL_OPS if dtype == "bool" else INT_OPS if "int" in dtype else FLOAT_OPS
@@ -77,6 +96,9 @@ def draw(index: int, base_seed: int) -> Example:
         dtype, op = str(rng.choice(["float32", "int32"])), "sum"
     elif family == "input_write":
         dtype, op = str(rng.choice(["float32", "int32"])), "running_sum"
+    elif family == "cast":
+        dtype = str(rng.choice(DTYPES))
+        op = "to_" + str(rng.choice([d for d in DTYPES if d != dtype]))
     elif family == "masked_load":
         dtype = str(rng.choice(["float32", "int32"]))
         op = f"window_{int(rng.integers(0, MASKED[0]))}_{int(rng.integers(0, MASKED[0]))}"
@@ -93,6 +115,8 @@ def draw(index: int, base_seed: int) -> Example:
     n_in = 1 if op in UNARY or family != "elementwise" else 2
     shape = (cols,) if family == "masked_load" else (rows, cols)
     operands = tuple(_values(rng, dtype, shape) for _ in range(n_in))
+    if family == "cast":
+        operands = (_in_range(rng, operands[0], op[3:]),)
     if op in ("div", "rem") and "int" in dtype:
         # divisors 0 and -1 (XLA defines x / 0 = -1, x % 0 = x, MIN / -1 = MIN)
         b = operands[1].copy()
@@ -120,6 +144,8 @@ def _apply(op, a, b=None):
 
 
 def out_dtype(ex: Example) -> str:
+    if ex.family == "cast":
+        return ex.op[3:]
     return "bool" if ex.op == "eq" else ex.dtype
 
 
@@ -130,6 +156,12 @@ def build(ex: Example, P, **call):
     br, bc = BLOCK
     grid = (pl_cdiv(rows, br), pl_cdiv(cols, bc))
     dt = np_dtype(ex.dtype)
+    if ex.family == "cast":
+        def body(x, o):
+            o[...] = x[...].astype(o.dtype)
+        spec = P.BlockSpec(BLOCK, lambda i, j: (i, j))
+        return P.pallas_call(body, jax.ShapeDtypeStruct(ex.shape, np_dtype(out_dtype(ex))),
+                             grid=grid, in_specs=[spec], out_specs=spec, **call)
     if ex.family == "elementwise":
         def body(*refs):
             *ins, o = refs
@@ -240,6 +272,14 @@ def numpy_reference(ex: Example) -> np.ndarray:
         return out if ex.op == "eq" else out.astype(dt)
     x = xs[0]
     rows, cols = ex.shape
+    if ex.family == "cast":
+        target = np_dtype(out_dtype(ex))
+        if target == np.bool_:
+            return x != 0
+        if np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_:
+            return x.astype(target)
+        wide = x.astype(np.float64)
+        return (np.trunc(wide) if "int" in out_dtype(ex) else wide).astype(target)
     br, bc = BLOCK
     if ex.family == "revisit":
         wide = x.astype(np.float64 if ex.dtype == "float32" else np.int64)

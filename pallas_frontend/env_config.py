@@ -82,8 +82,8 @@ def configured_default_error(platform: str, name: str, error: Exception, by_call
     cls = type(error)
     if by_call:
         return cls(f"pallas_frontend.set_default_backend({platform!r}, {name!r}) chose it: "
-                   f"{str(error).rstrip('.')}. Call set_default_backend({platform!r}, None) to go back to the "
-                   "built-in choice.")
+                   f"{str(error).rstrip('.')}. Call set_default_backend({platform!r}, None) "
+                   "to go back to the built-in choice.")
     raw = os.environ.get(ENV_DEFAULT_BACKEND, "").strip()
     return default_backend_error(
         raw, f"backend {name!r} cannot be the default for platform {platform!r}: "

@@ -203,8 +203,9 @@ def _masked_load(ex, P, **call):
     """A window of the block that runs past its end, read with a mask (Triton's
     load): the start is ``s0 + i * step`` mod the block, traced."""
     import importlib
+    ours = P.__name__ == "pallas_frontend"
     tl_load = importlib.import_module(
-        "pallas_triton" if P.__name__ == "pallas_frontend" else "jax.experimental.pallas.triton").load
+        "pallas_triton" if ours else "jax.experimental.pallas.triton").load
     block, width = MASKED
     s0, step = (int(v) for v in ex.op.split("_")[1:])
     n = ex.shape[1]

@@ -79,7 +79,8 @@ def test_malformed_timeout_names_the_variable_and_the_fix(tmp_path, monkeypatch,
 
 
 def test_a_blocking_is_available_is_reported_in_its_row(tmp_path, monkeypatch):
-    body = "def is_available(self):\n                import pf_gate; pf_gate.OPEN.wait(); return True, ''"
+    body = ("def is_available(self):\n"
+            "                import pf_gate; pf_gate.OPEN.wait(); return True, ''")
     make_dist(tmp_path, "pallas-probe", "0.1", "pf_probe", backend_source("probe", body=body),
               "probe")
     (tmp_path / "pf_gate.py").write_text("import threading\nOPEN = threading.Event()\n")

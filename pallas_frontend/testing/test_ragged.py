@@ -25,7 +25,8 @@ def test_position_dependent_ragged_blocks(call_kernel, rng):
     got_a, got_b = call_kernel(K.position_ragged, ROWS, COLS, BR, BC)(x)
     want_a, want_b = K.position_ragged_ref(x, BR, BC)
     np.testing.assert_allclose(got_a, want_a, rtol=1e-5, atol=1e-5, err_msg="output 0 (position)")
-    np.testing.assert_allclose(got_b, want_b, rtol=1e-5, atol=1e-5, err_msg="output 1 (program ids)")
+    np.testing.assert_allclose(got_b, want_b, rtol=1e-5, atol=1e-5,
+                               err_msg="output 1 (program ids)")
 
 
 @pytest.mark.requires("scratch")

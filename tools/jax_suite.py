@@ -1,7 +1,8 @@
 """Run JAX's own Pallas tests against JAX's Pallas and against ours; tabulate.
 
-    python tools/jax_suite.py --jax-src PATH [--rev REV] [--files a_test.py ...]
-                              [--work DIR] [--out docs/jax-suite.md]
+    python tools/jax_suite.py --jax-src PATH [--rev REV] [--files all | a_test.py ...]
+                              [--work DIR] [--out docs/jax-suite.md] [--reuse-jax]
+                              [--timeout S] [--jobs N]
 
 PATH is a JAX source checkout or a bare clone (then REV, default HEAD, names
 the revision to read). For each test file of ``tests/pallas/`` two copies are
@@ -16,6 +17,17 @@ ours with the first line of its failure. ``tools/jax_suite_reasons.json``
 maps such tests (``file::Class::test`` or a prefix ending in ``*``) to a
 reason, e.g. that the test inspects JAX internals.
 
+``--files all`` takes every ``*_test.py`` of the revision. A file whose two
+copies are identical (no Pallas module it imports has a stand-in) tests only
+JAX: its JAX side runs, it is listed, not run under ours and not counted; so is
+a file with no test passing under JAX on CPU. Each file runs in the environment
+its plugins need (``file_env``) under ``--timeout``: at the limit pytest is
+interrupted, the tests it finished are kept and the page says the file was cut.
+JAX's side does not depend on our code: its results are cached in
+``--work/jax-cache`` per JAX revision, installed jax, copy text and shims, and
+``--reuse-jax`` reads them instead of running it again (files not cached still
+run). ``--jobs`` runs that many files at once.
+
 The environment running this script needs jax, pallas_frontend and its
 plugins, pytest, hypothesis and absl-py. Nothing here is run by CI: it needs a
 JAX checkout, and the resulting page is committed with its date and versions.
@@ -24,15 +36,18 @@ JAX checkout, and the resulting page is committed with its date and versions.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
+import hashlib
 import importlib.util
 import json
 import os
 import platform
 import re
-import shutil
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -47,6 +62,26 @@ DEFAULT_FILES = (
     "tpu_pallas_state_test.py", "triton_pallas_test.py",
 )
 
+# What the plugins need on a machine without accelerators (tox.ini's tpu env):
+# libtpu must not look for a TPU; JAX stays on CPU.
+TPU_ENV = {"TPU_ACCELERATOR_TYPE": "v5litepod-4", "TPU_WORKER_HOSTNAMES": "localhost",
+           "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+
+
+def file_env(name: str, target: str, directory: Path) -> dict[str, str]:
+    """The environment one copy of one file runs in; the same for both sides."""
+    # The copy's own directory first (its shims), then whatever the caller set (a worktree).
+    pythonpath = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PALLAS_JAX_SUITE_TARGET=target, PYTHONPATH=pythonpath, **TPU_ENV)
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    # No allow-list (a file may import any plugin), except for the tpu files, which
+    # run as tox.ini's tpu env does.
+    env.pop("PALLAS_FRONTEND_BACKENDS", None)
+    if name.startswith("tpu_"):
+        env["PALLAS_FRONTEND_BACKENDS"] = "tpu"
+    return env
+
+
 # JAX's public Pallas modules and the distributions that stand in for them.
 OUR_MODULES = {
     "jax.experimental.pallas.tpu_sc": "pallas_tpu.tpu_sc",
@@ -54,6 +89,9 @@ OUR_MODULES = {
     "jax.experimental.pallas.triton": "pallas_triton",
     "jax.experimental.pallas.mosaic_gpu": "pallas_mgpu",
     "jax.experimental.pallas": "pallas_frontend",
+    # A private module a test imports only for a name JAX exports publicly
+    # (`cost_estimate.estimate_cost` is `pl.estimate_cost`).
+    "jax._src.pallas.cost_estimate": "pallas_frontend",
 }
 
 # jax._src test helpers the tests import; replaced by a shim only where the
@@ -124,23 +162,36 @@ def our_revision() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def run_copy(directory: Path, name: str, timeout: float, target: str) -> dict[str, tuple[str, str]]:
-    """Runs one test file; returns {test id: (outcome, first failure line)}."""
+def run_copy(directory: Path, name: str, timeout: float, target: str):
+    """Runs one test file; returns ({test id: (outcome, first failure line)}, note, seconds).
+
+    At ``timeout`` pytest gets SIGINT, which still writes the report of the tests run so
+    far; ``note`` then says the file was cut (empty otherwise).
+    """
     report = directory / (name + ".xml")
-    # The copy's own directory first (its shims), then whatever the caller set (a worktree).
-    pythonpath = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PALLAS_JAX_SUITE_TARGET=target, PYTHONPATH=pythonpath)
-    env.setdefault("JAX_PLATFORMS", "cpu")
+    report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            f"--junitxml={report}", "-o", "junit_family=xunit1", name]
+    start = time.monotonic()
+    note = ""
+    proc = subprocess.Popen(cmd, cwd=directory, env=file_env(name, target, directory),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
-        subprocess.run(cmd, cwd=directory, env=env, timeout=timeout,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {f"{name}::<file>": ("failed", f"timed out after {timeout:.0f} s")}
+        note = f"cut at the {timeout:.0f} s limit"
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    seconds = time.monotonic() - start
     if not report.exists():
-        return {f"{name}::<file>": ("failed", "pytest wrote no report (crash?)")}
-    return parse_junit(report, name)
+        return {f"{name}::<file>": ("failed", note or "pytest wrote no report (crash?)")}, \
+            note, seconds
+    return parse_junit(report, name), note, seconds
 
 
 def parse_junit(report: Path, name: str) -> dict[str, tuple[str, str]]:
@@ -187,8 +238,46 @@ def tally(results: dict[str, tuple[str, str]]) -> tuple[int, int, int]:
     return outcomes.count("passed"), outcomes.count("failed"), outcomes.count("skipped")
 
 
-def write_page(out: Path, files, jax_res, our_res, meta) -> int:
+def list_test_files(jax_src: Path, rev: str) -> list[str]:
+    directory = jax_src / "tests" / "pallas"
+    if directory.is_dir():
+        return sorted(p.name for p in directory.glob("*_test.py"))
+    out = subprocess.run(["git", "-C", str(jax_src), "ls-tree", "--name-only", rev, "tests/pallas/"],
+                         check=True, capture_output=True, text=True)
+    return sorted(Path(line).name for line in out.stdout.splitlines() if line.endswith("_test.py"))
+
+
+def cache_path(work: Path, jax_rev: str, name: str, copy_text: str) -> Path:
+    """Where JAX's side of one file is cached: keyed by revision, jax, copy and shims."""
+    import jax
+    digest = hashlib.sha256(copy_text.encode())
+    for shim in sorted(SHIMS.glob("*.py")):
+        digest.update(shim.read_bytes())
+    folder = f"{jax_rev.split()[0][:12]}-jax{jax.__version__}"
+    return work / "jax-cache" / folder / f"{name}.{digest.hexdigest()[:16]}.json"
+
+
+def save_run(path: Path, run: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run))
+
+
+def load_run(path: Path) -> dict:
+    run = json.loads(path.read_text())
+    return dict(run, results={t: tuple(v) for t, v in run["results"].items()})
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
     reasons = load_reasons()
+    counted = [n for n in files if n in our_runs]
+    idle = [n for n in files if n not in jax_only and n not in our_runs]
+    jax_s = sum(jax_runs[n]["seconds"] for n in files)
+    our_s = sum(our_runs[n]["seconds"] for n in counted)
     lines = [
         "# JAX's Pallas test suite, run against ours",
         "",
@@ -196,58 +285,99 @@ def write_page(out: Path, files, jax_res, our_res, meta) -> int:
         "`tests/pallas/` runs twice under pytest on CPU: as it stands (JAX's Pallas) and",
         "with only its Pallas imports changed to `pallas_frontend` / `pallas_tpu` /",
         "`pallas_triton` / `pallas_mgpu`, the test helper's `pallas_call` pointing at ours.",
+        "Counted: every file with a Pallas import to change and at least one test passing",
+        "under JAX on CPU.",
         "",
-        f"- date: {meta['date']}",
+        f"- date: {meta['date']} (ours' side); JAX's side run {meta['jax_dates']}",
         f"- JAX source: {meta['jax_rev']}; installed jax {meta['jax']}, jaxlib {meta['jaxlib']}",
         f"- pallas-frontend: {meta['ours_rev']}; Python {meta['python']}; {meta['machine']}",
         f"- shims for version skew (both runs): {', '.join(meta['skewed']) or 'none'}",
+        f"- run time (per-file times added up; {meta['jobs']} file(s) at a time, on a shared "
+        f"machine): JAX's side {jax_s / 60:.1f} min, ours {our_s / 60:.1f} min; the command: "
+        f"`{meta['command']}`",
         "",
-        "| file | JAX passed | JAX failed | JAX skipped | ours passed | ours failed | ours skipped | lost |",
-        "|---|---|---|---|---|---|---|---|",
+        "| file | JAX passed | JAX failed | JAX skipped | ours passed | ours failed "
+        "| ours skipped | lost | s JAX / ours |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    lost_rows, explained = [], 0
+    lost_rows, explained, cut = [], 0, []
     totals = [0] * 7
-    for name in files:
-        j, o = jax_res[name], our_res[name]
+    for name in counted:
+        j, o = jax_runs[name]["results"], our_runs[name]["results"]
         lost = [t for t, (oc, _) in j.items() if oc == "passed" and o.get(t, ("missing", ""))[0] != "passed"]
         row = (*tally(j), *tally(o), len(lost))
         totals = [a + b for a, b in zip(totals, row)]
-        lines.append(f"| `{name}` | " + " | ".join(str(v) for v in row) + " |")
+        secs = f"{jax_runs[name]['seconds']:.0f} / {our_runs[name]['seconds']:.0f}"
+        lines.append(f"| `{name}` | " + " | ".join(str(v) for v in row) + f" | {secs} |")
+        cut += [f"`{name}` ({side}: {run['note']})" for side, run in
+                (("JAX", jax_runs[name]), ("ours", our_runs[name])) if run.get("note")]
         for t in sorted(lost):
             why = reason_for(t, reasons)
             if why:
                 explained += 1
-            oc, msg = o.get(t, ("missing", "not collected under ours"))
+            not_run = f"not reached ({our_runs[name]['note']})" if our_runs[name].get("note") \
+                else "not collected under ours"
+            oc, msg = o.get(t, ("missing", not_run))
             lost_rows.append((t, oc, why or msg))
-    lines.append("| **total** | " + " | ".join(f"**{v}**" for v in totals) + " |")
-    lines += ["", f"Passing under JAX but not under ours: {len(lost_rows)} "
+    lines.append("| **total** | " + " | ".join(f"**{v}**" for v in totals) + " | |")
+    lines.append("")
+    if cut:
+        lines += ["Cut at the time limit (the tests finished by then are counted): "
+                  + ", ".join(cut) + ".", ""]
+
+    def listing(names):
+        return ", ".join(f"`{n}` ({'/'.join(map(str, tally(jax_runs[n]['results'])))})"
+                         for n in names) or "none"
+    lines += ["Not counted (JAX's passed/failed/skipped in brackets):", "",
+              "- testing only JAX (no Pallas import to change): " + listing(jax_only),
+              "- no test passing under JAX on CPU: " + listing(idle), ""]
+    lines += [f"Passing under JAX but not under ours: {len(lost_rows)} "
               f"({explained} with a stated reason).", ""]
     if lost_rows:
         lines += ["| test | ours | cause or reason |", "|---|---|---|"]
         for t, oc, why in lost_rows:
             lines.append(f"| `{t}` | {oc} | {why.replace('|', '/')} |")
         lines.append("")
-    gained = sum(1 for name in files for t, (oc, _) in our_res[name].items()
-                 if oc == "passed" and jax_res[name].get(t, ("", ""))[0] != "passed")
+    gained = sum(1 for name in counted for t, (oc, _) in our_runs[name]["results"].items()
+                 if oc == "passed" and jax_runs[name]["results"].get(t, ("", ""))[0] != "passed")
     lines += [f"Passing under ours but not under JAX: {gained}.", ""]
     out.write_text("\n".join(lines))
     return len(lost_rows) - explained
+
+
+def run_many(names, directory: Path, timeout: float, target: str, jobs: int, done) -> None:
+    """Runs the files, ``jobs`` at a time; ``done(name, run)`` gets each one's result."""
+    def one(name):
+        print(f"[{target}] {name} ...", flush=True)
+        results, note, seconds = run_copy(directory, name, timeout, target)
+        run = dict(results=results, note=note, seconds=seconds, timeout=timeout,
+                   date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"))
+        done(name, run)
+        print(f"[{target}] {name}: passed/failed/skipped = {tally(results)} in {seconds:.0f} s"
+              + (f" ({note})" if note else ""), flush=True)
+    # Longest files first, so that the last ones to finish are short.
+    names = sorted(names, key=lambda n: -(directory / n).stat().st_size)
+    with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+        for future in [pool.submit(one, n) for n in names]:
+            future.result()
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jax-src", type=Path, required=True)
     ap.add_argument("--rev", default="HEAD")
-    ap.add_argument("--files", nargs="*", default=list(DEFAULT_FILES))
+    ap.add_argument("--files", nargs="*", default=list(DEFAULT_FILES),
+                    help="test files of tests/pallas, or `all`")
     ap.add_argument("--work", type=Path, default=Path("/tmp/pallas-jax-suite"))
     ap.add_argument("--out", type=Path, default=HERE.parent / "docs" / "jax-suite.md")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per file and copy")
+    ap.add_argument("--jobs", type=int, default=1, help="files run at once")
     ap.add_argument("--only", choices=("jax", "ours"), help="run one side only")
     ap.add_argument("--reuse-jax", action="store_true",
-                    help="read JAX's side from the reports an earlier run left in --work "
+                    help="read JAX's side from the cache in --work where it holds the file "
                          "(its results do not depend on our code)")
     ap.add_argument("--reuse-ours", nargs="*", default=[], metavar="FILE",
-                    help="files whose side of ours is read from an earlier run's report in --work")
+                    help="files (or `all`) whose side of ours is read from an earlier run in --work")
     args = ap.parse_args(argv)
 
     import jax
@@ -256,40 +386,62 @@ def main(argv=None) -> int:
     from jax._src import config
     dropped_flags = [] if hasattr(config, "jax_pallas_use_mosaic_gpu") else [
         "config.jax_pallas_use_mosaic_gpu (conftest.py)"]
-    jax_res, our_res = {}, {}
+    files = list_test_files(args.jax_src, args.rev) if args.files == ["all"] else args.files
+    jax_rev = jax_revision(args.jax_src, args.rev)
+    copies = {}
     for side in ("jax", "ours"):
         directory = args.work / side
-        if side == "jax" and args.reuse_jax:
-            for name in args.files:
-                jax_res[name] = parse_junit(directory / (name + ".xml"), name)
-            continue
-        if directory.exists() and not args.reuse_ours:
-            shutil.rmtree(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        # Written only where changed: another run may be using this --work directory.
         for shim in SHIMS.glob("*.py"):
-            shutil.copy(shim, directory / shim.name)
-        for name in args.files:
-            (directory / name).write_text(make_copy(read_tests(args.jax_src, args.rev, name),
-                                                    side == "ours", skewed))
-        if args.only and args.only != side:
-            continue
-        for name in args.files:
-            if side == "ours" and name in args.reuse_ours:
-                our_res[name] = parse_junit(directory / (name + ".xml"), name)
-                continue
-            print(f"[{side}] {name} ...", flush=True)
-            res = run_copy(directory, name, args.timeout, side)
-            (jax_res if side == "jax" else our_res)[name] = res
-            print(f"[{side}] {name}: passed/failed/skipped = {tally(res)}", flush=True)
+            _write_if_changed(directory / shim.name, shim.read_text())
+        for name in files:
+            text = make_copy(read_tests(args.jax_src, args.rev, name), side == "ours", skewed)
+            _write_if_changed(directory / name, text)
+            copies[side, name] = text
+    jax_only = [n for n in files if copies["jax", n] == copies["ours", n]]
+
+    jax_runs = {}
+    if args.reuse_jax:
+        for name in files:
+            path = cache_path(args.work, jax_rev, name, copies["jax", name])
+            run = load_run(path) if path.exists() else None
+            if run and not (run["note"] and run.get("timeout", 0) < args.timeout):  # not cut earlier
+                jax_runs[name] = run
+    if args.only != "ours":
+        def keep_jax(name, run):
+            jax_runs[name] = run
+            save_run(cache_path(args.work, jax_rev, name, copies["jax", name]), run)
+        run_many([n for n in files if n not in jax_runs], args.work / "jax", args.timeout,
+                 "jax", args.jobs, keep_jax)
+
+    our_runs = {}
+    ours_dir = args.work / "ours"
+    wanted = [n for n in files if n not in jax_only
+              and (n not in jax_runs or tally(jax_runs[n]["results"])[0] > 0)]
+    for name in wanted:
+        saved = ours_dir / (name + ".json")
+        if (name in args.reuse_ours or args.reuse_ours == ["all"]) and saved.exists():
+            our_runs[name] = load_run(saved)
+    if args.only != "jax":
+        def keep_ours(name, run):
+            our_runs[name] = run
+            save_run(ours_dir / (name + ".json"), run)
+        run_many([n for n in wanted if n not in our_runs], ours_dir, args.timeout, "ours",
+                 args.jobs, keep_ours)
     if args.only:
         return 0
+    dates = sorted({jax_runs[n]["date"] for n in files})
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        jax_rev=jax_revision(args.jax_src, args.rev), jax=jax.__version__,
+        jax_dates=f"{dates[0]} to {dates[-1]} UTC" if dates else "-",
+        jax_rev=jax_rev, jax=jax.__version__,
         jaxlib=jaxlib.__version__, ours_rev=our_revision(), python=platform.python_version(),
         machine=f"{platform.machine()}, {os.cpu_count()} cores, CPU only",
-        skewed=skewed + dropped_flags)
-    unexplained = write_page(args.out, args.files, jax_res, our_res, meta)
+        skewed=skewed + dropped_flags, jobs=args.jobs,
+        command="python tools/jax_suite.py --jax-src JAX --files "
+                + ("all" if args.files == ["all"] else " ".join(files)))
+    unexplained = write_page(args.out, files, jax_runs, our_runs, jax_only, meta)
     print(f"wrote {args.out}; unexplained losses: {unexplained}")
     return 0
 

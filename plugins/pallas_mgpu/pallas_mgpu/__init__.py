@@ -20,7 +20,8 @@ from pallas_mgpu.warp_mesh import WarpMesh
 from pallas_mgpu.params import (
     CompilerParams, InterpretGPUParams, InterpretParams, LoweringSemantics, TraceScope,
     force_gpu_interpret_mode, set_gpu_interpret_mode)
-from pallas_mgpu.pipeline import BlockSpec, emit_pipeline, emit_pipeline_warp_specialized
+from pallas_mgpu.pipeline import (
+    BlockSpec, OOBFillMode, emit_pipeline, emit_pipeline_warp_specialized)
 from pallas_mgpu.primitives import (
     Layout, SemaphoreSignal, async_copy_scales_to_tmem, async_copy_smem_to_tmem,
     async_load_tmem, async_store_tmem, barrier_arrive, barrier_arrive_and_wait, barrier_wait,
@@ -32,7 +33,7 @@ from pallas_mgpu.primitives import (
 __all__ = [
     "ACC", "Barrier", "BlockSpec", "ClusterBarrier", "CompilerParams", "GMEM", "GPUMemoryRef",
     "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace", "Mesh",
-    "MosaicGpuBackend", "REGS", "SMEM", "SemaphoreSignal", "SwizzleTransform", "TMEM",
+    "MosaicGpuBackend", "OOBFillMode", "REGS", "SMEM", "SemaphoreSignal", "SwizzleTransform", "TMEM",
     "TilingTransform", "TraceScope", "Transform", "WGMMAAccumulatorRef", "WarpMesh",
     "__version__", "async_copy_scales_to_tmem", "async_copy_smem_to_tmem", "async_load_tmem",
     "async_store_tmem", "barrier_arrive", "barrier_arrive_and_wait", "barrier_wait",
@@ -44,3 +45,12 @@ __all__ = [
     "tcgen05_commit_arrive", "tcgen05_mma", "wait_load_tmem", "wait_smem_to_gmem", "wgmma",
     "wgmma_wait",
 ]
+
+
+def __getattr__(name):
+    # Mosaic GPU's own layout tiling (an argument of Layout.TILED(...)), passed
+    # through to JAX unchanged; imported on first use (it loads Mosaic GPU).
+    if name == "Tiling":
+        from jax.experimental.mosaic.gpu.fragmented_array import Tiling
+        return Tiling
+    raise AttributeError(f"module 'pallas_mgpu' has no attribute {name!r}")

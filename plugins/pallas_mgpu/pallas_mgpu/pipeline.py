@@ -13,6 +13,7 @@ are not supported.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 import jax
@@ -39,6 +40,17 @@ def _abstract_eval(*avals, ref_positions, **params):
 mgpu_pipeline_p.def_effectful_abstract_eval(_abstract_eval)
 
 
+class OOBFillMode(enum.IntEnum):
+    """What a pipelined TMA read past the end of an array yields (JAX's names)."""
+    UNDEFINED = 0
+    PROMISE_IN_BOUNDS = 1
+    ZEROS = 2
+
+    def to_jax(self):
+        from jax.experimental.mosaic import gpu as mgpu
+        return mgpu.OOBFillMode(int(self))
+
+
 @dataclasses.dataclass
 class BlockSpec(pf.BlockSpec):
     """A pipelined operand's block: its shape (``None`` squeezes a dim), the
@@ -50,9 +62,11 @@ class BlockSpec(pf.BlockSpec):
     transforms: tuple = ()
     delay_release: int = 0
     collective_axes: tuple = ()
+    oob_fill_mode: OOBFillMode = OOBFillMode.ZEROS
 
     def __post_init__(self):
         super().__post_init__()
+        self.oob_fill_mode = OOBFillMode(int(self.oob_fill_mode))
         self.transforms = _check_transforms(self.transforms, "BlockSpec")
         axes = self.collective_axes
         self.collective_axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
@@ -104,7 +118,8 @@ def _emit(variant: str, body, grid, in_specs, out_specs, static: dict):
         mgpu_pipeline_p.bind(
             *flat, tree=tree, variant=variant, grid=grid, body=body_jaxpr,
             index_maps=tuple(j for j, _ in maps), num_in=len(in_specs),
-            specs=tuple((s.block_shape, s.transforms, s.delay_release, s.collective_axes)
+            specs=tuple((s.block_shape, s.transforms, s.delay_release, s.collective_axes,
+                         s.oob_fill_mode)
                         for s in specs),
             static=tuple(sorted(static.items())),
             ref_positions=tuple(i for i, x in enumerate(flat) if _is_ref(x)))
@@ -152,7 +167,7 @@ def _replay(eqn, invals):
         evaluate.eval_closed(p["body"], *body_consts, *indices, *blocks)
 
     def spec(k):
-        shape, transforms, delay, axes = p["specs"][k]
+        shape, transforms, delay, axes, oob = p["specs"][k]
         jaxpr, consts = p["index_maps"][k], map_consts[k]
 
         def index_map(*idx):
@@ -160,7 +175,7 @@ def _replay(eqn, invals):
         block = None if shape is None else tuple(pl.Squeezed() if d is None else d for d in shape)
         kw = {"collective_axes": axes} if axes else {}
         return plgpu.BlockSpec(block, index_map, transforms=transforms_to_jax(transforms),
-                               delay_release=delay, **kw)
+                               delay_release=delay, oob_fill_mode=oob.to_jax(), **kw)
     specs = [spec(k) for k in range(n_specs)]
     fn = getattr(plgpu, p["variant"])
     static = {k: v for k, v in p["static"] if v is not None}

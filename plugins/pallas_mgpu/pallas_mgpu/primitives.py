@@ -46,9 +46,23 @@ class Layout(enum.Enum):
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return getattr(plgpu.Layout, self.name)
 
+    def __call__(self, *args, **kwargs) -> ParameterizedLayout:
+        """A parameterized layout, e.g. ``Layout.WG_STRIDED((128,), vec_size=1)``."""
+        return ParameterizedLayout(self, args, tuple(sorted(kwargs.items())))
+
     def reduce(self, axes) -> ReducedLayout:
         """The layout of this layout's arrays reduced over ``axes`` (e.g. row maxima)."""
         return ReducedLayout(self, (axes,) if isinstance(axes, int) else tuple(axes))
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterizedLayout:
+    base: Layout
+    args: tuple
+    kwargs: tuple
+
+    def to_jax(self):
+        return self.base.to_jax()(*self.args, **dict(self.kwargs))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -284,3 +284,18 @@ def test_none_operand_reaches_the_body_as_none(with_bias, rng):
     want = 2 * x.astype(np.float64) + (0 if bias is None else bias)
     for api, got in results.items():
         np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=api)
+
+
+def test_parameterized_layouts_oob_fill_mode_and_tiling_are_jax_s():
+    assert plgpu.Layout.WG_STRIDED((128,), vec_size=1).to_jax() == \
+        jax_plgpu.Layout.WG_STRIDED((128,), vec_size=1)
+    tiled = plgpu.Layout.TILED(plgpu.Tiling(((64, 8), (16, 8), (8, 8), (2,))), warp_dims=(-7,),
+                               lane_dims=(-3, -2), vector_dim=-1)
+    assert tiled.to_jax() == jax_plgpu.Layout.TILED(
+        jax_plgpu.Tiling(((64, 8), (16, 8), (8, 8), (2,))), warp_dims=(-7,), lane_dims=(-3, -2),
+        vector_dim=-1)
+    for mode in plgpu.OOBFillMode:
+        assert mode.to_jax() == getattr(jax_plgpu.OOBFillMode, mode.name)
+    spec = plgpu.BlockSpec((64, 64), lambda i: (i, 0), None, (), 0, (),
+                           plgpu.OOBFillMode.UNDEFINED)
+    assert spec.oob_fill_mode is plgpu.OOBFillMode.UNDEFINED     # JAX's positional order

@@ -11,8 +11,10 @@ Used by ``tools/jax_ops.py`` and by the parity tests (tests/test_jax_*).
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -52,6 +54,7 @@ def ours_ops() -> OursOps:
     global _made
     if _made is None:
         root = Path(tempfile.mkdtemp(prefix="pf_jax_ops_"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
         src = jax_ops_dir()
         for path in sorted(src.rglob("*.py")):
             dest = root / PACKAGE / path.relative_to(src)

@@ -60,8 +60,20 @@ def eval_closed(closed, *args):
     return eval_jaxpr(closed.jaxpr, closed.consts, *args)
 
 
+# The variables read by each jaxpr being replayed (innermost last): a Ref
+# write whose old value nobody reads must not read the Ref (an extra read of
+# an output the race detector and uninitialised memory would see).
+_used_vars: list[set] = []
+
+
 def _eval_from(jaxpr, start: int, env: dict):
-    return replay_equations(jaxpr, env, _replay_equation, start=start, open_scope=_open_scope)
+    used = {v for e in jaxpr.eqns for v in e.invars if isinstance(v, jex.Var)}
+    used.update(v for v in jaxpr.outvars if isinstance(v, jex.Var))
+    _used_vars.append(used)
+    try:
+        return replay_equations(jaxpr, env, _replay_equation, start=start, open_scope=_open_scope)
+    finally:
+        _used_vars.pop()
 
 
 def _replay_equation(eqn, invals):
@@ -200,7 +212,9 @@ def _addupdate(eqn, invals):
 
 
 def _has_uses(eqn) -> bool:
-    return not all(isinstance(v, jex.DropVar) for v in eqn.outvars)
+    used = _used_vars[-1] if _used_vars else None
+    return any(not isinstance(v, jex.DropVar) and (used is None or v in used)
+               for v in eqn.outvars)
 
 
 def _is_accumulator(ref) -> bool:

@@ -299,3 +299,26 @@ def test_parameterized_layouts_oob_fill_mode_and_tiling_are_jax_s():
     spec = plgpu.BlockSpec((64, 64), lambda i: (i, 0), None, (), 0, (),
                            plgpu.OOBFillMode.UNDEFINED)
     assert spec.oob_fill_mode is plgpu.OOBFillMode.UNDEFINED     # JAX's positional order
+
+
+def test_ref_swap_returns_the_old_value_and_plain_writes_do_not_read(rng):
+    """A swap whose old value is used reads it; ``o[i] = v`` replays as a
+    write only (the kernel jaxpr keeps the swap's unused result)."""
+    from pallas_mgpu import evaluate
+    x = rng.standard_normal(8).astype(np.float32)
+    reads = []
+    real = evaluate._has_uses
+    try:
+        evaluate._has_uses = lambda eqn: reads.append(real(eqn)) or reads[-1]
+
+        @functools.partial(plgpu.kernel, out_type=(jax.ShapeDtypeStruct((8,), jnp.float32),) * 2,
+                           interpret=plgpu.InterpretGPUParams())
+        def k(x_ref, o_ref, old_ref):
+            o_ref[...] = x_ref[...]                       # a write nobody reads back
+            old_ref[...] = jax.ref.swap(o_ref, (), x_ref[...] * 2)
+        o, old = k(x)
+    finally:
+        evaluate._has_uses = real
+    np.testing.assert_allclose(o, 2 * x.astype(np.float64), rtol=1e-6)
+    np.testing.assert_allclose(old, x, rtol=0)
+    assert reads.count(False) >= 2 and reads.count(True) == 1, reads

@@ -1,6 +1,6 @@
 """Run JAX's own Pallas tests against JAX's Pallas and against ours; tabulate.
 
-    python tools/jax_suite.py --jax-src PATH [--rev REV] [--files all | a_test.py ...]
+    python tools/jax_suite.py --jax-src PATH [--rev REV] [--files a_test.py ... | all]
                               [--work DIR] [--out docs/jax-suite.md] [--reuse-jax]
                               [--timeout S] [--jobs N]
 
@@ -17,16 +17,16 @@ ours with the first line of its failure. ``tools/jax_suite_reasons.json``
 maps such tests (``file::Class::test`` or a prefix ending in ``*``) to a
 reason, e.g. that the test inspects JAX internals.
 
-``--files all`` takes every ``*_test.py`` of the revision. A file whose two
-copies are identical (no Pallas module it imports has a stand-in) tests only
-JAX: its JAX side runs, it is listed, not run under ours and not counted; so is
-a file with no test passing under JAX on CPU. Each file runs in the environment
-its plugins need (``file_env``) under ``--timeout``: at the limit pytest is
-interrupted, the tests it finished are kept and the page says the file was cut.
-JAX's side does not depend on our code: its results are cached in
-``--work/jax-cache`` per JAX revision, installed jax, copy text and shims, and
-``--reuse-jax`` reads them instead of running it again (files not cached still
-run). ``--jobs`` runs that many files at once.
+``--files all`` (the default) takes every ``*_test.py`` of the revision. A
+file whose two copies are identical (no Pallas module it imports has a stand-
+in) tests only JAX: its JAX side runs, it is listed, not run under ours and
+not counted; so is a file with no test passing under JAX on CPU. Each file
+runs in the environment its plugins need (``file_env``) under ``--timeout``:
+at the limit pytest is interrupted, the tests it finished are kept and the
+page says the file was cut. JAX's side does not depend on our code: its
+results are cached in ``--work/jax-cache`` per JAX revision, installed jax,
+copy text and shims, and ``--reuse-jax`` reads them instead of running it
+again (files not cached still run). ``--jobs`` runs that many files at once.
 
 The environment running this script needs jax, pallas_frontend and its
 plugins, pytest, hypothesis and absl-py. Nothing here is run by CI: it needs a
@@ -54,13 +54,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SHIMS = HERE / "jax_suite_shims"
 REASONS = HERE / "jax_suite_reasons.json"
-
-DEFAULT_FILES = (
-    "pallas_test.py", "indexing_test.py", "pallas_vmap_test.py", "ops_test.py",
-    "pallas_error_handling_test.py", "tpu_pallas_interpret_test.py",
-    "tpu_pallas_pipeline_test.py", "tpu_pallas_random_test.py",
-    "tpu_pallas_state_test.py", "triton_pallas_test.py",
-)
 
 # What the plugins need on a machine without accelerators (tox.ini's tpu env):
 # libtpu must not look for a TPU; JAX stays on CPU.
@@ -204,18 +197,21 @@ def parse_junit(report: Path, name: str) -> dict[str, tuple[str, str]]:
             node = case.find(tag)
             if node is not None:
                 outcome = "skipped" if tag == "skipped" else "failed"
-                why = first_line(node.get("message") or node.text or "")
+                why = first_line(node.get("message") or node.text or "", node.text or "")
                 break
         results[test_id] = (outcome, why)
     return results
 
 
-def first_line(message: str) -> str:
-    for line in message.strip().splitlines():
-        line = line.strip()
-        if line:
-            return line[:220]
-    return ""
+def first_line(message: str, text: str = "") -> str:
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if lines and lines[0].endswith("Traceback (most recent call last):"):
+        # An error raised inside a callback: its cause is the last exception in the report.
+        cause = [m.group(1) for m in re.finditer(r"^E?\s*([\w.]+(?:Error|Exception): .*)$",
+                                                  text or message, re.M)
+                 if not m.group(1).endswith("(most recent call last):")]
+        return f"{lines[0][:-35]}... {cause[-1]}"[:220] if cause else lines[0][:220]
+    return lines[0][:220] if lines else ""
 
 
 def load_reasons() -> dict[str, str]:
@@ -288,7 +284,7 @@ def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
         "Counted: every file with a Pallas import to change and at least one test passing",
         "under JAX on CPU.",
         "",
-        f"- date: {meta['date']} (ours' side); JAX's side run {meta['jax_dates']}",
+        f"- date: ours' side run {meta['date']}; JAX's side run {meta['jax_dates']}",
         f"- JAX source: {meta['jax_rev']}; installed jax {meta['jax']}, jaxlib {meta['jaxlib']}",
         f"- pallas-frontend: {meta['ours_rev']}; Python {meta['python']}; {meta['machine']}",
         f"- shims for version skew (both runs): {', '.join(meta['skewed']) or 'none'}",
@@ -366,16 +362,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jax-src", type=Path, required=True)
     ap.add_argument("--rev", default="HEAD")
-    ap.add_argument("--files", nargs="*", default=list(DEFAULT_FILES),
-                    help="test files of tests/pallas, or `all`")
+    ap.add_argument("--files", nargs="*", default=["all"],
+                    help="test files of tests/pallas (default: all)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/pallas-jax-suite"))
     ap.add_argument("--out", type=Path, default=HERE.parent / "docs" / "jax-suite.md")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per file and copy")
     ap.add_argument("--jobs", type=int, default=1, help="files run at once")
     ap.add_argument("--only", choices=("jax", "ours"), help="run one side only")
     ap.add_argument("--reuse-jax", action="store_true",
-                    help="read JAX's side from the cache in --work where it holds the file "
-                         "(its results do not depend on our code)")
+                    help="read JAX's side from the cache in --work where it holds the file")
     ap.add_argument("--reuse-ours", nargs="*", default=[], metavar="FILE",
                     help="files (or `all`) whose side of ours is read from an earlier run in --work")
     args = ap.parse_args(argv)
@@ -431,11 +426,11 @@ def main(argv=None) -> int:
                  args.jobs, keep_ours)
     if args.only:
         return 0
-    dates = sorted({jax_runs[n]["date"] for n in files})
+    def span(runs):
+        dates = sorted(run["date"] for run in runs.values())
+        return f"{dates[0]} to {dates[-1]} UTC" if dates else "-"
     meta = dict(
-        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        jax_dates=f"{dates[0]} to {dates[-1]} UTC" if dates else "-",
-        jax_rev=jax_rev, jax=jax.__version__,
+        date=span(our_runs), jax_dates=span(jax_runs), jax_rev=jax_rev, jax=jax.__version__,
         jaxlib=jaxlib.__version__, ours_rev=our_revision(), python=platform.python_version(),
         machine=f"{platform.machine()}, {os.cpu_count()} cores, CPU only",
         skewed=skewed + dropped_flags, jobs=args.jobs,

@@ -18,9 +18,9 @@ maps such tests (``file::Class::test`` or a prefix ending in ``*``) to a
 reason, e.g. that the test inspects JAX internals.
 
 ``--files all`` (the default) takes every ``*_test.py`` of the revision. A
-file whose two copies are identical (no Pallas module it imports has a stand-
-in) tests only JAX: its JAX side runs, it is listed, not run under ours and
-not counted; so is a file with no test passing under JAX on CPU. Each file
+file whose two copies are identical (no Pallas module it imports has a
+stand-in) tests only JAX: its JAX side runs, it is listed, not run under ours
+and not counted; so is a file with no test passing under JAX on CPU. Each file
 runs in the environment its plugins need (``file_env``) under ``--timeout``:
 at the limit pytest is interrupted, the tests it finished are kept and the
 page says the file was cut. JAX's side does not depend on our code: its

@@ -10,6 +10,7 @@ import weakref
 import jax
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend.contract import Blocked
 
 _local = threading.local()
 
@@ -75,3 +76,19 @@ def lower_as_mlir(f, *args, dynamic_shapes: bool = False, device=None, static_ar
         fn = jax.jit(f, device=device, static_argnames=static_argnames)
         exported = jax.export.export(fn, platforms=platforms or ["tpu"])(*args, **kwargs)
     return exported.mlir_module()
+
+
+def symbolic_blocked(dim, origin: str) -> Blocked:
+    """``Blocked(dim)`` for a ``jax.export`` symbolic ``dim``: JAX's experimental
+    dynamic-shapes export, refused (with JAX's message) unless switched on."""
+    if not dynamic_shapes_export_enabled():
+        raise ValueError(
+            "shape polymorphism for Pallas does not support dynamically-shaped blocks. "
+            f"Block spec for {origin} has a block dim {dim}. Give blocks static sizes (a "
+            "symbolic grid such as pl.cdiv(n, 128) is fine) or, if this is intentional, use "
+            "the pl.pallas_export_experimental(dynamic_shapes=True) context manager.")
+    # The contract types block sizes as ints; a symbolic one exists only while
+    # jax.export traces, so it bypasses the int check (a dim is >= 1 by construction).
+    b = object.__new__(Blocked)
+    object.__setattr__(b, "block_size", dim)
+    return b

@@ -47,25 +47,8 @@ def check_dims(shape, what: str) -> tuple[int, ...]:
 def _is_symbolic(d) -> bool:
     if isinstance(d, (int, np.integer)) or not hasattr(d, "__floordiv__"):
         return False
-    from pallas_frontend import _jax_compat as jc   # only reached for non-int dims
-    return jc.is_symbolic_dim(d)
-
-
-def symbolic_blocked(dim, origin: str) -> Blocked:
-    """``Blocked(dim)`` for a ``jax.export`` symbolic ``dim``: JAX's experimental
-    dynamic-shapes export, refused (with JAX's message) unless switched on."""
-    from pallas_frontend.export import dynamic_shapes_export_enabled
-    if not dynamic_shapes_export_enabled():
-        raise ValueError(
-            "shape polymorphism for Pallas does not support dynamically-shaped blocks. "
-            f"Block spec for {origin} has a block dim {dim}. Give blocks static sizes (a "
-            "symbolic grid such as pl.cdiv(n, 128) is fine) or, if this is intentional, use "
-            "the pl.pallas_export_experimental(dynamic_shapes=True) context manager.")
-    # The contract types block sizes as ints; a symbolic one exists only while
-    # jax.export traces, so it bypasses the int check (a dim is >= 1 by construction).
-    b = object.__new__(Blocked)
-    object.__setattr__(b, "block_size", dim)
-    return b
+    import jax.export       # public; only reached for non-int dims
+    return jax.export.is_symbolic_dim(d)
 
 
 def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
@@ -84,8 +67,6 @@ def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
             raise ValueError(f"Block shape for {origin} has a non-positive dim {dim}; "
                              "block dims must be positive ints.")
         return Blocked(int(dim))
-    if _is_symbolic(dim):
-        return symbolic_blocked(dim, origin)
     raise TypeError(
         f"Unsupported block dimension {dim!r} for {origin}. Allowed: int, None, "
         "pl.Blocked, pl.Element, pl.Squeezed, pl.BoundedSlice.")

@@ -19,10 +19,10 @@ from pallas_frontend.index_maps import _fn_name, _type_str, source_of, trace_ind
 from pallas_frontend.primitives import enable_debug_checks, grid_context, ref_aval_of
 from pallas_frontend.ref_checks import (
     check_ref_accesses, normalize_negative_indices, static_slice_errors)
-from pallas_frontend.export import is_runtime_size
+from pallas_frontend.export import is_runtime_size, symbolic_blocked
 from pallas_frontend.specs import (
     BlockSpec, Blocked, GridSpec, MemoryRef, MemorySpace, PallasTypeError,
-    PallasUsageError, canonicalize_block_dim, check_dims, no_block_spec, symbolic_blocked)
+    PallasUsageError, canonicalize_block_dim, check_dims, no_block_spec)
 
 
 # PallasUsageError and PallasTypeError live with the specs (a leaf module) and
@@ -116,7 +116,8 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
                 f"Block shape for {origin} (= {tuple(block_shape)}) must have the same number of "
                 f"dimensions as the array shape {shape}: give one entry per array dim (None to "
                 "squeeze a dim).")
-        dims = tuple(canonicalize_block_dim(d, origin) for d in block_shape)
+        dims = tuple(symbolic_blocked(d, origin) if jc.is_symbolic_dim(d) else
+                     canonicalize_block_dim(d, origin) for d in block_shape)
     index_map, src = trace_index_map(spec, dims, origin, num_grid, prefetch_avals,
                                      prefetch_tree, grid_sizes)
     return BlockMapping(

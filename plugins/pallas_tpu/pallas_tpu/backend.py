@@ -77,6 +77,9 @@ class TpuBackend(Backend):
                 "through JAX's TPU interpreter here.")
         if interpret is None:
             check.check_for_mosaic(kernel)
+        else:   # JAX's TPU interpreter would hang in a wait nothing can satisfy
+            from pallas_tpu import semaphore_deadlock
+            semaphore_deadlock.check(kernel)
         with rebuild.dynamic_shapes_export(kernel):
             build = rebuild.build_pallas_call(kernel, ctx.mlir_ctx.avals_out, interpret)
             with _tpu_info_context(kernel):

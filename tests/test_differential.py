@@ -36,11 +36,7 @@ RUNNERS = {
 # Known disagreements: (runner, family, op) -> the exact reason. Each must still
 # disagree (an example that now agrees fails: remove its entry); the runner's test
 # is then an xfail naming them, after every other example has agreed.
-KNOWN = {
-    ("mgpu", "input_write", "running_sum"): "pallas_mgpu's pipeline fetches an input block "
-        "again at every grid step, so a write to an input Ref is lost (its conformance "
-        "manifest xfails the same)",
-}
+KNOWN: dict[tuple[str, str, str], str] = {}
 # Tolerances against JAX interpret (same dtype arithmetic) and NumPy (float64, rounded once).
 ULPS = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -93,7 +89,7 @@ def _runner(name):
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        pytest.skip(f"{module_name} is not installed here ({e}); tox -e differential has "
+        pytest.skip(f"{module_name} is not installed here ({e}); tox -e all-plugins has "
                     "all three plugins")
     return option(module)
 

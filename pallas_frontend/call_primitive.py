@@ -58,13 +58,26 @@ def _lowering(ctx, *args, kernel: KernelIR, interpret, backend):
 
 
 def _lower_for(ctx, *args, platform, kernel: KernelIR, interpret, backend):
-    b = registry.select_backend(platform=platform, interpret=interpret,
-                                compiler_params=kernel.compiler_params, backend=backend)
-    b.check(kernel)
-    if kernel.debug:
-        print(kernel.pretty(), file=sys.stdout)
-        print(f"  backend: {b.name} {b.version} (platform {platform})", file=sys.stdout)
-    return b.lower(kernel, LoweringContext(ctx, platform, interpret_params=interpret), *args)
+    try:
+        b = registry.select_backend(platform=platform, interpret=interpret,
+                                    compiler_params=kernel.compiler_params, backend=backend)
+        b.check(kernel)
+        if kernel.debug:
+            print(kernel.pretty(), file=sys.stdout)
+            print(f"  backend: {b.name} {b.version} (platform {platform})", file=sys.stdout)
+        return b.lower(kernel, LoweringContext(ctx, platform, interpret_params=interpret), *args)
+    except Exception as e:
+        _name_kernel(e, kernel)
+        raise
+
+
+def _name_kernel(e: Exception, kernel: KernelIR) -> None:
+    """Prefixes the kernel's name and line to a selection/lowering error that
+    names neither, in place: the type and traceback stay the user's to catch."""
+    msg = e.args[0] if e.args and isinstance(e.args[0], str) else None
+    if msg is None or kernel.source in msg or f"'{kernel.name}'" in msg:
+        return
+    e.args = (f"Kernel {kernel.name_and_src_info}: {msg}", *e.args[1:])
 
 
 jc.mlir.register_lowering(pallas_call_p, _lowering)

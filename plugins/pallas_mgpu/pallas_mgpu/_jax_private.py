@@ -6,6 +6,7 @@
 - ``view``: rebuilds a Ref view (``ref.at[...]``, ``ref.T``) on the rebuilt
   kernel's Ref from the transforms recorded in the kernel jaxpr.
 - ``transformed_ref_type``: to recognise such views.
+- ``written_ref_positions``: which Refs a kernel writes (its effects).
 """
 
 from __future__ import annotations
@@ -89,3 +90,18 @@ def jax_forced_interpret_mode():
     set (they share a config entry with the TPU ones), or None."""
     from jax._src import config
     return config.pallas_tpu_interpret_mode_context_manager.value
+
+
+def written_ref_positions(jaxpr) -> set[int]:
+    """Positions of the invars of ``jaxpr`` that it writes or accumulates into
+    (its write effects cover nested loops and branches)."""
+    from jax._src.state import types as state_types
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    index = {id(v): k for k, v in enumerate(jaxpr.invars)}
+    out = set()
+    for e in jaxpr.effects:
+        if isinstance(e, (state_types.WriteEffect, state_types.AccumEffect)):
+            at = e.input
+            out.add(at if isinstance(at, int) else index.get(id(at), -1))
+    out.discard(-1)
+    return out

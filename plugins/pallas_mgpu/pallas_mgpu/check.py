@@ -49,10 +49,30 @@ def check_kernel(kernel: KernelIR) -> None:
     if is_mesh and kernel.num_batch_axes:
         _fail(kernel, kernel.source, "vmap of a pallas_mgpu.kernel",
               "Add the batch axis to the kernel's grid instead.")
+    if not is_mesh:
+        _check_written_inputs(kernel)
     for eqn in kernel.iter_equations():
         name = eqn.primitive.name
         if primitive_owner(eqn.primitive) is not None and name in _REFUSED_FRONTEND:
             _fail(kernel, _where(eqn, kernel), f"primitive '{name}'", _REFUSED_FRONTEND[name] + ".")
+
+
+def _check_written_inputs(kernel: KernelIR):
+    """A written input block lives in one SMEM buffer of one CTA while
+    consecutive steps stay on it; leaving it drops the updates (the caller's
+    array is never written), so coming back to it later would read stale data."""
+    found = schedule.revisited_written_input(kernel)
+    if found is None:
+        return
+    k, block, first, again = found
+    m = kernel.in_mappings[k]
+    _fail(kernel, m.index_map_source,
+          f"the kernel writes {m.origin}, and a CTA's pipeline comes back to its block "
+          f"{block} at step {again} after leaving it (first at step {first})",
+          "Grid points see a written input block as earlier points left it, but the pipeline "
+          "keeps a written block in SMEM only while consecutive steps stay on it. Order the "
+          "grid so that the steps on one block are consecutive, or keep the state in an "
+          "output (with input_output_aliases) or a scratch buffer.")
 
 
 def _check_dtype(kernel, dtype: np.dtype, what: str, where: str):
@@ -104,6 +124,15 @@ _NO_COMPILED_LOWERING = {
 
 
 def check_compiled(kernel: KernelIR) -> None:
+    from pallas_mgpu.memory import is_gmem
+    for k in schedule.written_inputs(kernel):
+        m = kernel.in_mappings[k]
+        if schedule.is_whole(m) and not is_gmem(m.memory_space):
+            _fail(kernel, m.index_map_source,
+                  f"the kernel writes {m.origin}, whose block {m.block_shape} is too narrow for "
+                  f"TMA ({TMA_MIN_BYTES} bytes) and is passed whole in GMEM",
+                  "On the GPU the write would change the caller's array. Widen the block, or "
+                  "keep the state in an output or a scratch buffer.")
     for eqn in kernel.iter_equations():
         name = eqn.primitive.name
         if name in _NO_COMPILED_LOWERING:

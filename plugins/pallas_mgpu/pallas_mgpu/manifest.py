@@ -17,8 +17,4 @@ UNSUPPORTED: dict[str, str] = {
         "operand; the float16 blocked matmul compiles (plugin tests)",
 }
 
-XFAIL: dict[str, str] = {
-    "test_input_ref_writes_carry_*": "the pipeline fetches an input block again at every grid "
-        "step, so a write to an input Ref is lost at the next step (JAX interpret mode, TPU "
-        "and the built-in interpreter keep it); to fix in the plugin (issue 24)",
-}
+XFAIL: dict[str, str] = {}

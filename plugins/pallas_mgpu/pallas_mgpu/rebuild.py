@@ -82,7 +82,11 @@ def _build_gridded(kernel: KernelIR, out_avals, interpret):
     # is the same at every step goes out once at the end, others after each step.
     outputs = [k for k in piped if k >= n_in]
     resident = [k for k in outputs if schedule.is_resident_output(kernel.mappings[k], plan)]
-    streamed = [k for k in piped if k < n_in]
+    # An input the kernel writes is fetched by hand into one SMEM buffer, and
+    # again only when its block moves: steps on the same block see the updates.
+    written = set(schedule.written_inputs(kernel))
+    kept = [k for k in piped if k < n_in and k in written]
+    streamed = [k for k in piped if k < n_in and k not in written]
     layouts = schedule.smem_layouts(kernel)
     jaxpr = kernel.jaxpr
 
@@ -104,14 +108,37 @@ def _build_gridded(kernel: KernelIR, out_avals, interpret):
                 plgpu.copy_smem_to_gmem(buf, gmem[k].at[_block_slices(kernel.mappings[k], ids)])
             plgpu.wait_smem_to_gmem(0)
 
-        def pipeline(*out_bufs):
+        def fetch_kept(bufs, barriers, seq, ids):
+            step = _linear_step(seq, plan.seq_grid)
+            prev = grid_ids(_unravel_step(lax.max(step - 1, 0), plan.seq_grid))
+            for k, buf, barrier in zip(kept, bufs, barriers):
+                m = kernel.mappings[k]
+                moved = step == 0
+                for a, b in zip(evaluate.eval_closed(m.index_map, *ids),
+                                evaluate.eval_closed(m.index_map, *prev)):
+                    moved = moved | (a != b)
+
+                @pl.when(moved)
+                def _fetch():
+                    plgpu.commit_smem()     # the last step's SMEM writes before TMA overwrites
+                    plgpu.copy_gmem_to_smem(gmem[k].at[_block_slices(m, ids)], buf, barrier)
+                    plgpu.barrier_wait(barrier)
+
+        def pipeline(*bufs):
+            out_bufs = bufs[:len(outputs)]
+            kept_bufs = bufs[len(outputs):len(outputs) + len(kept)]
+            barriers = bufs[len(outputs) + len(kept):]
+
             def step(seq_idx, *blocks):
                 operands = list(gmem)
                 for k, b in zip(streamed, blocks):
                     operands[k] = b
-                for k, b in zip(outputs, out_bufs):
+                for k, b in zip(outputs + kept, out_bufs + kept_bufs):
                     operands[k] = b
-                ids = grid_ids(list(seq_idx)[:len(plan.seq_axes)])
+                seq = list(seq_idx)[:len(plan.seq_axes)]
+                ids = grid_ids(seq)
+                if kept:
+                    fetch_kept(kept_bufs, barriers, seq, ids)
                 evaluate.eval_closed(jaxpr, *ids, *operands, *scratch)
                 per_step = [(k, b) for k, b in zip(outputs, out_bufs) if k not in resident]
                 if per_step:
@@ -130,10 +157,11 @@ def _build_gridded(kernel: KernelIR, out_avals, interpret):
                 _write_back([(k, b) for k, b in zip(outputs, out_bufs) if k in resident],
                             grid_ids([]))
 
-        if outputs:
+        if outputs or kept:
             pl.run_scoped(pipeline, *[
                 plgpu.SMEM(kernel.mappings[k].block_shape, kernel.mappings[k].dtype,
-                           transforms=layouts.get(k, ())) for k in outputs])
+                           transforms=layouts.get(k, ())) for k in outputs + kept],
+                *[plgpu.Barrier(num_arrivals=1) for _ in kept])
         else:
             pipeline()
 
@@ -167,6 +195,21 @@ def _block_slices(m: BlockMapping, ids):
         else:
             out.append(pl.ds(s * d.block_size, d.block_size))
     return tuple(out)
+
+
+def _linear_step(seq, seq_grid):
+    step = jax.numpy.int32(0)
+    for v, g in zip(seq, seq_grid):
+        step = step * g + v
+    return step
+
+
+def _unravel_step(step, seq_grid):
+    out = []
+    for g in reversed(seq_grid):
+        out.append(lax.rem(step, np.int32(g)))
+        step = lax.div(step, np.int32(g))
+    return out[::-1]
 
 
 def _block_dim(d):

@@ -36,11 +36,90 @@ def parallel_axes(kernel: KernelIR) -> tuple[bool, ...]:
     sem = params.dimension_semantics if isinstance(params, CompilerParams) else None
     found = backend_api.parallel_grid_axes(kernel)
     if sem is None:
-        return found
+        return _written_inputs_in_one_cta(kernel, found)
     # vmap's batch axes come first and are always parallel
     declared = (True,) * kernel.num_batch_axes + tuple(s == "parallel" for s in sem)
     # a "parallel" axis the kernel's writes contradict would race between CTAs
-    return tuple(d and f for d, f in zip(declared, found))
+    return _written_inputs_in_one_cta(kernel, tuple(d and f for d, f in zip(declared, found)))
+
+
+# --- inputs the kernel writes ----------------------------------------------
+# A grid point sees an input block as earlier points left it (JAX's interpret
+# mode writes it back). A CTA keeps such a block in SMEM while consecutive
+# steps stay on it; so every point touching the block must run in one CTA, and
+# no CTA may come back to a block it has left (its updates would be gone).
+
+def written_inputs(kernel: KernelIR) -> tuple[int, ...]:
+    """Positions (in ``kernel.in_mappings``) of the inputs whose Ref the kernel writes."""
+    from pallas_mgpu import _jax_private
+    first = len(kernel.grid) + kernel.num_scalar_prefetch
+    written = _jax_private.written_ref_positions(kernel.jaxpr)
+    return tuple(k for k in range(len(kernel.in_mappings)) if first + k in written)
+
+
+def block_index_table(kernel: KernelIR, m: BlockMapping) -> np.ndarray:
+    """``m``'s block indices at every grid point: shape ``grid + (ndim,)``."""
+    import jax
+
+    from pallas_mgpu import evaluate
+    grid = tuple(kernel.grid)
+    coords = [np.asarray(c, np.int32).reshape(-1) for c in np.indices(grid)]
+    if not coords or not m.block_dims:
+        return np.zeros(grid + (len(m.block_dims),), np.int64)
+    rows = jax.vmap(lambda *ids: [jax.numpy.asarray(v, jax.numpy.int32)
+                                  for v in evaluate.eval_closed(m.index_map, *ids)])(*coords)
+    return np.stack([np.asarray(r, np.int64) for r in rows], -1).reshape(grid + (-1,))
+
+
+def _one_group_per_block(table: np.ndarray, grid, axes) -> bool:
+    """Whether points that differ along ``axes`` never share a block."""
+    groups = np.zeros(grid, np.int64)
+    for a, c in enumerate(np.indices(grid)):
+        if a in axes:
+            groups = groups * grid[a] + c
+    flat = table.reshape(-1, table.shape[-1])
+    pairs = np.unique(np.concatenate([flat, groups.reshape(-1, 1)], 1), axis=0)
+    return len(np.unique(pairs[:, :-1], axis=0)) == len(pairs)
+
+
+def _written_inputs_in_one_cta(kernel: KernelIR, par: tuple[bool, ...]) -> tuple[bool, ...]:
+    written = written_inputs(kernel)
+    if not written or not any(par):
+        return par
+    if grid_points(kernel) > MAX_MASK_POINTS:    # too many points to prove it: one CTA
+        return (False,) * len(par)
+    grid = tuple(kernel.grid)
+    tables = [block_index_table(kernel, kernel.in_mappings[k]) for k in written]
+    chosen: list[int] = []
+    for a in (a for a, p in enumerate(par) if p):
+        if all(_one_group_per_block(t, grid, chosen + [a]) for t in tables):
+            chosen.append(a)
+    return tuple(a in chosen for a in range(len(par)))
+
+
+def revisited_written_input(kernel: KernelIR) -> tuple[int, tuple, int, int] | None:
+    """A written, pipelined input whose block some CTA leaves and later comes
+    back to, as ``(input position, block index, left at step, back at step)``."""
+    written = [k for k in written_inputs(kernel) if not is_whole(kernel.in_mappings[k])]
+    if not written or grid_points(kernel) > MAX_MASK_POINTS:
+        return None
+    plan = plan_grid(kernel)
+    rest = tuple(a for a in range(len(kernel.grid)) if a not in plan.cta_axes + plan.seq_axes)
+    order = plan.cta_axes + plan.seq_axes + rest
+    for k in written:
+        table = block_index_table(kernel, kernel.in_mappings[k])
+        per_cta = np.transpose(table, order + (len(order),)).reshape(
+            int(np.prod(plan.cta_grid)) if plan.cta_grid else 1, plan.num_steps, -1)
+        for steps in per_cta:
+            moved = np.concatenate([[True], np.any(steps[1:] != steps[:-1], axis=1)])
+            starts = np.flatnonzero(moved)
+            seen: dict[tuple, int] = {}
+            for s in starts:
+                key = tuple(int(v) for v in steps[s])
+                if key in seen:
+                    return k, key, seen[key], int(s)
+                seen[key] = int(s)
+    return None
 
 
 def plan_grid(kernel: KernelIR) -> GridPlan:

@@ -263,6 +263,10 @@ def load_run(path: Path) -> dict:
     return dict(run, results={t: tuple(v) for t, v in run["results"].items()})
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
 def _write_if_changed(path: Path, text: str) -> None:
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
@@ -284,13 +288,12 @@ def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
         "Counted: every file with a Pallas import to change and at least one test passing",
         "under JAX on CPU.",
         "",
-        f"- date: ours' side run {meta['date']}; JAX's side run {meta['jax_dates']}",
         f"- JAX source: {meta['jax_rev']}; installed jax {meta['jax']}, jaxlib {meta['jaxlib']}",
         f"- pallas-frontend: {meta['ours_rev']}; Python {meta['python']}; {meta['machine']}",
         f"- shims for version skew (both runs): {', '.join(meta['skewed']) or 'none'}",
-        f"- run time (per-file times added up; {meta['jobs']} file(s) at a time, on a shared "
-        f"machine): JAX's side {jax_s / 60:.1f} min, ours {our_s / 60:.1f} min; the command: "
-        f"`{meta['command']}`",
+        f"- run: JAX's side {meta['jax_dates']}, ours {meta['date']} (per-file times added "
+        f"up: {jax_s / 60:.0f} and {our_s / 60:.0f} min; {meta['jobs']} file(s) at a time, "
+        f"on a machine shared with other work): `{meta['command']}`",
         "",
         "| file | JAX passed | JAX failed | JAX skipped | ours passed | ours failed "
         "| ours skipped | lost | s JAX / ours |",
@@ -315,8 +318,7 @@ def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
                 else "not collected under ours"
             oc, msg = o.get(t, ("missing", not_run))
             lost_rows.append((t, oc, why or msg))
-    lines.append("| **total** | " + " | ".join(f"**{v}**" for v in totals) + " | |")
-    lines.append("")
+    lines += ["| **total** | " + " | ".join(f"**{v}**" for v in totals) + " | |", ""]
     if cut:
         lines += ["Cut at the time limit (the tests finished by then are counted): "
                   + ", ".join(cut) + ".", ""]
@@ -345,9 +347,10 @@ def run_many(names, directory: Path, timeout: float, target: str, jobs: int, don
     """Runs the files, ``jobs`` at a time; ``done(name, run)`` gets each one's result."""
     def one(name):
         print(f"[{target}] {name} ...", flush=True)
+        started = _now()
         results, note, seconds = run_copy(directory, name, timeout, target)
         run = dict(results=results, note=note, seconds=seconds, timeout=timeout,
-                   date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"))
+                   started=started, date=_now())
         done(name, run)
         print(f"[{target}] {name}: passed/failed/skipped = {tally(results)} in {seconds:.0f} s"
               + (f" ({note})" if note else ""), flush=True)
@@ -362,17 +365,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jax-src", type=Path, required=True)
     ap.add_argument("--rev", default="HEAD")
-    ap.add_argument("--files", nargs="*", default=["all"],
-                    help="test files of tests/pallas (default: all)")
+    ap.add_argument("--files", nargs="*", default=["all"], help="tests/pallas files, or all")
     ap.add_argument("--work", type=Path, default=Path("/tmp/pallas-jax-suite"))
     ap.add_argument("--out", type=Path, default=HERE.parent / "docs" / "jax-suite.md")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per file and copy")
     ap.add_argument("--jobs", type=int, default=1, help="files run at once")
     ap.add_argument("--only", choices=("jax", "ours"), help="run one side only")
-    ap.add_argument("--reuse-jax", action="store_true",
-                    help="read JAX's side from the cache in --work where it holds the file")
+    ap.add_argument("--reuse-jax", action="store_true", help="JAX's side from --work's cache")
     ap.add_argument("--reuse-ours", nargs="*", default=[], metavar="FILE",
-                    help="files (or `all`) whose side of ours is read from an earlier run in --work")
+                    help="files (or `all`) whose side of ours an earlier run in --work left")
     args = ap.parse_args(argv)
 
     import jax
@@ -426,9 +427,11 @@ def main(argv=None) -> int:
                  args.jobs, keep_ours)
     if args.only:
         return 0
-    def span(runs):
-        dates = sorted(run["date"] for run in runs.values())
-        return f"{dates[0]} to {dates[-1]} UTC" if dates else "-"
+    def span(runs):  # first start to last end, and the wall-clock minutes between
+        first = min(run.get("started", run["date"]) for run in runs.values())
+        last = max(run["date"] for run in runs.values())
+        wall = datetime.datetime.fromisoformat(last) - datetime.datetime.fromisoformat(first)
+        return f"{first} to {last} UTC ({wall.total_seconds() / 60:.0f} min)"
     meta = dict(
         date=span(our_runs), jax_dates=span(jax_runs), jax_rev=jax_rev, jax=jax.__version__,
         jaxlib=jaxlib.__version__, ours_rev=our_revision(), python=platform.python_version(),

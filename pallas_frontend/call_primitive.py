@@ -67,17 +67,17 @@ def _lower_for(ctx, *args, platform, kernel: KernelIR, interpret, backend):
             print(f"  backend: {b.name} {b.version} (platform {platform})", file=sys.stdout)
         return b.lower(kernel, LoweringContext(ctx, platform, interpret_params=interpret), *args)
     except Exception as e:
-        _name_kernel(e, kernel)
+        name_kernel_in_error(e, kernel.name_and_src_info, kernel.name, kernel.source)
         raise
 
 
-def _name_kernel(e: Exception, kernel: KernelIR) -> None:
-    """Prefixes the kernel's name and line to a selection/lowering error that
-    names neither, in place: the type and traceback stay the user's to catch."""
+def name_kernel_in_error(e: Exception, label: str, name: str, source: str) -> None:
+    """Prefixes ``Kernel {label}: `` to an error message that names neither the
+    kernel nor its line, in place: the type and traceback stay the user's to catch."""
     msg = e.args[0] if e.args and isinstance(e.args[0], str) else None
-    if msg is None or kernel.source in msg or f"'{kernel.name}'" in msg:
+    if msg is None or source in msg or f"'{name}'" in msg or f"Kernel {name} " in msg:
         return
-    e.args = (f"Kernel {kernel.name_and_src_info}: {msg}", *e.args[1:])
+    e.args = (f"Kernel {label}: {msg}", *e.args[1:])
 
 
 jc.mlir.register_lowering(pallas_call_p, _lowering)

@@ -17,6 +17,29 @@ from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_blo
 from pallas_frontend.tracing import build_kernel_ir, normalize_out_shape, resolve_grid_spec
 
 
+def _names_kernel(launch):
+    """Errors of a launch (bad specs, index maps, operands, tracing) name the
+    kernel function and its line, as JAX's ``name_and_src_info`` does."""
+    @functools.wraps(launch)
+    def wrapped(kernel, *args, **kwargs):
+        try:
+            return launch(kernel, *args, **kwargs)
+        except Exception as e:
+            _name_kernel_error(e, kernel, kwargs.get("name"))
+            raise
+    return wrapped
+
+
+def _name_kernel_error(e: Exception, kernel: Callable, name: str | None) -> None:
+    from pallas_frontend.call_primitive import name_kernel_in_error
+    from pallas_frontend.index_maps import source_of
+    fn_name, source = getattr(kernel, "__name__", repr(kernel)), source_of(kernel)
+    label = (f"{name} for kernel function {fn_name} at {source}" if name and name != fn_name
+             else f"{fn_name} at {source}")
+    name_kernel_in_error(e, label, name or fn_name, source)
+
+
+@_names_kernel
 def pallas_call(
     kernel: Callable[..., None],
     out_shape: Any,
@@ -98,6 +121,9 @@ def pallas_call(
             failure = take_kernel_failure()   # a check that failed in a host callback
             if failure is not None and str(failure) in str(e):
                 raise failure from e
+            raise
+        except Exception as e:     # tracing: index maps, specs against operands, the body
+            _name_kernel_error(e, kernel, name)
             raise
 
     functools.update_wrapper(call, kernel, assigned=("__name__", "__qualname__", "__doc__"),

@@ -1,0 +1,1 @@
+"""Hostile-input probes, one module per category (issue 24); see common.py."""

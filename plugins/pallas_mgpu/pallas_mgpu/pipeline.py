@@ -47,6 +47,7 @@ class OOBFillMode(enum.IntEnum):
     ZEROS = 2
 
     def to_jax(self):
+        """The same mode as Mosaic GPU's own ``OOBFillMode``, for JAX's lowering."""
         from jax.experimental.mosaic import gpu as mgpu
         return mgpu.OOBFillMode(int(self))
 

@@ -41,7 +41,8 @@ from pallas_frontend.kernel_arrays import (block_window, kernel_body_fn, replay_
 #: forced_interpret_params; 1.3: conformance_compiler_params, kernel_body_fn,
 #: block_window, scratch_structs, CAPABILITY_TAGS; 1.4: ScopedAllocation,
 #: capability collective_run_scoped; 1.5: dynamic grids, gathered_ref_accesses,
-#: KernelIR.function_name / name_and_src_info; 1.6: replay_equations.
+#: KernelIR.function_name / name_and_src_info; 1.6: replay_equations; 1.7:
+#: Backend.adopt_foreign_params.
 API_VERSION = _contract.API_VERSION
 #: The pluggy project name that hook markers and the plugin manager share.
 PROJECT_NAME = _contract.PROJECT_NAME

@@ -93,6 +93,14 @@ class Backend:
         ``interpret=<these params>``. (API 1.2)"""
         return None
 
+    def adopt_foreign_params(self, obj: Any) -> Any:
+        """``obj``, a params object of another library passed as ``interpret=``
+        or ``compiler_params=`` (e.g. JAX's own ``InterpretGPUParams``, which
+        code written for JAX passes), as this backend's own params object with
+        the same meaning; None when this backend does not read it. The frontend
+        asks every backend before refusing such an object. (API 1.7)"""
+        return None
+
     def conformance_compiler_params(self) -> Sequence[Any]:
         """Non-default compiler params the conformance suite runs its kernels
         with, besides the defaults of ``call_options``. Default: the

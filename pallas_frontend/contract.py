@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 # kernel_body_fn, block_window, scratch_structs, CAPABILITY_TAGS; 1.4: ScopedAllocation
 # (run_scoped collective_axes), capability collective_run_scoped; 1.5: dynamic grids
 # (KernelIR.grid entries None, dynamic_grid_axes, num_index_operands, tag "dynamic_grid"),
-# gathered_ref_accesses, KernelIR.function_name / name_and_src_info; 1.6: replay_equations
-API_VERSION: tuple[int, int] = (1, 6)
+# gathered_ref_accesses, KernelIR.function_name / name_and_src_info; 1.6: replay_equations;
+# 1.7: Backend.adopt_foreign_params
+API_VERSION: tuple[int, int] = (1, 7)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 

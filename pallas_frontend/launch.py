@@ -8,7 +8,7 @@ from typing import Any
 
 import jax
 
-from pallas_frontend import registry
+from pallas_frontend import foreign_params, registry
 from pallas_frontend.block_indices import check_block_ranges
 from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
@@ -72,6 +72,7 @@ def pallas_call(
     gs = resolve_grid_spec(grid_spec, grid, in_specs, out_specs, scratch_shapes)
     if cost_estimate is not None and not isinstance(cost_estimate, CostEstimate):
         raise TypeError(f"cost_estimate must be a pl.CostEstimate, got {type(cost_estimate).__name__}")
+    interpret, compiler_params = foreign_params.adopt(interpret, compiler_params)
     registry.check_params_objects(interpret, compiler_params)
     if compiler_params is not None and not _is_params_dataclass(compiler_params):
         raise TypeError(
@@ -120,6 +121,7 @@ def pallas_call(
         except jax.errors.JaxRuntimeError as e:
             failure = take_kernel_failure()   # a check that failed in a host callback
             if failure is not None and str(failure) in str(e):
+                _name_kernel_error(failure, kernel, name)
                 raise failure from e
             raise
         except Exception as e:     # tracing: index maps, specs against operands, the body

@@ -187,8 +187,12 @@ def test_interpret_that_is_not_a_mode(interpret, rng):
     assert "pallas-frontend[" not in str(e.value)
 
 
-def test_jax_own_params_objects_are_named_as_such():
+def test_jax_own_params_objects_are_named_as_such(monkeypatch):
     from jax.experimental.pallas import tpu as pltpu
+
+    from pallas_frontend import registry
+    # as where pallas_tpu is not installed (it adopts JAX's InterpretParams)
+    monkeypatch.setattr(registry, "backends", lambda: {})
     with pytest.raises(TypeError, match=r"JAX's own jax\.experimental\.pallas\.tpu\.CompilerParams"
                        r".*Use pallas_tpu\.CompilerParams") as e:
         pl.pallas_call(copy_kernel, SDS((4,), jnp.float32), compiler_params=pltpu.CompilerParams())

@@ -7,7 +7,8 @@ from pallas_frontend.backend_api import Backend, BackendUnavailableError, Kernel
 
 from pallas_mgpu import check, manifest
 from pallas_mgpu.memory import MemorySpace
-from pallas_mgpu.params import CompilerParams, InterpretParams, active_interpret_mode
+from pallas_mgpu.params import (CompilerParams, InterpretParams, active_interpret_mode,
+                                adopt_interpret)
 
 __version__ = "0.1.1"
 
@@ -56,6 +57,11 @@ class MosaicGpuBackend(Backend):
 
     def forced_interpret_params(self):
         return active_interpret_mode()
+
+    def adopt_foreign_params(self, obj):
+        # API 1.7's optional hook (a 1.6 frontend never calls it, so 1.6 is still declared)
+        ours = adopt_interpret(obj)     # JAX's InterpretGPUParams: the same fields
+        return ours if isinstance(ours, InterpretParams) else None
 
     def call_options(self, platform: str) -> dict:
         if platform == "cuda":

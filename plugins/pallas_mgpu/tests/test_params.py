@@ -85,3 +85,28 @@ def test_backend_is_discovered_and_lowers_compile_only():
     row = {r["name"]: r for r in diagnostics.backend_rows("cpu")}["mgpu"]
     assert "compile-only (cuda)" in row["available"], row["available"]
     assert b.call_options("cpu") == {"interpret": plgpu.InterpretParams()}
+
+
+def test_jax_own_interpret_gpu_params_run_on_mgpu(rng, monkeypatch):
+    # JAX's tests import InterpretGPUParams from jax._src and pass it to pallas_call
+    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+
+    from pallas_frontend import foreign_params
+    from pallas_mgpu.backend import MosaicGpuBackend
+    theirs = InterpretGPUParams(detect_races=True, uninitialized_memory="zero")
+    adopted, _ = foreign_params.adopt(theirs, None)
+    assert adopted == plgpu.InterpretParams(detect_races=True, uninitialized_memory="zero")
+    lowered = []
+    real_lower = MosaicGpuBackend.lower
+    monkeypatch.setattr(MosaicGpuBackend, "lower",
+                        lambda self, *a: lowered.append(1) or real_lower(self, *a))
+
+    def body(x, o):
+        o[...] = jnp.sin(x[...]) * 2
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+    x = rng.standard_normal((32, 128)).astype(np.float32)
+    got = pl.pallas_call(body, jax.ShapeDtypeStruct(x.shape, jnp.float32), grid=(4,),
+                         in_specs=[spec], out_specs=spec, interpret=theirs)(x)
+    np.testing.assert_allclose(np.asarray(got), np.sin(x.astype(np.float64)) * 2,
+                               rtol=1e-6, atol=1e-6)
+    assert lowered, "JAX's InterpretGPUParams did not select backend 'mgpu'"

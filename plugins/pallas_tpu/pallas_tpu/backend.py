@@ -51,6 +51,10 @@ class TpuBackend(Backend):
     def forced_interpret_params(self):
         return active_interpret_mode()
 
+    def adopt_foreign_params(self, obj):
+        # API 1.7's optional hook (a 1.6 frontend never calls it, so 1.6 is still declared)
+        return InterpretParams.from_jax(obj)
+
     def call_options(self, platform: str) -> dict:
         if platform == "tpu":
             return {"compiler_params": CompilerParams()}

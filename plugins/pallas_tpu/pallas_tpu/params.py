@@ -136,6 +136,17 @@ class InterpretParams:
         """Every field by name (the keywords of JAX's ``InterpretParams``)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
+    @classmethod
+    def from_jax(cls, params) -> InterpretParams | None:
+        """JAX's own ``pltpu.InterpretParams`` (code written for JAX passes it;
+        the fields are the same) as ours; None for any other object."""
+        if not (type(params).__module__ or "").startswith("jax._src.pallas.mosaic."):
+            return None     # not JAX's TPU Pallas: no need to import it
+        from jax.experimental.pallas import tpu as pltpu
+        if not isinstance(params, pltpu.InterpretParams):
+            return None
+        return cls(**{f.name: getattr(params, f.name) for f in dataclasses.fields(cls)})
+
     def to_jax(self):
         """The equivalent ``jax.experimental.pallas.tpu.InterpretParams``."""
         from jax.experimental.pallas import tpu as pltpu

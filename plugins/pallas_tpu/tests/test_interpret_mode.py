@@ -50,3 +50,29 @@ def test_set_tpu_interpret_mode_until_reset():
         pltpu.set_tpu_interpret_mode(None)
     want = 3.0 * np.asarray(x, np.float64) + np.asarray(y, np.float64)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
+def test_jax_own_interpret_params_run_in_tpu_interpret_mode(monkeypatch):
+    # code written for JAX passes jax.experimental.pallas.tpu.InterpretParams
+    from jax.experimental.pallas import tpu as jax_pltpu
+
+    from pallas_frontend import foreign_params
+    from pallas_tpu.backend import TpuBackend
+    theirs = jax_pltpu.InterpretParams(dma_execution_mode="eager", uninitialized_memory="zero")
+    adopted, _ = foreign_params.adopt(theirs, None)
+    assert adopted == pltpu.InterpretParams(dma_execution_mode="eager",
+                                            uninitialized_memory="zero")
+    lowered = []
+    real_lower = TpuBackend.lower
+    monkeypatch.setattr(TpuBackend, "lower",
+                        lambda self, *a: lowered.append(1) or real_lower(self, *a))
+
+    def k(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] * 3.0 + y_ref[...]
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+    x, y = _data(None)     # fresh
+    got = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32), grid=(4,),
+                         in_specs=[spec, spec], out_specs=spec, interpret=theirs)(x, y)
+    want = 3.0 * np.asarray(x, np.float64) + np.asarray(y, np.float64)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+    assert lowered, "JAX's InterpretParams did not select backend 'tpu'"

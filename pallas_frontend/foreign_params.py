@@ -1,0 +1,28 @@
+"""Params objects of JAX's own Pallas, passed by code written for JAX
+(``interpret=InterpretGPUParams(...)``, ``pltpu.InterpretParams(...)``): each
+is offered to the backends (``Backend.adopt_foreign_params``, API 1.7) before
+``registry.check_params_objects`` refuses it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pallas_frontend import registry
+
+
+def _adopt_one(obj: Any) -> Any:
+    module = type(obj).__module__ or ""
+    if not (module.startswith("jax.") and "pallas" in module):
+        return obj          # ours, a bool or None: nothing to adopt (and no plugin loaded)
+    for b in registry.backends().values():
+        hook = getattr(b, "adopt_foreign_params", None)     # absent before API 1.7
+        ours = hook(obj) if callable(hook) else None
+        if ours is not None:
+            return ours
+    return obj
+
+
+def adopt(interpret: Any, compiler_params: Any) -> tuple[Any, Any]:
+    """``(interpret, compiler_params)`` with each JAX Pallas params object that
+    a backend adopts replaced by that backend's own; the rest unchanged."""
+    return _adopt_one(interpret), _adopt_one(compiler_params)

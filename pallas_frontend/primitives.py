@@ -212,6 +212,10 @@ def run_scoped(f, *types, collective_axes=(), **kw_types):
     """Allocates Refs of ``types`` for the duration of ``f(*refs, **kw_refs)``
     and returns ``f``'s result.
 
+    Each of ``types`` and ``kw_types`` may be a pytree (dicts, lists, tuples,
+    nested) of scratch types: ``f`` gets the Refs in the same structure, and
+    ``None`` where the tree has ``None`` (as in JAX).
+
     ``collective_axes`` (a mesh axis name or a tuple of them) asks for one
     buffer shared by the programs along those axes (e.g. the warpgroups of a
     ``pallas_mgpu.kernel``); it is handed to the backend in the kernel jaxpr
@@ -222,20 +226,24 @@ def run_scoped(f, *types, collective_axes=(), **kw_types):
     if not all(isinstance(a, str) for a in axes):
         raise TypeError(f"run_scoped: collective_axes must be axis names, got {collective_axes!r}.")
 
-    def new_ref(t):
-        aval = ref_aval_of(t, "run_scoped")
+    def new_ref(t, what):
+        aval = ref_aval_of(t, what)
         if axes:
             aval = jc.AbstractRef(aval.inner_aval,
                                   memory_space=ScopedAllocation(aval.memory_space, axes))
         return _new_scoped_ref(aval)
-    refs = [new_ref(t) for t in types]
-    kw_refs = {k: new_ref(t) for k, t in kw_types.items()}
+    leaves, tree = jax.tree_util.tree_flatten_with_path((types, kw_types))
+    flat_refs = []
+    for path, t in leaves:     # path: (which of types / kw_types, the position in it)
+        where = ("types" if path[0].idx == 0 else "kw_types") + jax.tree_util.keystr(path[1:])
+        flat_refs.append(new_ref(t, f"run_scoped {where}"))
+    refs, kw_refs = jax.tree.unflatten(tree, flat_refs)
     out = f(*refs, **kw_refs)
     # JAX 0.12's free_ref fails JAX's own jaxpr check (jax_enable_checks) in a
     # cond branch (its abstract eval gives {} where the equation has set()):
     # under checks the scope's end goes unmarked; no backend relies on it.
     if not jax.config.jax_enable_checks:
-        for r in (*refs, *kw_refs.values()):
+        for r in flat_refs:
             jax.free_ref(r)
     return out
 

@@ -103,7 +103,11 @@ def trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
 
 
 def _as_index(v, src, origin, i):
-    if isinstance(v, (bool, float)):
+    try:
+        not_jax = not isinstance(v, (int, np.integer)) and jax.typeof(v) is None
+    except TypeError:        # a str, None, an object: not a JAX type at all
+        not_jax = True
+    if isinstance(v, (bool, float)) or not_jax:
         raise PallasTypeError(
             f"Index map function {src} for {origin} must return integer scalars. Output[{i}] "
             f"has type {type(v).__name__} ({v!r}). Return one int32 block index per dim.")

@@ -228,6 +228,9 @@ def normalize_grid(grid: Any) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
                 "symbolic dim or, for a size known only at run time, a traced int32 scalar.")
         if g < 0:
             raise ValueError(f"Grid sizes must be non-negative, got {tuple(grid)!r}.")
+        if g > np.iinfo(np.int32).max:   # program ids are int32 scalars
+            raise ValueError(f"Grid sizes must fit in int32 (at most 2**31 - 1), got "
+                             f"{tuple(grid)!r}: program ids are int32. Split the axis in two.")
         sizes.append(int(g))
     return tuple(sizes), names
 

@@ -83,7 +83,9 @@ def _one_group_per_block(table: np.ndarray, grid, axes) -> bool:
 
 
 def _written_inputs_in_one_cta(kernel: KernelIR, par: tuple[bool, ...]) -> tuple[bool, ...]:
-    written = written_inputs(kernel)
+    # GMEM operands are the user's to synchronise (and a pipeline primitive
+    # declares writes on every Ref it is handed)
+    written = [k for k in written_inputs(kernel) if not is_gmem(kernel.in_mappings[k].memory_space)]
     if not written or not any(par):
         return par
     if grid_points(kernel) > MAX_MASK_POINTS:    # too many points to prove it: one CTA

@@ -158,8 +158,7 @@ def our_revision() -> str:
 def run_copy(directory: Path, name: str, timeout: float, target: str):
     """Runs one test file; returns ({test id: (outcome, first failure line)}, note, seconds).
 
-    At ``timeout`` pytest gets SIGINT, which still writes the report of the tests run so
-    far; ``note`` then says the file was cut (empty otherwise).
+    At ``timeout`` pytest gets SIGINT (it still writes the report) and ``note`` says so.
     """
     report = directory / (name + ".xml")
     report.unlink(missing_ok=True)
@@ -205,12 +204,13 @@ def parse_junit(report: Path, name: str) -> dict[str, tuple[str, str]]:
 
 def first_line(message: str, text: str = "") -> str:
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    if lines and lines[0].endswith("Traceback (most recent call last):"):
-        # An error raised inside a callback: its cause is the last exception in the report.
+    tb = "Traceback (most recent call last):"
+    if lines and (lines[0].endswith(tb) or lines[0] == "collection failure"):
+        # Raised in a callback, or while importing: the cause is the report's last exception.
         cause = [m.group(1) for m in re.finditer(r"^E?\s*([\w.]+(?:Error|Exception): .*)$",
                                                   text or message, re.M)
                  if not m.group(1).endswith("(most recent call last):")]
-        return f"{lines[0][:-35]}... {cause[-1]}"[:220] if cause else lines[0][:220]
+        return f"{lines[0].removesuffix(tb).rstrip(': ')}: {cause[-1]}"[:220] if cause else lines[0][:220]
     return lines[0][:220] if lines else ""
 
 
@@ -314,8 +314,9 @@ def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
             why = reason_for(t, reasons)
             if why:
                 explained += 1
+            broken = [m for oc, m in o.values() if m.startswith("collection failure")]
             not_run = f"not reached ({our_runs[name]['note']})" if our_runs[name].get("note") \
-                else "not collected under ours"
+                else (broken or ["not collected under ours"])[0]
             oc, msg = o.get(t, ("missing", not_run))
             lost_rows.append((t, oc, why or msg))
     lines += ["| **total** | " + " | ".join(f"**{v}**" for v in totals) + " | |", ""]

@@ -134,6 +134,30 @@ def numerics(dev: bool, quick: bool, budget: Budget, seed: int) -> list[tuple]:
     return rows
 
 
+def lower_for_cuda(rows: list) -> None:
+    """--dry-run --lower-cuda: each of our device-path kernels (conformance at its
+    size, timed entries at full size) traced and lowered for cuda without a GPU
+    (no compile, no launch): what the GPU run would refuse before it starts."""
+    import gpu_check_cases as C
+    import gpu_check_timing as T
+    rng = np.random.default_rng(0)
+    jobs = [(c.name, b, lambda c=c, b=b: c.build(C.route(b, True)), c.inputs(rng))
+            for b in ("triton", "mgpu") for c in C.conformance_cases(False)]
+    jobs += [(bench.name + " / " + src, impl, make, bench.inputs(rng))
+             for bench in T.benches(True, tiny=False) for impl, src, make in bench.impls
+             if impl.startswith("ours")]
+    for name, backend, make, args in jobs:
+        structs = [jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in args]
+        try:
+            text = jax.jit(make()).trace(*structs).lower(lowering_platforms=("cuda",)).as_text()
+            calls = sorted({w.split('"')[0].split("(")[0] for w in text.split("custom_call @")[1:]})
+            rows.append((name, backend, "lowers", "", "cuda custom calls: " + ", ".join(calls)))
+        except Exception as e:  # noqa: BLE001
+            rows.append((name, backend, "refused", "", error_line(e)))
+        print(f"  cuda lowering {backend:<12}{name:<60}{rows[-1][2]:<8}{rows[-1][4][:100]}",
+              flush=True)
+
+
 def _mgpu_interpret(on: bool, jax_side: bool = False):
     """Mosaic GPU interpret mode forced (CPU dry run): ours, or JAX's for its own kernels."""
     import contextlib
@@ -146,8 +170,9 @@ def _mgpu_interpret(on: bool, jax_side: bool = False):
     return pallas_mgpu.force_gpu_interpret_mode()
 
 
-def seconds_per_call(fn, args, repeat: int) -> float:
-    """Median over ``repeat`` batches; a batch queues enough calls to span >= 20 ms."""
+def seconds_per_call(fn, args, repeat: int):
+    """(median seconds per call over ``repeat`` batches, the last output); a batch
+    queues enough calls to span >= 20 ms."""
     jax.block_until_ready(fn(*args))                    # compiles
     t0 = time.perf_counter()
     for _ in range(2):
@@ -162,7 +187,7 @@ def seconds_per_call(fn, args, repeat: int) -> float:
             out = fn(*args)
         jax.block_until_ready(out)
         times.append((time.perf_counter() - t0) / inner)
-    return float(np.median(times))
+    return float(np.median(times)), out
 
 
 def timing(dev: bool, quick: bool, budget: Budget, repeat: int, seed: int,
@@ -176,6 +201,7 @@ def timing(dev: bool, quick: bool, budget: Budget, repeat: int, seed: int,
         list(zip(T.benches(dev, tiny=True), T.benches(dev, tiny=False)))
     for bench, full in plans:
         args = bench.inputs(rng)
+        outs = {}
         for impl, source, make in bench.impls:
             if budget.left() <= 0:
                 rows.append((bench.name, impl, source, bench.metric, None, "skipped: time budget spent"))
@@ -183,7 +209,7 @@ def timing(dev: bool, quick: bool, budget: Budget, repeat: int, seed: int,
             try:
                 fn = jax.jit(make())
                 if dev:
-                    secs = seconds_per_call(fn, args, repeat)
+                    secs, outs[len(rows)] = seconds_per_call(fn, args, repeat)
                     rows.append((bench.name, impl, source, bench.metric,
                                  bench.work / secs * (1e-12 if bench.metric == "TFLOP/s" else 1e-9),
                                  f"{secs * 1e3:.3f} ms"))
@@ -196,7 +222,8 @@ def timing(dev: bool, quick: bool, budget: Budget, repeat: int, seed: int,
                     value, note = None, "traced at full size"
                     if impl == "XLA" or not quick:    # the timing and ratio code, on CPU
                         with _mgpu_interpret(impl.endswith("MGPU"), impl.startswith("JAX")):
-                            secs = seconds_per_call(fn, args, 3 if impl == "XLA" else 1)
+                            secs, outs[len(rows)] = seconds_per_call(fn, args, 3 if impl == "XLA"
+                                                                     else 1)
                         value = bench.work / secs * (1e-12 if bench.metric == "TFLOP/s" else 1e-9)
                         note += f"; tiny on CPU {secs * 1e3:.3f} ms"
                     rows.append((bench.name, impl, source, bench.metric, value, note))
@@ -205,6 +232,15 @@ def timing(dev: bool, quick: bool, budget: Budget, repeat: int, seed: int,
             r = rows[-1]
             print(f"  {r[0]:<40}{r[1]:<12}{r[2]:<34}"
                   f"{(f'{r[4]:.4g} {r[3]}' if r[4] is not None else ''):<16}{r[5]}", flush=True)
+        xla = [i for i in outs if rows[i][1] == "XLA"]
+        for i in outs:     # a fast wrong kernel must not pass for a fast one
+            if xla and i not in xla:
+                try:
+                    err = f"{rel_error(outs[i], outs[xla[0]]):.1e}"
+                except Exception as e:  # noqa: BLE001  (outputs of another structure)
+                    err = error_line(e)
+                rows[i] = (*rows[i][:5], rows[i][5] + f"; err vs XLA {err}")
+        del outs
         saved()     # the report so far: a run killed by an outer timeout still leaves it
     return rows
 
@@ -247,7 +283,7 @@ def report(path: Path, dev: bool, num_rows, time_rows, wall: float) -> None:
              "## Numerics: max |ours - XLA jnp| / max |XLA jnp|", "",
              "| kernel | backend | result | rel. error | note |", "|---|---|---|---|---|"]
     lines += [f"| {n} | {b} | {r} | {e} | {note.replace('|', '/')} |" for n, b, r, e, note in num_rows]
-    bad = sum(r[2] != "ok" for r in num_rows)
+    bad = sum(r[2] not in ("ok", "lowers") for r in num_rows)
     lines += ["", f"{len(num_rows) - bad} of {len(num_rows)} ok.", "",
               "## Timing (median of batches; ratio = this rate / the other's best rate, > 1 is faster)", "",
               "| benchmark | implementation | kernel source | rate | vs XLA | vs JAX same backend | note |",
@@ -272,6 +308,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer cases (for the CI test)")
     ap.add_argument("--budget", type=float, default=330.0, help="seconds for the whole run")
     ap.add_argument("--repeat", type=int, default=20, help="timed batches per row (median)")
+    ap.add_argument("--lower-cuda", action="store_true",
+                    help="with --dry-run: also lower our device-path kernels for cuda (minutes)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--out", type=Path, default=None,
                     help="report path (default BENCHMARKS-GPU.md on a GPU; none for a dry run)")
@@ -292,6 +330,8 @@ def main(argv=None) -> int:
                         seed)
     out = a.out or (HERE.parent / "BENCHMARKS-GPU.md" if dev else None)
     time_rows: list[tuple] = []
+    if a.lower_cuda and not dev:
+        lower_for_cuda(num_rows)
 
     def saved():
         if out is not None:
@@ -300,7 +340,7 @@ def main(argv=None) -> int:
     timing(dev, a.quick, budget, a.repeat, seed, time_rows, saved)
     if out is not None:
         print(f"wrote {out}")
-    bad = [r for r in num_rows if r[2] != "ok"]
+    bad = [r for r in num_rows if r[2] not in ("ok", "lowers")]
     print(f"numerics: {len(num_rows) - len(bad)} of {len(num_rows)} ok; timing rows: "
           f"{sum(r[4] is not None for r in time_rows)} of {len(time_rows)} measured; "
           f"{time.monotonic() - START:.0f} s")

@@ -24,8 +24,9 @@ from pallas_frontend.backend_api import FRONTEND_OWNER, kernel_primitive
 
 class _DebugChecksFlag:
     """``pl.enable_debug_checks``: ``pl.enable_debug_checks(True)`` sets the
-    flag (for this thread) at once; used as ``with pl.enable_debug_checks(True):``
-    the previous value comes back when the block ends. ``.value`` reads it.
+    flag at once (process-wide, as ``jax.config.update`` does); used as
+    ``with pl.enable_debug_checks(True):`` it holds for this thread until the
+    block ends, then the previous value comes back. ``.value`` reads it.
 
     The flag is JAX's ``jax_pallas_enable_debug_checks`` (also set by JAX's
     ``pl.enable_debug_checks`` and ``jax.config.update``): part of every jit
@@ -39,21 +40,30 @@ class _DebugChecksFlag:
         jax.config.update(jc.debug_checks_state.name, bool(enabled))
 
     def __call__(self, enabled: bool = True) -> _RestoreDebugChecks:
-        return _RestoreDebugChecks(jc.debug_checks_state.swap_local(bool(enabled)))
+        # A bare call sets the global value, not a thread-local one: a local value
+        # left behind would hide every later jax.config.update of the switch.
+        prev_global = bool(jc.debug_checks_state.get_global())
+        self.set(enabled)
+        return _RestoreDebugChecks(bool(enabled), prev_global)
 
 
 class _RestoreDebugChecks:
     """What ``pl.enable_debug_checks(...)`` returns: already applied; as a
-    context manager it restores the previous value on exit."""
+    context manager the value becomes this thread's for the block (the global
+    one goes back to what it was), and the previous value returns on exit."""
 
-    def __init__(self, prev):
-        self._prev = prev
+    def __init__(self, enabled: bool, prev_global: bool):
+        self._enabled = enabled
+        self._prev_global = prev_global
+        self._prev_local = None
 
     def __enter__(self):
+        self._prev_local = jc.debug_checks_state.swap_local(self._enabled)
+        jax.config.update(jc.debug_checks_state.name, self._prev_global)
         return self
 
     def __exit__(self, *exc):
-        jc.debug_checks_state.set_local(self._prev)
+        jc.debug_checks_state.set_local(self._prev_local)
         return False
 
 

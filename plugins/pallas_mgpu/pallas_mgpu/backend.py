@@ -64,7 +64,8 @@ class MosaicGpuBackend(Backend):
         return ours if isinstance(ours, InterpretParams) else None
 
     def call_options(self, platform: str) -> dict:
-        if platform == "cuda":
+        # jax.default_backend() says "gpu" on an NVIDIA host, where lowering says "cuda"
+        if platform in ("cuda", "gpu"):
             return {"compiler_params": CompilerParams()}
         return {"interpret": InterpretParams()}
 

@@ -85,6 +85,9 @@ def test_backend_is_discovered_and_lowers_compile_only():
     row = {r["name"]: r for r in diagnostics.backend_rows("cpu")}["mgpu"]
     assert "compile-only (cuda)" in row["available"], row["available"]
     assert b.call_options("cpu") == {"interpret": plgpu.InterpretParams()}
+    # jax.default_backend() is "gpu" on an NVIDIA host: the device path, not interpret mode
+    for platform in ("gpu", "cuda"):
+        assert b.call_options(platform) == {"compiler_params": plgpu.CompilerParams()}
 
 
 def test_jax_own_interpret_gpu_params_run_on_mgpu(rng, monkeypatch):

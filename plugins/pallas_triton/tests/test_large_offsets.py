@@ -31,7 +31,19 @@ def _far_blocks(**call):
 
 @pytest.mark.parametrize("target", [("cuda", 90), ("hip", "gfx942")], ids=str)
 def test_offsets_are_64_bit_in_the_compiled_kernel(target):
-    asm = pt.compile_for_target(lambda x: _far_blocks()(x), jax.ShapeDtypeStruct((N,), jnp.int8),
+    # the same offsets past 2**31 with 1024-element blocks: a 2**20-element block
+    # costs Triton's GPU compile about a minute and proves nothing more
+    small, first = 2 ** 10, 2 ** 21
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1
+    far = pl.pallas_call(body, grid=(2,),
+                         in_specs=[pl.BlockSpec((small,), lambda i: (first + i,))],
+                         out_specs=pl.BlockSpec((small,), lambda i: (i,)),
+                         out_shape=jax.ShapeDtypeStruct((2 * small,), jnp.int8))
+    n = (first + 2) * small
+    assert n > 2 ** 31
+    asm = pt.compile_for_target(lambda x: far(x), jax.ShapeDtypeStruct((n,), jnp.int8),
                                 target=target)
     assert ".to(tl.int64)" in asm["source"]
     assert "i64" in asm["ttir"]

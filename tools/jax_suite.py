@@ -156,10 +156,8 @@ def our_revision() -> str:
 
 
 def run_copy(directory: Path, name: str, timeout: float, target: str):
-    """Runs one test file; returns ({test id: (outcome, first failure line)}, note, seconds).
-
-    At ``timeout`` pytest gets SIGINT (it still writes the report) and ``note`` says so.
-    """
+    """Runs one file: ({test id: (outcome, first failure line)}, note, seconds).
+    At ``timeout`` pytest gets SIGINT (it still writes the report) and ``note`` says so."""
     report = directory / (name + ".xml")
     report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -289,7 +287,7 @@ def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
         "under JAX on CPU.",
         "",
         f"- JAX source: {meta['jax_rev']}; installed jax {meta['jax']}, jaxlib {meta['jaxlib']}",
-        f"- pallas-frontend: {meta['ours_rev']}; Python {meta['python']}; {meta['machine']}",
+        f"- pallas-frontend: tree at {meta['ours_rev']}; Python {meta['python']}; {meta['machine']}",
         f"- shims for version skew (both runs): {', '.join(meta['skewed']) or 'none'}",
         f"- run: JAX's side {meta['jax_dates']}, ours {meta['date']} (per-file times added "
         f"up: {jax_s / 60:.0f} and {our_s / 60:.0f} min; {meta['jobs']} file(s) at a time, "
@@ -351,7 +349,7 @@ def run_many(names, directory: Path, timeout: float, target: str, jobs: int, don
         started = _now()
         results, note, seconds = run_copy(directory, name, timeout, target)
         run = dict(results=results, note=note, seconds=seconds, timeout=timeout,
-                   started=started, date=_now())
+                   started=started, date=_now(), rev=our_revision())
         done(name, run)
         print(f"[{target}] {name}: passed/failed/skipped = {tally(results)} in {seconds:.0f} s"
               + (f" ({note})" if note else ""), flush=True)
@@ -433,9 +431,11 @@ def main(argv=None) -> int:
         last = max(run["date"] for run in runs.values())
         wall = datetime.datetime.fromisoformat(last) - datetime.datetime.fromisoformat(first)
         return f"{first} to {last} UTC ({wall.total_seconds() / 60:.0f} min)"
+    ordered = [(r["date"], r.get("rev", "?")) for r in our_runs.values()]
     meta = dict(
         date=span(our_runs), jax_dates=span(jax_runs), jax_rev=jax_rev, jax=jax.__version__,
-        jaxlib=jaxlib.__version__, ours_rev=our_revision(), python=platform.python_version(),
+        jaxlib=jaxlib.__version__, python=platform.python_version(),
+        ours_rev=" to ".join(dict.fromkeys(rev for _, rev in (min(ordered), max(ordered)))),
         machine=f"{platform.machine()}, {os.cpu_count()} cores, CPU only",
         skewed=skewed + dropped_flags, jobs=args.jobs,
         command="python tools/jax_suite.py --jax-src JAX --files "

@@ -172,11 +172,15 @@ def _tpu_paged(mod, args, inline=True):
     return mod.paged_attention(*args, pages_per_compute_block=4, inline_seq_dim=inline)
 
 
+def _group_sizes(rng, m, g):
+    """``g`` random int32 group sizes (some may be 0) that add up to ``m`` rows."""
+    cuts = np.sort(rng.integers(0, m + 1, size=g - 1))
+    return np.diff(np.concatenate([[0], cuts, [m]])).astype(np.int32)
+
+
 def _gmm_inputs(rng, size):
     m, k, n, g = (256, 128, 128, 4) if size == "small" else (512, 256, 256, 8)
-    sizes = np.sort(rng.integers(0, m + 1, size=g - 1))
-    group_sizes = np.diff(np.concatenate([[0], sizes, [m]])).astype(np.int32)
-    return _normal(rng, m, k), _normal(rng, g, k, n), group_sizes
+    return _normal(rng, m, k), _normal(rng, g, k, n), _group_sizes(rng, m, g)
 
 
 def _gmm(mod, args):
@@ -324,9 +328,7 @@ def _mgpu_attention(mod, args):
 
 def _ragged_dot_inputs(rng, size):
     m, k, n, g = (256, 128, 128, 2) if size == "small" else (512, 256, 256, 4)
-    cuts = np.sort(rng.integers(0, m + 1, size=g - 1))
-    sizes = np.diff(np.concatenate([[0], cuts, [m]])).astype(np.int32)
-    return _bf16(rng, m, k), _bf16(rng, g, k, n), sizes
+    return _bf16(rng, m, k), _bf16(rng, g, k, n), _group_sizes(rng, m, g)
 
 
 def _ragged_dot(mod, args):

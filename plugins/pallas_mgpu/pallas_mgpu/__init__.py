@@ -12,6 +12,7 @@ from __future__ import annotations
 from pallas_mgpu.backend import MosaicGpuBackend, __version__
 from pallas_mgpu import matmul as _matmul  # noqa: F401  (registers the WGMMA rule)
 from pallas_mgpu.helpers import find_swizzle, planar_snake
+from pallas_mgpu.loops import NDLoopInfo, nd_loop
 from pallas_mgpu.memory import (
     ACC, GMEM, REGS, SMEM, TMEM, Barrier, ClusterBarrier, GPUMemoryRef, MemorySpace,
     SwizzleTransform, TilingTransform, Transform, WGMMAAccumulatorRef)
@@ -33,14 +34,14 @@ from pallas_mgpu.primitives import (
 __all__ = [
     "ACC", "Barrier", "BlockSpec", "ClusterBarrier", "CompilerParams", "GMEM", "GPUMemoryRef",
     "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace", "Mesh",
-    "MosaicGpuBackend", "OOBFillMode", "REGS", "SMEM", "SemaphoreSignal", "SwizzleTransform", "TMEM",
+    "MosaicGpuBackend", "NDLoopInfo", "OOBFillMode", "REGS", "SMEM", "SemaphoreSignal", "SwizzleTransform", "TMEM",
     "TilingTransform", "TraceScope", "Transform", "WGMMAAccumulatorRef", "WarpMesh",
     "__version__", "async_copy_scales_to_tmem", "async_copy_smem_to_tmem", "async_load_tmem",
     "async_store_tmem", "barrier_arrive", "barrier_arrive_and_wait", "barrier_wait",
     "broadcasted_iota",
     "commit_smem", "commit_smem_to_gmem_group", "commit_tmem", "copy_gmem_to_smem",
     "copy_smem_to_gmem", "emit_pipeline", "emit_pipeline_warp_specialized", "find_swizzle",
-    "force_gpu_interpret_mode", "kernel", "layout_cast", "load", "planar_snake",
+    "force_gpu_interpret_mode", "kernel", "layout_cast", "load", "nd_loop", "planar_snake",
     "semaphore_signal_parallel", "set_gpu_interpret_mode", "set_max_registers",
     "tcgen05_commit_arrive", "tcgen05_mma", "wait_load_tmem", "wait_smem_to_gmem", "wgmma",
     "wgmma_wait",

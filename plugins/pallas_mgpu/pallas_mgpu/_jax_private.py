@@ -7,6 +7,8 @@
   kernel's Ref from the transforms recorded in the kernel jaxpr.
 - ``transformed_ref_type``: to recognise such views.
 - ``written_ref_positions``: which Refs a kernel writes (its effects).
+- ``mpmd_map_primitive`` / ``mpmd_map``: JAX's ``mpmd_map`` (kernel code
+  written for JAX calls it with ``plgpu.WarpMesh``), replayed with JAX's mesh.
 """
 
 from __future__ import annotations
@@ -105,3 +107,15 @@ def written_ref_positions(jaxpr) -> set[int]:
             out.add(at if isinstance(at, int) else index.get(id(at), -1))
     out.discard(-1)
     return out
+
+
+def mpmd_map_primitive():
+    """JAX's ``mpmd_map`` primitive (what ``jax._src.pallas.mpmd.mpmd_map`` binds)."""
+    from jax._src.pallas import mpmd
+    return mpmd.mpmd_map_p
+
+
+def mpmd_map(meshes_and_fns):
+    """JAX's ``mpmd_map`` of functions that take no operands (a function to call)."""
+    from jax._src.pallas import mpmd
+    return mpmd.mpmd_map(meshes_and_fns)

@@ -6,10 +6,15 @@ The function is traced here, where it is decorated (the warp axis bound),
 and recorded as one ``mgpu_warp_map`` equation whose operands are what it
 closes over (Refs, values). The backend replays it with JAX's
 ``pl.core_map(plgpu.WarpMesh(...))`` around the traced body.
+
+JAX's ``mpmd_map([(WarpMesh(...), fn)])()`` (JAX's own tests call it) takes
+this mesh too: it traces ``fn`` itself into an ``mpmd_map`` equation, which
+the backend replays with JAX's mesh and ``mpmd_map`` around the traced body.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -52,6 +57,30 @@ class WarpMesh:
         """``{axis_name: 4}``: one point per warp of the warpgroup."""
         return {self.axis_name: WARPS_PER_WARPGROUP}
 
+    @property
+    def core_type(self) -> str:
+        return "gpu"
+
+    @contextlib.contextmanager
+    def tracing_context(self):
+        """What ``mpmd_map`` enters while tracing a function over this mesh:
+        nothing beyond the warp axis, which ``mpmd_map`` binds itself."""
+        yield
+
+    def discharges_effect(self, effect) -> bool:
+        """No effect of the per-warp function stays inside the warp map."""
+        return False
+
+    def check_is_compatible_with(self, other_mesh):
+        """``mpmd_map`` asks this of several meshes; a kernel maps over one WarpMesh."""
+        raise NotImplementedError("mpmd_map inside a Mosaic GPU kernel takes one WarpMesh, "
+                                  f"not WarpMesh together with {other_mesh!r}.")
+
+    def to_jax(self):
+        """JAX's ``plgpu.WarpMesh`` over the same axis name."""
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+        return plgpu.WarpMesh(axis_name=self.axis_name)
+
     def core_map(self, **options):
         """The frontend's ``pl.core_map(mesh, ...)`` for this mesh: a decorator
         that runs the function per warp, inside the enclosing kernel."""
@@ -83,4 +112,28 @@ def _replay(eqn, invals):
 
 
 evaluate.register_rule(mgpu_warp_map_p, _replay)
+
+
+def _replay_mpmd_map(eqn, invals):
+    """JAX's ``mpmd_map`` equation, with JAX's meshes, around bodies that
+    replay the traced per-mesh jaxprs (they hold this plugin's primitives)."""
+    p = eqn.params
+    pairs = []
+    for mesh, jaxpr in zip(p["meshes"], p["jaxprs"]):
+        # A warp map inside a kernel only closes over the kernel's Refs and
+        # scalars (JAX's Mosaic GPU lowering and interpreter hand it nothing else).
+        if p["out_avals"] or len(jaxpr.invars) != len(invals):
+            raise NotImplementedError(
+                "mpmd_map inside a Mosaic GPU kernel: out_types and scratch_types are not "
+                "supported (as in JAX); close over the kernel's Refs, or allocate buffers "
+                "with pl.run_scoped around the mpmd_map.")
+
+        def body(jaxpr=jaxpr):
+            evaluate.eval_jaxpr(jaxpr, (), *invals)
+        pairs.append((mesh.to_jax() if isinstance(mesh, WarpMesh) else mesh, body))
+    _jax_private.mpmd_map(pairs)()
+    return []
+
+
+evaluate.register_rule(_jax_private.mpmd_map_primitive(), _replay_mpmd_map)
 del jax

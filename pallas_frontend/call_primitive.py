@@ -123,28 +123,70 @@ def _refuse_dynamic_grid(kernel: KernelIR, what: str):
 
 
 def _batch_rule(args, dims, *, kernel: KernelIR, interpret, backend):
-    _refuse_dynamic_grid(kernel, "vmap")
     sizes = {a.shape[d] for a, d in zip(args, dims) if d is not None}
+    if not sizes:
+        return pallas_call_p.bind(*args, kernel=kernel, interpret=interpret,
+                                  backend=backend), [None] * len(kernel.out_mappings)
     (size,) = sizes
+    # Operands: the dynamic grid sizes, the scalar-prefetch operands, the inputs.
+    n_lead = len(kernel.dynamic_grid_axes) + kernel.num_scalar_prefetch
+    if any(d is not None for d in dims[:n_lead]):
+        # A batched grid size or prefetch value changes the grid or the index
+        # maps per batch element: one launch per element, as JAX does.
+        if size == 1:
+            return _batch_of_one(args, dims, kernel=kernel, interpret=interpret, backend=backend)
+        return _batch_as_loop(args, dims, size, kernel=kernel, interpret=interpret,
+                              backend=backend)
+    return _batch_as_grid_axis(args, dims, size, kernel=kernel, interpret=interpret,
+                               backend=backend)
+
+
+def _batch_of_one(args, dims, *, kernel: KernelIR, interpret, backend):
+    """A batch of one element: the kernel as it is, on the element."""
+    args = [a if d is None else jnp.squeeze(a, d) for a, d in zip(args, dims)]
+    outs = pallas_call_p.bind(*args, kernel=kernel, interpret=interpret, backend=backend)
+    return [o[None] for o in outs], [0] * len(outs)
+
+
+def _batch_as_loop(args, dims, size, *, kernel: KernelIR, interpret, backend):
+    """``size`` launches of the unchanged kernel in a ``fori_loop``, each on one
+    batch element; every output of a launch is stored whole into its slot."""
+    args = [jnp.moveaxis(a, d, 0) if d is not None else a for a, d in zip(args, dims)]
+    batched = [d is not None for d in dims]
+
+    def body(b, outs):
+        elem = [jax.lax.dynamic_index_in_dim(a, b, keepdims=False) if bt else a
+                for a, bt in zip(args, batched)]
+        new = pallas_call_p.bind(*elem, kernel=kernel, interpret=interpret, backend=backend)
+        return [jax.lax.dynamic_update_index_in_dim(o, n, b, 0) for o, n in zip(outs, new)]
+
+    init = [jnp.zeros((size, *m.array_shape), m.dtype) for m in kernel.out_mappings]
+    outs = jax.lax.fori_loop(0, size, body, init)
+    return outs, [0] * len(outs)
+
+
+def _batch_as_grid_axis(args, dims, size, *, kernel: KernelIR, interpret, backend):
+    """One launch over a grid with a new leading axis that indexes the batch."""
+    n_dyn = len(kernel.dynamic_grid_axes)
     npf = kernel.num_scalar_prefetch
-    if any(d is not None for d in dims[:npf]):
-        raise NotImplementedError("vmap over scalar-prefetch operands of a pallas_call is not "
-                                  "supported; vmap the other operands only.")
+    n_lead = n_dyn + npf
     args = [jnp.moveaxis(a, d, 0) if d is not None else a
             for a, d in zip(args, dims)]
-    in_batched = [d is not None for d in dims[npf:]]
+    in_batched = [d is not None for d in dims[n_lead:]]
     aliased = dict(kernel.input_output_aliases)
-    # An aliased input must be batched, since its output is.
+    # An aliased input must be batched, since its output is. (Alias indices
+    # count the prefetch operands, not the dynamic sizes.)
     for i in aliased:
         if i >= npf and not in_batched[i - npf]:
-            args[i] = jnp.broadcast_to(args[i], (size, *args[i].shape))
+            args[n_dyn + i] = jnp.broadcast_to(args[n_dyn + i], (size, *args[n_dyn + i].shape))
             in_batched[i - npf] = True
     n_grid = len(kernel.grid)
-    pf_avals = [jc.AbstractRef(jax.typeof(a)) for a in args[:npf]]
+    pf_avals = [jc.AbstractRef(jax.typeof(a)) for a in args[n_dyn:n_lead]]
     in_maps = tuple(_batched_mapping(m, b, size, n_grid, pf_avals)
                     for m, b in zip(kernel.in_mappings, in_batched))
     out_maps = tuple(_batched_mapping(m, True, size, n_grid, pf_avals) for m in kernel.out_mappings)
     old_avals = [v.aval for v in kernel.jaxpr.invars]
+    # the batch axis is static: the dynamic sizes stay where they were, after the program ids
     body = rebuild_jaxpr(kernel.jaxpr, _index_avals(1) + old_avals, lambda a: a[1:])
     names = kernel.grid_names
     if names is not None:

@@ -43,9 +43,39 @@ FRONTEND_OWNER = "pallas_frontend"    # owner of the frontend's own kernel primi
 TRANSFORM_METADATA_KEY = "pallas_frontend.transform"
 
 # --- block dimensions -------------------------------------------------------
+# Each kind subclasses JAX's public class of that kind (jax.experimental.pallas)
+# and compares equal to it, so JAX's fuser (block-spec pull/push) takes ours and
+# ours take what it returns.
 
-@dataclasses.dataclass(frozen=True)
-class Blocked:
+def _jax_kind(name: str) -> tuple[type, ...]:
+    """JAX's public block-dim class ``name`` as a base tuple; empty without JAX's Pallas."""
+    try:
+        from jax.experimental import pallas as jax_pallas
+    except ImportError:
+        return ()
+    kind = getattr(jax_pallas, name, None)
+    return (kind,) if isinstance(kind, type) else ()
+
+
+class _SameKindAsJax:
+    """Equality and hash by kind and fields, across our class and JAX's."""
+    _peers: tuple[type, ...] = ()      # set below: the kind, and JAX's class of it
+
+    def __eq__(self, other):
+        if not isinstance(other, self._peers):
+            return NotImplemented
+        return _fields(self) == _fields(other)
+
+    def __hash__(self):               # the hash JAX's frozen dataclass gives the same fields
+        return hash(_fields(self))
+
+
+def _fields(dim) -> tuple:
+    return tuple(getattr(dim, f.name) for f in dataclasses.fields(dim))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Blocked(_SameKindAsJax, *_jax_kind("Blocked")):
     """The default kind: the index_map returns a *block index* ``i``; the block
     covers elements ``[i * block_size, (i + 1) * block_size)``."""
     block_size: int
@@ -57,8 +87,8 @@ class Blocked:
         return f"Blocked({self.block_size})"
 
 
-@dataclasses.dataclass(frozen=True)
-class Element:
+@dataclasses.dataclass(frozen=True, eq=False)
+class Element(_SameKindAsJax, *_jax_kind("Element")):
     """The index_map returns an *element offset* into the array virtually
     padded by ``padding = (low, high)`` elements. Reads of the padding are
     unspecified (the interpreter gives NaN, or the lowest int)."""
@@ -73,8 +103,8 @@ class Element:
         object.__setattr__(self, "padding", (int(lo), int(hi)))
 
 
-@dataclasses.dataclass(frozen=True)
-class Squeezed:
+@dataclasses.dataclass(frozen=True, eq=False)
+class Squeezed(_SameKindAsJax, *_jax_kind("Squeezed")):
     """A size-1 dim removed from the kernel's Ref; ``None`` in a block shape
     means the same. The index_map returns the element index."""
 
@@ -87,8 +117,8 @@ class Squeezed:
 squeezed = Squeezed()
 
 
-@dataclasses.dataclass(frozen=True)
-class BoundedSlice:
+@dataclasses.dataclass(frozen=True, eq=False)
+class BoundedSlice(_SameKindAsJax, *_jax_kind("BoundedSlice")):
     """The index_map returns ``pl.ds(start, size)`` in elements, with
     ``size <= block_size``; the kernel sees a Ref of ``block_size``."""
     block_size: int
@@ -97,8 +127,8 @@ class BoundedSlice:
         object.__setattr__(self, "block_size", _positive_size(self.block_size, "BoundedSlice"))
 
 
-@dataclasses.dataclass(frozen=True)
-class Indirect:
+@dataclasses.dataclass(frozen=True, eq=False)
+class Indirect(_SameKindAsJax, *_jax_kind("Indirect")):
     """A dim indexed by an array of ``block_size`` indices (a gather for
     inputs, a scatter for outputs). As in JAX, only software pipelines take
     it (e.g. ``pallas_tpu.emit_pipeline``); ``pallas_call`` block shapes refuse it."""
@@ -109,6 +139,9 @@ class Indirect:
 
 
 BlockDim = Blocked | Element | Squeezed | BoundedSlice | Indirect
+for _kind in (Blocked, Element, Squeezed, BoundedSlice, Indirect):
+    _kind._peers = (_kind, *_kind.__bases__[1:])
+del _kind
 
 
 def _positive_size(size, kind: str) -> int:

@@ -51,10 +51,32 @@ def _is_symbolic(d) -> bool:
     return jax.export.is_symbolic_dim(d)
 
 
+def _jax_pallas():
+    """JAX's public Pallas module, whose spec objects ours interoperate with
+    (JAX's fuser makes and takes them); None where JAX has no Pallas."""
+    try:
+        from jax.experimental import pallas
+    except ImportError:
+        return None
+    return pallas
+
+
+def _from_jax_dim(dim: Any) -> Any:
+    """JAX's own block-dim object (e.g. in a block spec JAX's fuser returned)
+    as ours of the same kind; anything else unchanged."""
+    jax_pallas = _jax_pallas()
+    for kind in (Blocked, Element, Squeezed, BoundedSlice, Indirect):
+        jax_kind = getattr(jax_pallas, kind.__name__, None)
+        if isinstance(jax_kind, type) and isinstance(dim, jax_kind) and not isinstance(dim, kind):
+            return kind(*(getattr(dim, f.name) for f in dataclasses.fields(jax_kind)))
+    return dim
+
+
 def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
-    """Turns ``int``/``None``/block-dim objects into a block-dim object."""
+    """Turns ``int``/``None``/block-dim objects (ours or JAX's) into a block-dim object."""
     if dim is None:
         return squeezed
+    dim = _from_jax_dim(dim)
     if isinstance(dim, (Blocked, Element, Squeezed, BoundedSlice)):
         return dim
     if isinstance(dim, Indirect):
@@ -70,6 +92,11 @@ def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
     raise TypeError(
         f"Unsupported block dimension {dim!r} for {origin}. Allowed: int, None, "
         "pl.Blocked, pl.Element, pl.Squeezed, pl.BoundedSlice.")
+
+
+def _jax_bases(name: str) -> tuple[type, ...]:
+    jax_class = getattr(_jax_pallas(), name, None)
+    return (jax_class,) if isinstance(jax_class, type) else ()
 
 
 # --- memory spaces ----------------------------------------------------------
@@ -89,14 +116,30 @@ class MemoryRef:
 class MemorySpace(enum.Enum):
     """Device-agnostic memory spaces; backends add their own physical ones.
 
-    ``MemorySpace.ANY(shape, dtype)`` makes a ``MemoryRef`` scratch type.
+    ``MemorySpace.ANY(shape, dtype)`` makes a ``MemoryRef`` scratch type. Each
+    member equals JAX's ``pl.MemorySpace`` member of the same name (JAX's fuser
+    marks PRNG-key operands with ``KEY``).
     """
     ANY = "any"          # leave the operand where it lives; the kernel sees it whole
     DEFAULT = "default"  # the backend's default for pipelined blocks
     HOST = "host"
+    ERROR = "error"      # JAX's: checkify error state
+    INDEX = "index"      # JAX's: scalar-prefetch operands
+    KEY = "key"          # JAX's: PRNG keys
 
     def __call__(self, shape, dtype) -> MemoryRef:
         return MemoryRef(tuple(shape), np.dtype(dtype), self)
+
+    def __eq__(self, other):
+        if isinstance(other, MemorySpace):
+            return self is other
+        jax_space = getattr(_jax_pallas(), "MemorySpace", None)
+        if isinstance(jax_space, type) and isinstance(other, jax_space):
+            return self.value == other.value
+        return NotImplemented
+
+    def __hash__(self):           # as JAX's enum hashes its member of the same name
+        return hash(self._name_)
 
     def __str__(self):
         return self.value      # "any", "default", "host": as JAX prints Ref<default>{...}
@@ -140,11 +183,12 @@ class Buffered:
 # --- specs ------------------------------------------------------------------
 
 @dataclasses.dataclass
-class BlockSpec:
+class BlockSpec(*_jax_bases("BlockSpec")):
     """How one operand is windowed at each grid point.
 
     ``block_shape=None`` means the whole array; ``index_map=None`` means block
-    index 0 along every dim.
+    index 0 along every dim. A subclass of JAX's ``BlockSpec`` (which wraps
+    ``index_map`` so that JAX's fuser can compare specs), so JAX's fuser takes it.
     """
     block_shape: Sequence[int | None | BlockDim] | None = None
     index_map: Callable[..., Any] | None = None
@@ -161,6 +205,9 @@ class BlockSpec:
             raise TypeError(
                 f"BlockSpec's third positional argument is pipeline_mode (e.g. pl.Buffered(2)), "
                 f"got {mode!r}; memory_space is keyword-only: BlockSpec(..., memory_space=...).")
+        jax_post_init = getattr(super(), "__post_init__", None)
+        if jax_post_init is not None:
+            jax_post_init()
 
     # ``to_block_mapping`` is attached by ``tracing`` (it traces the index map).
 
@@ -170,7 +217,8 @@ class _NoBlockSpec:
         return "no_block_spec"
 
 
-no_block_spec: Any = _NoBlockSpec()
+# JAX's own object where JAX has Pallas: its fuser tests specs with ``is``.
+no_block_spec: Any = getattr(_jax_pallas(), "no_block_spec", None) or _NoBlockSpec()
 
 
 @dataclasses.dataclass(init=False)

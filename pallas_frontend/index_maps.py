@@ -14,9 +14,16 @@ from pallas_frontend.primitives import grid_context
 from pallas_frontend.specs import BlockSpec, BoundedSlice, PallasTypeError
 
 
+def _user_fn(fn: Callable) -> Callable:
+    """The user's function behind ``fn``: unwrapped (BlockSpec wraps its
+    index map as JAX's does) and taken out of a ``functools.partial``."""
+    fn = inspect.unwrap(fn)
+    return getattr(fn, "func", fn)
+
+
 def source_of(fn: Callable) -> str:
     """``file:line`` where ``fn`` is defined, or its repr."""
-    fn = inspect.unwrap(getattr(fn, "func", fn))
+    fn = inspect.unwrap(_user_fn(fn))
     code = getattr(fn, "__code__", None)
     return f"{code.co_filename}:{code.co_firstlineno}" if code else repr(fn)
 
@@ -28,7 +35,7 @@ def _type_str(x) -> str:
 
 
 def _fn_name(fn: Callable) -> str:
-    fn = getattr(fn, "func", fn)
+    fn = _user_fn(fn)
     return getattr(fn, "__name__", type(fn).__name__)
 
 

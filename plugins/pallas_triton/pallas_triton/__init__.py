@@ -15,13 +15,14 @@ from pallas_triton.params import CompilerParams, InterpretParams  # noqa: E402
 from pallas_triton.backend import TritonBackend, generate_source  # noqa: E402
 from pallas_triton.autotune import Autotuner, Config, autotune  # noqa: E402
 from pallas_triton.compile import compile_for_target, kernel_ir_of  # noqa: E402
+from pallas_triton.grid_spec import PrefetchScalarGridSpec  # noqa: E402
 from pallas_triton.primitives import (  # noqa: E402
     approx_tanh, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
     atomic_sub, atomic_xchg, atomic_xor, debug_barrier, dot, elementwise_inline_asm, load,
     max_contiguous, store)
 from pallas_triton.gpu_launch import CUSTOM_CALL as CUSTOM_CALL_TARGET_NAME  # noqa: E402
 
-__all__ = ["CUSTOM_CALL_TARGET_NAME", "Autotuner", "CompilerParams", "Config", "autotune", "InterpretParams", "TritonBackend", "compile_for_target",
+__all__ = ["CUSTOM_CALL_TARGET_NAME", "Autotuner", "CompilerParams", "Config", "autotune", "InterpretParams", "PrefetchScalarGridSpec", "TritonBackend", "compile_for_target",
            "generate_source", "kernel_ir_of", "__version__", "approx_tanh", "atomic_add",
            "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub",
            "atomic_xchg", "atomic_xor", "debug_barrier", "dot", "elementwise_inline_asm", "load",

@@ -19,7 +19,9 @@ from pallas_triton.params import CompilerParams, InterpretParams
 def check_kernel(backend, kernel: backend_api.KernelIR) -> None:
     backend_api.check_primitive_owners(backend, kernel)
     if kernel.num_scalar_prefetch:
-        raise unsupported(f"scalar prefetch (kernel '{kernel.name}', {kernel.source})")
+        from pallas_triton import schedule
+        from pallas_triton.prefetch import check_prefetch_refs
+        check_prefetch_refs(kernel, schedule.all_ref_uses(kernel)[:kernel.num_scalar_prefetch])
     _check_scratch(kernel)
     # Block and scratch dims of any size: values are padded to powers of two (padding.py).
     # Code generation finds unsupported primitives and shapes; do it now, before lowering.
@@ -70,6 +72,7 @@ class TritonBackend(backend_api.Backend):
         "grid", "blocked", "element", "squeezed", "aliasing", "loops", "cond", "vmap", "jvp",
         "scratch", "element_padding", "bounded_slice", "run_scoped",
         "float64", "atomics", "interpret_on_cpu", "compile_only", "debug_print",
+        "scalar_prefetch",
     })
     dtypes = frozenset({"float32", "float16", "bfloat16", "float64", "int8", "int16", "int32",
                         "int64", "uint8", "uint16", "uint32", "uint64", "bool"})

@@ -16,7 +16,8 @@ UNSUPPORTED = {
     "sliced_scratch": "scratch and run_scoped buffers live in registers (a loop-carried tensor per buffer); Triton "
                       "tensors cannot be sliced or updated in part, so scratch is read and "
                       "written whole only.",
-    "scalar_prefetch": "not implemented: would need a scalar-pointer argument per operand.",
+    "scalar_prefetch_writes": "prefetched operands are the caller's read-only buffers (reads, "
+                              "in index maps and the body, are generated: prefetch.py).",
     "semaphores": "no cross-program synchronization in Triton's model.",
     "gather_writes": "integer-array indices on Ref writes (plain Refs); reads are generated.",
     "scan_with_xs": "only fori_loop-style scans (carry only) become Python for-loops.",

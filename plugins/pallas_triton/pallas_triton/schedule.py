@@ -118,9 +118,14 @@ def _open(jaxpr):
 
 
 def ref_uses(kernel: KernelIR) -> tuple[RefUse, ...]:
+    """Per Ref operand past the scalar-prefetch ones: inputs, outputs, scratch."""
+    return all_ref_uses(kernel)[kernel.num_scalar_prefetch:]
+
+
+def all_ref_uses(kernel: KernelIR) -> tuple[RefUse, ...]:
+    """Per Ref operand: the scalar-prefetch ones first, then as ``ref_uses``."""
     n_grid = len(kernel.grid)
-    ref_vars = kernel.jaxpr.jaxpr.invars[n_grid:] if hasattr(kernel.jaxpr, "jaxpr") else \
-        kernel.jaxpr.invars[n_grid:]
+    ref_vars = _open(kernel.jaxpr).invars[n_grid:]
     uses = [RefUse() for _ in ref_vars]
 
     def walk(jaxpr, refs):
@@ -166,7 +171,8 @@ def scratch_unobserved_at_first_step(kernel: KernelIR, sequential_axes, scratch)
     jaxpr = _open(kernel.jaxpr)
     n_grid, n_io = len(kernel.grid), len(kernel.mappings)
     known = {jaxpr.invars[a]: np.int32(0) for a in sequential_axes}
-    refs = {jaxpr.invars[n_grid + n_io + k]: k for k in scratch}
+    first = n_grid + kernel.num_scalar_prefetch + n_io
+    refs = {jaxpr.invars[first + k]: k for k in scratch}
     try:
         state = _walk_first_step(jaxpr, known, refs, {k: False for k in scratch}, kernel)
     except _Observed as e:
@@ -261,11 +267,13 @@ def _used(kernel):
 
 # --- the schedule ------------------------------------------------------------------------
 
-def index_map_uses(mapping, axes) -> bool:
-    """Whether ``mapping``'s index_map reads any of the grid ``axes``."""
+def index_map_uses(mapping, axes, num_grid=None) -> bool:
+    """Whether ``mapping``'s index_map reads any of the grid ``axes`` or, past
+    the first ``num_grid`` invars, a scalar-prefetch Ref (data: it may move at any step)."""
     used = used_vars(mapping.index_map)
     invars = _open(mapping.index_map).invars
-    return any(invars[a] in used for a in axes)
+    prefetched = invars[num_grid:] if num_grid is not None else ()
+    return any(invars[a] in used for a in axes) or any(v in used for v in prefetched)
 
 
 def plan(kernel: KernelIR) -> Schedule:
@@ -274,7 +282,11 @@ def plan(kernel: KernelIR) -> Schedule:
     n_in, n_out = len(kernel.in_mappings), len(kernel.out_mappings)
     if not grid:
         return Schedule((), (), frozenset(), _fenced(uses, n_in, n_out, looped=False), uses)
-    flags = backend_api.parallel_grid_axes(kernel, private_scratch=True)
+    if kernel.num_scalar_prefetch:       # index maps read data: the frontend cannot tell
+        from pallas_triton.prefetch import parallel_axes
+        flags = parallel_axes(kernel)
+    else:
+        flags = backend_api.parallel_grid_axes(kernel, private_scratch=True)
     # A size-1 axis is both: launching it costs nothing and keeps the looped axes innermost.
     parallel = [a for a in range(len(grid)) if flags[a] or grid[a] == 1]
     note = ""
@@ -295,7 +307,7 @@ def plan(kernel: KernelIR) -> Schedule:
     looped = bool(sequential)
     registers = frozenset(
         k for k, m in enumerate(kernel.out_mappings)
-        if looped and not uses[n_in + k].partial and not index_map_uses(m, sequential))
+        if looped and not uses[n_in + k].partial and not index_map_uses(m, sequential, len(grid)))
     fenced = _fenced(uses, n_in, n_out, looped) - registers
     return Schedule(tuple(parallel), sequential, registers, fenced, uses, note)
 

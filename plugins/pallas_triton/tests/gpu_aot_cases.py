@@ -20,6 +20,7 @@ from pallas_triton import aot, gpu_launch
 
 import gpu_kernels as GK  # noqa: E402  (this directory)
 import kernels as K  # noqa: E402
+import prefetch_kernels as PK  # noqa: E402
 
 F32 = jnp.float32
 
@@ -55,6 +56,7 @@ def cases():
     out["seed_softmax"] = (lambda x: K.softmax(x, compiler_params=seed), [_s(64, 1000)], 4, 64)
     for name, (fn, structs, warps, programs) in GK.aot_cases().items():
         out[name] = (fn, structs, warps, programs)
+    out.update(PK.aot_cases())          # scalar prefetch: index maps read data in the kernel
     return out
 
 

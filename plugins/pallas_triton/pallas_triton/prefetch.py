@@ -1,0 +1,85 @@
+"""Scalar prefetch on this backend: which grid axes may launch, and what is refused.
+
+The prefetched operands are plain pointer arguments of the generated kernel;
+index maps and the body read them with scalar loads, so block offsets are
+computed inside the kernel from data. The frontend's grid analysis evaluates
+index maps ahead of time and so declines such kernels; this module gives the
+verdict instead, from the index maps' structure alone:
+
+- grid axis ``a`` launches (one program per point) when every output has a
+  ``Blocked`` or ``Squeezed`` dim whose index map returns the program id of
+  ``a`` unchanged. Points that differ along ``a`` then write disjoint blocks of
+  every output, whatever the prefetched data says, so their order cannot matter.
+  Inputs are only read, so their (data-dependent) maps never matter.
+- no axis launches when the body has an effect whose order is observable (a
+  debug print).
+The rest loop inside each program in grid order, as ``schedule.plan`` does for
+any kernel (and its scratch rule still applies on top).
+"""
+
+from __future__ import annotations
+
+from jax.extend.core import Literal
+
+import pallas_frontend as pl
+from pallas_frontend.backend_api import KernelIR
+from pallas_triton.errors import TritonCapabilityError
+from pallas_triton.jaxpr_text import source_line
+
+# primitives whose order across grid points a user can observe
+_ORDERED = ("debug_print", "debug_callback")
+
+
+def _open(jaxpr):
+    return getattr(jaxpr, "jaxpr", jaxpr)
+
+
+def projected_axes(mapping, num_grid: int) -> set[int]:
+    """The grid axes whose program id some Blocked/Squeezed dim's index is, unchanged."""
+    index_map = _open(mapping.index_map)
+    grid_vars = {v: a for a, v in enumerate(index_map.invars[:num_grid])}
+    outs = iter(index_map.outvars)
+    found = set()
+    for dim in mapping.block_dims:
+        out = next(outs)
+        if isinstance(dim, pl.BoundedSlice):
+            next(outs)                       # (start, size): neither is a plain block index
+            continue
+        if isinstance(dim, (pl.Blocked, pl.Squeezed)) and not isinstance(out, Literal) \
+                and out in grid_vars:
+            found.add(grid_vars[out])
+    return found
+
+
+def parallel_axes(kernel: KernelIR) -> tuple[bool, ...]:
+    """Per grid axis of a scalar-prefetch kernel: whether its points may run as
+    independent programs (see the module docstring)."""
+    n = len(kernel.grid)
+    if any(eqn.primitive.name in _ORDERED for eqn in kernel.iter_equations()):
+        return (False,) * n
+    flags = [True] * n
+    for m in kernel.out_mappings:
+        mine = projected_axes(m, n)
+        flags = [f and a in mine for a, f in enumerate(flags)]
+    return tuple(flags)
+
+
+def check_prefetch_refs(kernel: KernelIR, uses) -> None:
+    """Prefetched operands are XLA's input buffers, read-only here: refuse writes.
+    ``uses``: a ``schedule.RefUse`` per scalar-prefetch operand."""
+    for k, use in enumerate(uses):
+        if use.writes:
+            where = _first_write(kernel, k)
+            raise TritonCapabilityError(
+                f"Kernel '{kernel.name}' writes scalar-prefetch operand {k} at {where}. The "
+                "Triton backend passes prefetched operands as the caller's read-only "
+                "buffers, so writes to them are not supported: copy the values into "
+                "scratch or an output and write there.")
+
+
+def _first_write(kernel, k) -> str:
+    target = _open(kernel.jaxpr).invars[len(kernel.grid) + k]
+    for eqn in _open(kernel.jaxpr).eqns:
+        if eqn.primitive.name in ("swap", "addupdate") and eqn.invars[0] is target:
+            return source_line(eqn) or kernel.source
+    return kernel.source

@@ -21,7 +21,8 @@ from pallas_tpu.params import (
     ARBITRARY, CORE_PARALLEL, PARALLEL, SUBCORE_PARALLEL, CompilerParams, InterpretParams,
     SideEffectType, force_tpu_interpret_mode, reset_tpu_interpret_mode_state,
     set_tpu_interpret_mode)
-from pallas_tpu.pipeline import emit_pipeline
+from pallas_tpu.buffered_ref import BufferedRef, BufferType
+from pallas_tpu.pipeline import emit_pipeline, emit_pipeline_with_allocations
 from pallas_tpu.primitives import (
     AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
     make_async_remote_copy, prng_random_bits, prng_seed, reciprocal, store, sync_copy)
@@ -37,7 +38,8 @@ __all__ = [
     "reset_tpu_interpret_mode_state", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",
     "PrefetchScalarGridSpec", "SEMAPHORE", "SMEM", "SUBCORE_PARALLEL", "SemaphoreType",
     "SideEffectType", "TpuBackend", "VMEM", "__version__", "async_copy", "async_remote_copy",
-    "bitcast", "einshape", "emit_pipeline", "force_tpu_interpret_mode", "load", "make_async_copy",
+    "BufferType", "BufferedRef", "bitcast", "einshape", "emit_pipeline",
+    "emit_pipeline_with_allocations", "force_tpu_interpret_mode", "load", "make_async_copy",
     "make_async_remote_copy", "prng_random_bits", "prng_seed", "reciprocal", "roll",
     "set_tpu_interpret_mode", "stateful_bernoulli", "stateful_bits", "stateful_normal",
     "stateful_uniform", "store", "sync_copy",

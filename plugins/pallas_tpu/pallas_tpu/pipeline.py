@@ -9,6 +9,7 @@ so the backend rebuilds the pipeline from the KernelIR alone (JAX's
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -19,6 +20,7 @@ import pallas_frontend as pf
 from pallas_frontend.backend_api import KernelIR, kernel_primitive
 
 from pallas_frontend import backend_api
+from pallas_tpu import pipeline_schedule
 from pallas_tpu.memory import VMEM
 from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
 
@@ -129,7 +131,9 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
                ("no_pipelining", bool(no_pipelining)),
                ("output_wait_read_only", bool(output_wait_read_only)))
 
-    def pipeline(*refs):
+    def pipeline(*refs, allocations=None, scratches=None):
+        if allocations is not None or scratches is not None:
+            return _with_allocations(refs, allocations, scratches)
         if len(refs) != len(specs):
             raise TypeError(f"emit_pipeline: {len(specs)} BlockSpecs but {len(refs)} Refs given.")
         dims = [_block_dims(s, r) for s, r in zip(specs, refs)]
@@ -158,7 +162,41 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
             options=options,
             dimension_semantics=None if dimension_semantics is None else tuple(
                 str(getattr(d, "value", d)).lower() for d in dimension_semantics))
+
+    def _with_allocations(refs, allocations, scratches):
+        # BufferedRef allocations (or body scratches): the pipeline is traced here,
+        # from the allocations' methods (pipeline_schedule.py)
+        if core_axis is not None or core_axis_name is not None:
+            raise NotImplementedError(
+                "emit_pipeline: core_axis/core_axis_name with allocations= or scratches= is "
+                "not supported; split the grid across cores yourself (pl.program_id of the "
+                "core axis) and run one pipeline per core.")
+        scratches = () if scratches is None else tuple(scratches)
+        run = functools.partial(pipeline_schedule.run_pipeline, body, grid,
+                                scratches=scratches, no_pipelining=bool(no_pipelining))
+        if allocations is None:
+            allocations = ()
+        allocations = tuple(allocations)
+        if len(allocations) == len(refs):
+            return run(refs, allocations)
+        if specs and len(allocations) in (0, n_in):
+            # allocate what was not given, for the duration of this pipeline
+            missing = pipeline_schedule.make_allocations(
+                *refs[len(allocations):], in_specs=_spec_list(in_specs)[len(allocations):],
+                out_specs=_spec_list(out_specs), grid=grid, tiling=tiling)
+            return pf.run_scoped(lambda more: run(refs, (*allocations, *more)), missing)
+        raise TypeError(f"emit_pipeline: {len(allocations)} allocations for {len(refs)} "
+                        f"operands; pass one BufferedRef per operand (or none).")
     return pipeline
+
+
+def emit_pipeline_with_allocations(body, *, grid, in_specs=(), out_specs=()):
+    """``(pipeline, make_allocations)``: ``make_allocations(*refs)`` gives the
+    BufferedRefs (for ``pl.run_scoped`` or ``scratch_shapes``) that
+    ``pipeline(*refs, allocations=...)`` then reuses across calls."""
+    make = functools.partial(pipeline_schedule.make_allocations, in_specs=in_specs,
+                             out_specs=out_specs, grid=grid)
+    return emit_pipeline(body, grid=grid, in_specs=in_specs, out_specs=out_specs), make
 
 
 def replay_emit_pipeline(eqn, invals):

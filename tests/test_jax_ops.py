@@ -28,7 +28,6 @@ pytestmark = pytest.mark.jax_ops
 KNOWN = {
     "tpu.all_gather": ("remote DMAs between CPU devices in the TPU plugin's interpret mode "
                        "leave NaN blocks in the gathered output in some runs (pallas_tpu)", False),
-    "gpu.ragged_dot_mgpu": ("pallas_mgpu has no plgpu.nd_loop (pallas_mgpu)", True),
 }
 
 

@@ -390,6 +390,11 @@ def program_coordinate_lines(w: KernelWriter, grid, axes) -> None:
 
 def block_ref(w: KernelWriter, mapping, ptr: str, grid_names) -> BlockRef:
     index = iter(w.emit_jaxpr(mapping.index_map, grid_names))
+    from pallas_triton import prefetch
+    n_grid = len(w.kernel.grid)
+    # under the interpreter, block indices read from data are checked as the kernel runs
+    checked = w.target == "interpret" and w.kernel.num_scalar_prefetch and \
+        prefetch.reads_prefetch(mapping, n_grid)
     starts, masked, low_masked, limits, visible, sizes = [], [], [], [], [], []
     # element offsets past 2**31 need 64-bit arithmetic (program ids and ranges are int32)
     wide = math.prod(mapping.array_shape) >= 2 ** 31
@@ -398,6 +403,8 @@ def block_ref(w: KernelWriter, mapping, ptr: str, grid_names) -> BlockRef:
         idx, limit, low = next(index), None, False
         if wide and not idx.lstrip("-").isdigit():
             idx = f"({idx}).to(tl.int64)"
+        if checked and isinstance(dim, (pl.Blocked, pl.Squeezed)):
+            _check_line(w, mapping, d, idx, -(-n // dim.block_size), grid_names[:n_grid])
         if isinstance(dim, pl.Blocked):
             starts.append(mul_expr(idx, dim.block_size))
             masked.append(n % dim.block_size != 0)
@@ -428,6 +435,14 @@ def block_ref(w: KernelWriter, mapping, ptr: str, grid_names) -> BlockRef:
     return BlockRef(ptr, tuple(mapping.array_shape), np.dtype(mapping.dtype), starts, visible,
                     sizes, masked, low_masked=low_masked, limits=limits, origin=mapping.origin,
                     index_map_source=mapping.index_map_source)
+
+
+def _check_line(w, mapping, d, idx, bound, grid_names) -> None:
+    from pallas_triton.prefetch import CHECK_IMPORT
+    w.imports.add(CHECK_IMPORT)
+    what = printable(f"Kernel '{w.kernel.name}': the index_map of {mapping.origin} "
+                     f"({mapping.index_map_source or w.kernel.source}), along dim {d},")
+    w.line(f"_pallas_check_block({idx}, {bound}, {what!r}, {', '.join(grid_names)})")
 
 
 def mul_expr(idx: str, k: int) -> str:

@@ -15,6 +15,12 @@ verdict instead, from the index maps' structure alone:
   debug print).
 The rest loop inside each program in grid order, as ``schedule.plan`` does for
 any kernel (and its scratch rule still applies on top).
+
+A block index read from data cannot be range-checked ahead of time. Under
+Triton's interpreter each one is checked as the kernel runs
+(``check_block_index``, called from the generated source), so a bad index is
+an error there, as in the frontend's interpreter, not a read of stray host
+memory. The GPU code has no check (nor has JAX's on TPU).
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ from jax.extend.core import Literal
 import pallas_frontend as pl
 from pallas_frontend.backend_api import KernelIR
 from pallas_triton.errors import TritonCapabilityError
-from pallas_triton.jaxpr_text import source_line
+from pallas_triton.jaxpr_text import source_line, used_vars
+
+# what the generated source imports to check data-dependent block indices (interpreter only)
+CHECK_IMPORT = "from pallas_triton.prefetch import check_block_index as _pallas_check_block"
 
 # primitives whose order across grid points a user can observe
 _ORDERED = ("debug_print", "debug_callback")
@@ -83,3 +92,27 @@ def _first_write(kernel, k) -> str:
         if eqn.primitive.name in ("swap", "addupdate") and eqn.invars[0] is target:
             return source_line(eqn) or kernel.source
     return kernel.source
+
+
+def reads_prefetch(mapping, num_grid: int) -> bool:
+    """Whether ``mapping``'s index map reads a scalar-prefetch Ref."""
+    used = used_vars(mapping.index_map)
+    return any(v in used for v in _open(mapping.index_map).invars[num_grid:])
+
+
+def check_block_index(index, bound, what, *grid_point):
+    """Raises unless 0 <= ``index`` < ``bound``; runs inside Triton's interpreter,
+    where values are NumPy-backed tensors (or Python ints in loops)."""
+    value = _host_int(index)
+    if 0 <= value < bound:
+        return
+    point = tuple(_host_int(p) for p in grid_point)
+    raise IndexError(f"{what} selected block {value} at grid point {point}; its valid "
+                     f"block indices are 0..{bound - 1}. Keep the prefetched indices within "
+                     "the array (JAX's GPU and TPU code would read or write past it).")
+
+
+def _host_int(x) -> int:
+    import numpy as np
+    data = getattr(getattr(x, "handle", None), "data", x)
+    return int(np.asarray(data).reshape(()))

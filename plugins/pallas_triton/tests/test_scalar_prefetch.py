@@ -82,6 +82,24 @@ def test_output_index_map_from_data_loops(rng):
     assert not plan.register_outputs      # its block moves with the data: stays in memory
 
 
+@pytest.mark.parametrize("kernel", ["gather", "scatter"])
+def test_prefetched_block_index_out_of_range_is_an_error(rng, kernel):
+    # checked as the interpreted kernel runs (it read or wrote stray host memory before)
+    idx, x = P.gather_inputs(rng, n_blocks=5, n_out=5)
+    bad = int(rng.integers(5, 1000))
+    idx[3] = bad
+    fn = {"gather": P.gather_blocks, "scatter": P.scatter_blocks}[kernel]
+    origin = "args\\[0\\]" if kernel == "gather" else "outputs"
+    with pytest.raises(Exception, match=rf"Kernel 'body': the index_map of {origin}.*"
+                                        rf"selected block {bad} at grid point \(3,\); its valid "
+                                        r"block indices are 0..4"):
+        jax.block_until_ready(fn(idx, x, block_rows=8, **TRITON))
+    # the GPU code carries no such check
+    src = pt.generate_source(_kernel(lambda i, x: fn(i, x, block_rows=8, **TRITON), idx, x),
+                             target="cuda").source
+    assert "_pallas_check_block" not in src
+
+
 def test_writing_a_prefetched_operand_is_refused():
     def body(idx_ref, x_ref, o_ref):
         idx_ref[0] = 1

@@ -40,12 +40,14 @@ def _fn_name(fn: Callable) -> str:
 
 
 def trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
-                     prefetch_avals, prefetch_tree=None, grid_sizes=None
+                     prefetch_avals, prefetch_tree=None, grid_sizes=None, sizes_ref=False
                      ) -> tuple[jc.Jaxpr, str]:
     """The index map as a jaxpr over one int32 per grid axis then the flat
     scalar-prefetch Refs. As in JAX, the map itself is called with the grid
     indices then one argument per prefetch operand (``prefetch_tree``, a tuple
-    treedef: a pytree operand arrives as that pytree of Refs)."""
+    treedef: a pytree operand arrives as that pytree of Refs). With
+    ``sizes_ref`` the last prefetch Ref is not the user's: it holds the traced
+    grid sizes (``None`` in ``grid_sizes``), in axis order, for ``pl.num_programs``."""
     n_out = sum(2 if isinstance(d, BoundedSlice) else 1 for d in dims)
     index_map = spec.index_map if spec is not None else None
     if index_map is None:
@@ -55,22 +57,30 @@ def trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
     else:
         src = f"{_fn_name(index_map)} at {source_of(index_map)}"
     if prefetch_tree is None:
-        prefetch_tree = jax.tree.structure(tuple(range(len(prefetch_avals))))
+        prefetch_tree = jax.tree.structure(tuple(range(len(prefetch_avals) - sizes_ref)))
     arity = num_grid + len(jax.tree.unflatten(prefetch_tree, [0] * prefetch_tree.num_leaves))
     sizes = tuple(grid_sizes) if grid_sizes is not None else (None,) * num_grid
 
     def flat_fn(*idx):
-        pf = jax.tree.unflatten(prefetch_tree, idx[num_grid:])
+        pf_refs, map_sizes = idx[num_grid:], sizes
+        if sizes_ref:     # read only where pl.num_programs asks for a traced size
+            pf_refs, held = pf_refs[:-1], pf_refs[-1]
+            dynamic = [a for a, g in enumerate(sizes) if g is None]
+            map_sizes = tuple(g if g is not None else _size_reader(held, dynamic.index(a))
+                              for a, g in enumerate(sizes))
+        pf = jax.tree.unflatten(prefetch_tree, pf_refs)
         try:
             # pl.program_id / pl.num_programs work in an index map, as in JAX
-            with grid_context(idx[:num_grid], sizes, None):
+            with grid_context(idx[:num_grid], map_sizes, None):
                 res = index_map(*idx[:num_grid], *pf)
         except TypeError as e:
             if _is_arity_error(e):
+                per_pf = " plus one per scalar-prefetch operand" \
+                    if len(prefetch_avals) > sizes_ref else ""
                 raise TypeError(
                     f"Index map function {src} for {origin} must take {arity} argument(s) "
-                    f"(one per grid axis{' plus one per scalar-prefetch operand' if prefetch_avals else ''}),"
-                    f" but calling it with {arity} failed: {e}") from None
+                    f"(one per grid axis{per_pf}), but calling it with {arity} failed: "
+                    f"{e}") from None
             raise
         if not isinstance(res, (tuple, list)):
             res = (res,)
@@ -107,6 +117,10 @@ def trace_index_map(spec: BlockSpec | None, dims, origin: str, num_grid: int,
             "indices, or pass data through scalar prefetch.")
     assert len(jaxpr.outvars) == n_out
     return jaxpr, src
+
+
+def _size_reader(sizes_ref, k):
+    return lambda: sizes_ref[k]
 
 
 def _as_index(v, src, origin, i):

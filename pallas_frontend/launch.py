@@ -14,7 +14,8 @@ from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
-from pallas_frontend.tracing import build_kernel_ir, normalize_out_shape, resolve_grid_spec
+from pallas_frontend.tracing import (build_kernel_ir, grid_sizes_operand, normalize_out_shape,
+                                     resolve_grid_spec)
 
 
 def _names_kernel(launch):
@@ -104,6 +105,9 @@ def pallas_call(
                 getattr(mode, "out_of_bounds_reads", "raise") == "raise":
             check_block_ranges(ir)
         flat_args = jax.tree.leaves(args)
+        pos = grid_sizes_operand(ir)
+        if pos is not None:      # an index map reads pl.num_programs of a traced axis
+            flat_args.insert(pos, jax.numpy.stack(dyn_sizes))
         outs = pallas_call_p.bind(*dyn_sizes, *flat_args, kernel=ir, interpret=mode,
                                   backend=backend)
         return jax.tree.unflatten(out_tree, outs)

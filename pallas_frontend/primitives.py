@@ -79,14 +79,23 @@ def program_id(axis: int | str) -> jax.Array:
     return ctx.indices[_axis_position(ctx, axis, "program_id")]
 
 
+class GridSizeInIndexMap(NotImplementedError):
+    """An index map asked for a traced grid size that its jaxpr was not given;
+    ``pallas_call`` then traces the index maps again with the sizes passed in
+    (a scalar-prefetch operand of its own), so this reaches users only from
+    where no such operand can be added."""
+
+
 def num_programs(axis: int | str) -> int:
     """The grid size along ``axis``: a static int, or a traced int32 for a dynamic grid dim."""
     ctx = _current_grid("num_programs")
     size = ctx.sizes[_axis_position(ctx, axis, "num_programs")]
-    if size is None:   # only in an index map: its jaxpr takes no grid sizes
-        raise NotImplementedError(
+    if size is None:   # only in an index map traced without the grid sizes
+        raise GridSizeInIndexMap(
             f"pl.num_programs({axis!r}) in an index map of a grid whose size along that axis "
             "is traced: pass the size to the index map through scalar prefetch instead.")
+    if callable(size):   # an index map's traced size, read only where it is asked for
+        return size()
     return size
 
 

@@ -16,7 +16,8 @@ import numpy as np
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.index_maps import _fn_name, _type_str, source_of, trace_index_map
-from pallas_frontend.primitives import enable_debug_checks, grid_context, ref_aval_of
+from pallas_frontend.primitives import (
+    GridSizeInIndexMap, enable_debug_checks, grid_context, ref_aval_of)
 from pallas_frontend.ref_checks import (
     check_ref_accesses, normalize_negative_indices, static_slice_errors)
 from pallas_frontend.export import is_runtime_size, symbolic_blocked
@@ -100,7 +101,8 @@ def normalize_out_shape(out_shape: Any):
 # --- block mappings ---------------------------------------------------------------
 
 def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num_grid: int,
-                  prefetch_avals=(), prefetch_tree=None, grid_sizes=None) -> BlockMapping:
+                  prefetch_avals=(), prefetch_tree=None, grid_sizes=None,
+                  sizes_ref=False) -> BlockMapping:
     if spec is not None and not isinstance(spec, BlockSpec):
         raise TypeError(f"{origin}: expected a pl.BlockSpec or None, got {spec!r}.")
     shape = aval.shape
@@ -119,7 +121,7 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
         dims = tuple(symbolic_blocked(d, origin) if jc.is_symbolic_dim(d) else
                      canonicalize_block_dim(d, origin) for d in block_shape)
     index_map, src = trace_index_map(spec, dims, origin, num_grid, prefetch_avals,
-                                     prefetch_tree, grid_sizes)
+                                     prefetch_tree, grid_sizes, sizes_ref)
     return BlockMapping(
         origin=origin, array_shape=tuple(shape), dtype=np.dtype(aval.dtype), block_dims=dims,
         index_map=index_map, index_map_source=src,
@@ -259,6 +261,23 @@ def resolve_grid_spec(grid_spec, grid, in_specs, out_specs, scratch_shapes) -> G
     return grid_spec
 
 
+# KernelIR.metadata key: the position, among the scalar-prefetch operands, of
+# the one the frontend adds (the traced grid sizes an index map reads).
+GRID_SIZES_OPERAND = "pallas_frontend.grid_sizes_operand"
+
+
+def grid_sizes_aval(grid) -> jc.AbstractRef:
+    """The Ref of the traced sizes of ``grid`` (its ``None`` entries), in axis order."""
+    return jc.AbstractRef(jc.ShapedArray((sum(g is None for g in grid),), jnp.int32))
+
+
+def grid_sizes_operand(ir: KernelIR) -> int | None:
+    """Where ``pallas_call`` passes the traced grid sizes among the prefetch
+    operands (``jnp.stack`` of them), or None if no index map reads them."""
+    pos = dict(ir.metadata).get(GRID_SIZES_OPERAND)
+    return None if pos is None else int(pos)
+
+
 def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, aliases,
                     compiler_params, cost_estimate, metadata, debug, check_refs: bool = True):
     """Returns ``(KernelIR, out_tree)``."""
@@ -279,27 +298,37 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     prefetch_leaves = jax.tree.leaves(tuple(args[:npf]))
     prefetch_avals = [jc.AbstractRef(a) for a in arg_avals[:len(prefetch_leaves)]]
     pf_tree = jax.tree.structure(tuple(args[:npf]))
-    pf_map = dict(prefetch_tree=pf_tree, grid_sizes=grid)
     main_args = tuple(args[npf:])
     main_tree = jax.tree.structure(main_args)
 
     out_avals, out_spaces, out_tree = normalize_out_shape(out_shape)
     in_spec_list = flatten_specs(gs.in_specs, main_tree, "in_specs", "inputs")
     out_spec_list = flatten_specs(gs.out_specs, out_tree, "out_specs", "out_shape")
-
     in_paths = _paths(main_args, "args")
-    in_maps = tuple(
-        block_mapping(s, a, p, num_grid, prefetch_avals, **pf_map)
-        for s, a, p in zip(in_spec_list, arg_avals[len(prefetch_leaves):], in_paths))
     out_paths = ["outputs" + p[len("out_shape"):] for p in _paths(
         out_shape if not isinstance(out_shape, list) else tuple(out_shape), "out_shape")]
-    out_maps = []
-    for s, a, p, space in zip(out_spec_list, out_avals, out_paths, out_spaces):
-        m = block_mapping(s, a, p, num_grid, prefetch_avals, **pf_map)
-        if space is not None and m.memory_space is None:
-            m = BlockMapping(**{**m.__dict__, "memory_space": space})
-        out_maps.append(m)
-    out_maps = tuple(out_maps)
+
+    def mappings(sizes_ref: bool):
+        pf_avals = prefetch_avals + ([grid_sizes_aval(grid)] if sizes_ref else [])
+        pf_map = dict(prefetch_tree=pf_tree, grid_sizes=grid, sizes_ref=sizes_ref)
+        ins = tuple(block_mapping(s, a, p, num_grid, pf_avals, **pf_map)
+                    for s, a, p in zip(in_spec_list, arg_avals[len(prefetch_leaves):], in_paths))
+        outs = []
+        for s, a, p, space in zip(out_spec_list, out_avals, out_paths, out_spaces):
+            m = block_mapping(s, a, p, num_grid, pf_avals, **pf_map)
+            if space is not None and m.memory_space is None:
+                m = BlockMapping(**{**m.__dict__, "memory_space": space})
+            outs.append(m)
+        return ins, tuple(outs)
+
+    # An index map asking pl.num_programs for a traced size gets the sizes as a
+    # scalar-prefetch operand of the frontend's own, after the user's ones.
+    sizes_ref = False
+    try:
+        in_maps, out_maps = mappings(False)
+    except GridSizeInIndexMap:
+        sizes_ref = True
+        in_maps, out_maps = mappings(True)
 
     alias_pairs = validate_aliases(aliases, arg_avals, _paths(tuple(args), "args"), out_avals,
                                    out_paths)
@@ -315,6 +344,8 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     n_pf, n_in, n_out = len(prefetch_avals), len(in_maps), len(out_maps)
 
     def arg_builder(refs):
+        if sizes_ref:      # the kernel reads its sizes from pl.num_programs, not this Ref
+            refs = refs[:n_pf] + refs[n_pf + 1:]
         pf = jax.tree.unflatten(pf_tree, refs[:n_pf])
         ins = jax.tree.unflatten(main_tree, refs[n_pf:n_pf + n_in])
         outs = jax.tree.unflatten(out_tree, refs[n_pf + n_in:n_pf + n_in + n_out])
@@ -326,21 +357,26 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
             return (*pf, *ins, *outs), dict(zip(scratch_keys, scr))
         return (*pf, *ins, *outs, *scr), {}
 
-    ref_avals = [*prefetch_avals, *(kernel_ref_aval(m) for m in in_maps),
+    ref_avals = [*prefetch_avals, *([grid_sizes_aval(grid)] if sizes_ref else []),
+                 *(kernel_ref_aval(m) for m in in_maps),
                  *(kernel_ref_aval(m) for m in out_maps), *scratch_avals]
     jaxpr = trace_kernel_body(kernel, kname, grid, grid_names, ref_avals, arg_builder)
     num_index = num_grid + sum(g is None for g in grid)     # program ids, dynamic sizes
     ref_names = ([None] * num_index + [f"scalar prefetch {k}" for k in range(n_pf)]
+                 + ["the grid sizes"] * sizes_ref
                  + [f"the block Ref of {m.origin}" for m in (*in_maps, *out_maps)]
                  + [f"the Ref of scratch_shapes[{k}]" for k in range(len(scratch_avals))])
     jaxpr = normalize_negative_indices(jaxpr)     # x_ref[..., -1], as NumPy reads it
     if check_refs:
         jaxpr = check_ref_accesses(jaxpr, ref_names, debug_checks=enable_debug_checks.value)
 
+    if sizes_ref:     # flat operand n_pf is the sizes: the inputs after it move up one
+        alias_pairs = tuple((i + (i >= n_pf), o) for i, o in alias_pairs)
+        metadata = {**(metadata or {}), GRID_SIZES_OPERAND: str(n_pf)}
     ir = KernelIR(
         name=kname, source=source_of(kernel), jaxpr=jaxpr, grid=grid, grid_names=grid_names,
         in_mappings=in_maps, out_mappings=out_maps, scratch_avals=scratch_avals,
-        num_scalar_prefetch=n_pf, input_output_aliases=alias_pairs,
+        num_scalar_prefetch=n_pf + int(sizes_ref), input_output_aliases=alias_pairs,
         compiler_params=compiler_params, cost_estimate=cost_estimate,
         metadata=tuple(sorted((metadata or {}).items())), debug=bool(debug),
         function_name=_fn_name(kernel))

@@ -1,7 +1,7 @@
 """Scalar prefetch as JAX has it: index maps take the grid indices then one
 argument per prefetch operand (a pytree operand arrives as that pytree),
 ``interpret=True`` runs such kernels (static or traced grid), and
-``pl.num_programs`` works inside an index map. JAX's megablox gmm/tgmm files
+``pl.num_programs`` works inside an index map (of a traced size too). JAX's megablox gmm/tgmm files
 run against JAX; the small kernels run under both libraries on the same
 fresh random data."""
 
@@ -52,8 +52,7 @@ def _gather_rows(lib, traced_grid: bool, x, table, offset):
         return t[i] + off[0], 0
 
     def out_map(i, tables, off):
-        # pl.num_programs inside an index map (of a static grid: the index maps of
-        # KernelIR take no grid sizes, so a traced size is refused with a message)
+        # pl.num_programs inside an index map (of a static grid)
         return (pl_.num_programs(0) if not traced_grid else n) - 1 - i, 0
 
     def kernel(tables, off, x_ref, o_ref):
@@ -89,13 +88,18 @@ def test_pytree_prefetch_interpret_true_against_jax(traced_grid):
     np.testing.assert_allclose(got, ref, rtol=1e-6)
 
 
-def test_num_programs_of_a_traced_size_in_an_index_map_is_refused_by_name():
+def test_num_programs_of_a_traced_size_in_an_index_map_matches_jax():
+    """The traced size reaches the index maps as a scalar-prefetch operand the
+    frontend adds (KernelIR index maps take no grid sizes); the kernel's own
+    arguments are unchanged."""
     x = np.random.default_rng().standard_normal((32, 128)).astype(np.float32)
 
-    def run(n):
-        spec = pl.BlockSpec((8, 128), lambda i: (pl.num_programs(0) - 1 - i, 0))
-        return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...]),
-                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(n,),
-                              in_specs=[spec], out_specs=spec, interpret=True)(x)
-    with pytest.raises(NotImplementedError, match=r"pl.num_programs\(0\) in an index map"):
-        jax.jit(run)(4)
+    def run(P, n):
+        spec = P.BlockSpec((8, 128), lambda i: (P.num_programs(0) - 1 - i, 0))
+        return P.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+                             out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(n,),
+                             in_specs=[spec], out_specs=spec, interpret=True)(x)
+    got = np.asarray(jax.jit(lambda n: run(pl, n))(4))
+    want = np.asarray(jax.jit(lambda n: run(jax_pl, n))(4))
+    np.testing.assert_allclose(got, 2 * x.astype(np.float64), rtol=1e-6)
+    np.testing.assert_array_equal(got, want)

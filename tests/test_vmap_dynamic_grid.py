@@ -181,3 +181,53 @@ def test_vmap_over_scalar_prefetch_with_an_aliased_output(rng, y_batched):
     want = np.stack([_gather_ref(s, xs[k], ys[k] if y_batched else ys)
                      for k, s in enumerate(ss)])
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+
+
+# --- pl.num_programs of a traced axis in an index map ------------------------------
+
+def _reverse(x, y, n, off=None):
+    """Output (aliased to y) block n-1-i is twice x's block i (+ off[0]); blocks
+    from n on keep y. The output's index map reads pl.num_programs(0)."""
+    def kernel(*refs):
+        x_ref, o_ref = refs[-3], refs[-1]
+        o_ref[...] = x_ref[...] * 2
+
+    prefetch = [] if off is None else [off]
+    in_map = (lambda i: (i, 0)) if off is None else (lambda i, off_ref: (i + off_ref[0], 0))
+    out_map = (lambda i, *_: (pl.num_programs(0) - 1 - i, 0))
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(y.shape, y.dtype),
+        grid_spec=PrefetchGridSpec(
+            len(prefetch), grid=(n,),
+            in_specs=[pl.BlockSpec((BR, C), in_map), pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec((BR, C), out_map)),
+        input_output_aliases={len(prefetch) + 1: 0}, interpret=True)(*prefetch, x, y)
+
+
+def _reverse_ref(x, y, n, off=0):
+    xb = np.asarray(x, np.float64).reshape(ROWS, BR, C)
+    out = np.asarray(y, np.float64).reshape(ROWS, BR, C).copy()
+    for i in range(n):
+        out[n - 1 - i] = 2 * xb[i + off]
+    return out.reshape(ROWS * BR, C)
+
+
+@pytest.mark.parametrize("with_prefetch", [False, True], ids=["no_prefetch", "user_prefetch"])
+def test_num_programs_of_a_traced_axis_in_an_index_map(rng, with_prefetch):
+    x, y = _rows(rng), _rows(rng)
+    off = int(rng.integers(0, 2)) if with_prefetch else 0
+    n = int(rng.integers(2, ROWS - off + 1))
+    args = (np.array([off], np.int32),) if with_prefetch else ()
+    got = jax.jit(lambda x, y, n, *a: _reverse(x, y, n, *a))(x, y, jnp.int32(n), *args)
+    np.testing.assert_allclose(np.asarray(got), _reverse_ref(x, y, n, off), rtol=1e-6)
+
+
+@pytest.mark.parametrize("sizes_batched", [False, True], ids=["shared_size", "batched_sizes"])
+def test_vmap_of_num_programs_of_a_traced_axis_in_an_index_map(rng, sizes_batched):
+    xs, ys = _rows(rng, 3), _rows(rng, 3)
+    ns = (rng.integers(1, ROWS + 1, size=3) if sizes_batched
+          else np.full(3, rng.integers(1, ROWS + 1))).astype(np.int32)
+    f = jax.vmap(_reverse, in_axes=(0, 0, 0 if sizes_batched else None))
+    got = jax.jit(f)(xs, ys, ns if sizes_batched else jnp.int32(ns[0]))
+    want = np.stack([_reverse_ref(xs[k], ys[k], ns[k]) for k in range(3)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)

@@ -1,13 +1,12 @@
-"""``emit_pipeline`` and ``emit_pipeline_warp_specialized`` inside
-``pallas_mgpu.kernel`` bodies.
+"""``emit_pipeline`` inside ``pallas_mgpu.kernel`` bodies (the warp-specialized
+variant: ``warp_pipeline.py``).
 
 The pipeline body is traced *here*, at kernel-trace time, over SMEM block
 Refs; the index maps are traced over the pipeline indices. What either
 closes over (Refs, CTA coordinates) becomes explicit operands. The kernel
 jaxpr holds one ``mgpu_pipeline`` equation carrying both, and the backend
 replays it with JAX's function of the same name, whose body and index maps
-evaluate the traced jaxprs. Carries (``init_carry``, ``compute_context``)
-are not supported.
+evaluate the traced jaxprs. ``init_carry`` is not supported.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from pallas_frontend import backend_api
 from pallas_frontend.backend_api import kernel_primitive
 
 from pallas_mgpu import evaluate
-from pallas_mgpu.memory import SMEM, _check_transforms, transforms_to_jax
+from pallas_mgpu.memory import SMEM, MemorySpace, _check_transforms, transforms_to_jax
 from pallas_mgpu.ops import OWNER, _OrderedOp, _is_ref, _join, _split_view
 
 mgpu_pipeline_p = kernel_primitive("mgpu_pipeline", owner=OWNER, multiple_results=True)
@@ -119,9 +118,7 @@ def _emit(variant: str, body, grid, in_specs, out_specs, static: dict):
         mgpu_pipeline_p.bind(
             *flat, tree=tree, variant=variant, grid=grid, body=body_jaxpr,
             index_maps=tuple(j for j, _ in maps), num_in=len(in_specs),
-            specs=tuple((s.block_shape, s.transforms, s.delay_release, s.collective_axes,
-                         s.oob_fill_mode)
-                        for s in specs),
+            specs=tuple(spec_record(s) for s in specs),
             static=tuple(sorted(static.items())),
             ref_positions=tuple(i for i, x in enumerate(flat) if _is_ref(x)))
     return pipeline
@@ -139,24 +136,30 @@ def emit_pipeline(body, *, grid, in_specs=(), out_specs=(), max_concurrent_steps
                  {"max_concurrent_steps": int(max_concurrent_steps)})
 
 
-def emit_pipeline_warp_specialized(body, *, grid, memory_registers: int, in_specs=(),
-                                   out_specs=(), max_concurrent_steps: int = 2, wg_axis: str,
-                                   num_compute_wgs: int, memory_thread_idx: int | None = None,
-                                   compute_context=None, **unsupported):
-    """A pipeline whose TMA copies run on a memory warpgroup (``memory_thread_idx``,
-    default the last of ``wg_axis``) while ``num_compute_wgs`` warpgroups run ``body``."""
-    if compute_context is not None or unsupported:
-        raise NotImplementedError(
-            "pallas_mgpu.emit_pipeline_warp_specialized: compute_context, pipeline_state and "
-            "manual barriers are not supported.")
-    return _emit("emit_pipeline_warp_specialized", body, grid, in_specs, out_specs, {
-        "memory_registers": int(memory_registers), "max_concurrent_steps": int(max_concurrent_steps),
-        "wg_axis": wg_axis, "num_compute_wgs": int(num_compute_wgs),
-        "memory_thread_idx": memory_thread_idx})
+def spec_record(spec: BlockSpec) -> tuple:
+    """What the backend needs of a pipelined operand's BlockSpec (hashable)."""
+    return (spec.block_shape, spec.transforms, spec.delay_release, spec.collective_axes,
+            spec.oob_fill_mode, spec.memory_space)
+
+
+def jax_block_spec(record: tuple, index_map_jaxpr, consts):
+    """JAX's ``plgpu.BlockSpec`` for a recorded spec, its index map replaying
+    the traced one."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    shape, transforms, delay, axes, oob, space = record
+
+    def index_map(*idx):
+        return tuple(evaluate.eval_closed(index_map_jaxpr, *consts, *idx))
+    block = None if shape is None else tuple(pl.Squeezed() if d is None else d for d in shape)
+    kw = {"collective_axes": axes} if axes else {}
+    if isinstance(space, MemorySpace):     # SMEM (the default) or GMEM (left where it is)
+        kw["memory_space"] = getattr(plgpu, space.name)
+    return plgpu.BlockSpec(block, index_map, transforms=transforms_to_jax(transforms),
+                           delay_release=delay, oob_fill_mode=oob.to_jax(), **kw)
 
 
 def _replay(eqn, invals):
-    from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
     p = eqn.params
     n_specs = len(p["specs"])
@@ -167,17 +170,8 @@ def _replay(eqn, invals):
     def jax_body(indices, *blocks):
         evaluate.eval_closed(p["body"], *body_consts, *indices, *blocks)
 
-    def spec(k):
-        shape, transforms, delay, axes, oob = p["specs"][k]
-        jaxpr, consts = p["index_maps"][k], map_consts[k]
-
-        def index_map(*idx):
-            return tuple(evaluate.eval_closed(jaxpr, *consts, *idx))
-        block = None if shape is None else tuple(pl.Squeezed() if d is None else d for d in shape)
-        kw = {"collective_axes": axes} if axes else {}
-        return plgpu.BlockSpec(block, index_map, transforms=transforms_to_jax(transforms),
-                               delay_release=delay, oob_fill_mode=oob.to_jax(), **kw)
-    specs = [spec(k) for k in range(n_specs)]
+    specs = [jax_block_spec(p["specs"][k], p["index_maps"][k], map_consts[k])
+             for k in range(n_specs)]
     fn = getattr(plgpu, p["variant"])
     static = {k: v for k, v in p["static"] if v is not None}
     fn(jax_body, grid=p["grid"], in_specs=specs[:p["num_in"]], out_specs=specs[p["num_in"]:],

@@ -2,8 +2,9 @@
 
 It carries the ``KernelIR`` as a parameter and gives JAX what it needs to
 compose: abstract evaluation, a lowering rule that hands the kernel to the
-selected backend, a batching rule (vmap adds a grid axis), and a JVP rule (the
-kernel's JVP is another kernel).
+selected backend, a batching rule (vmap adds a grid axis, or loops over the
+batch where grid sizes or prefetch values differ per element), and a JVP rule
+(the kernel's JVP is another kernel).
 """
 
 from __future__ import annotations

@@ -24,12 +24,19 @@ class Case:
     name: str
     module: str
     inputs: Callable[[np.random.Generator, str], tuple]   # (rng, size) -> args
-    call: Callable[[Any, tuple], Any]                        # (module, args) -> outputs
+    # (module, args, target) -> outputs; target None: on CPU in interpret mode, else a
+    # compile-only target of tools/jax_ops_aot.py (the kernel called for the device)
+    call: Callable[..., Any]
     grad: bool = False                                       # also jax.grad of sum(out)
     kind: str = "gpu"              # "gpu" (Triton-style), "tpu", or "mgpu" (Mosaic GPU)
     force: bool = True     # tpu: run under force_tpu_interpret_mode (else interpret=True)
     isolate: bool = False  # ours in its own process (its copy registers global state on import)
     rtol: float = 1e-3
+    sharded: bool = False  # compile-only: the first operand split over every chip ("x")
+    interpret_params: tuple = ()   # tpu: (name, value) pairs of the forced InterpretParams
+    # args -> the exact outputs (NumPy), where they are known: both sides are checked
+    expect: Callable[[tuple], list] | None = None
+    note: str = ""         # said on the page's row
 
 
 def _normal(rng, *shape, dtype=np.float32):
@@ -43,11 +50,11 @@ def _mha_inputs(rng, size):
     return tuple(_normal(rng, b, s, h, d) for _ in range(3))
 
 
-def _mha(mod, args, causal=False):
+def _mha(mod, args, target=None, *, causal=False):
     q, k, v = args
     bs = mod.BlockSizes(block_q=32, block_k=32, block_q_dkv=32, block_kv_dkv=32,
                         block_q_dq=32, block_kv_dq=32)
-    return mod.mha(q, k, v, None, causal=causal, block_sizes=bs, interpret=True)
+    return mod.mha(q, k, v, None, causal=causal, block_sizes=bs, interpret=target is None)
 
 
 def _norm_inputs(rng, size):
@@ -55,20 +62,20 @@ def _norm_inputs(rng, size):
     return _normal(rng, b, s, n), _normal(rng, n), _normal(rng, n)
 
 
-def _layer_norm(mod, args):
-    return mod.layer_norm(*args, interpret=True)
+def _layer_norm(mod, args, target=None):
+    return mod.layer_norm(*args, interpret=target is None)
 
 
-def _rms_norm(mod, args):
-    return mod.rms_norm(*args, interpret=True)
+def _rms_norm(mod, args, target=None):
+    return mod.rms_norm(*args, interpret=target is None)
 
 
 def _softmax_inputs(rng, size):
     return (_normal(rng, *((16, 128) if size == "small" else (128, 1024))),)
 
 
-def _softmax(mod, args):
-    return mod.softmax(args[0], axis=-1, interpret=True)
+def _softmax(mod, args, target=None):
+    return mod.softmax(args[0], axis=-1, interpret=target is None)
 
 
 def _decode_inputs(rng, size):
@@ -78,10 +85,10 @@ def _decode_inputs(rng, size):
     return q, k, v, start
 
 
-def _mqa(mod, args, with_start=False):
+def _mqa(mod, args, target=None, *, with_start=False):
     q, k, v, start = args
     return mod.mqa(q, k, v, start_idx=start if with_start else None, block_k=64, k_splits=4,
-                   interpret=True)
+                   interpret=target is None)
 
 
 def _gqa_inputs(rng, size):
@@ -89,9 +96,9 @@ def _gqa_inputs(rng, size):
     return (_normal(rng, b, hq, d), _normal(rng, b, s, hkv, d), _normal(rng, b, s, hkv, d))
 
 
-def _gqa(mod, args):
+def _gqa(mod, args, target=None):
     q, k, v = args
-    return mod.gqa(q, k, v, block_k=64, k_splits=4, interpret=True)
+    return mod.gqa(q, k, v, block_k=64, k_splits=4, interpret=target is None)
 
 
 def _paged_inputs(rng, size):
@@ -107,10 +114,11 @@ def _paged_inputs(rng, size):
     return q, k_pages, v_pages, tables, lengths
 
 
-def _paged(mod, args):
+def _paged(mod, args, target=None):
     q, kp, vp, tables, lengths = args
     return mod.paged_attention(q, kp, vp, tables, lengths, block_h=16,
-                               pages_per_compute_block=4, k_splits=2, interpret=True)
+                               pages_per_compute_block=4, k_splits=2,
+                               interpret=target is None)
 
 
 GPU_CASES = (
@@ -137,7 +145,7 @@ def _matmul_inputs(rng, size):
     return _normal(rng, n, n), _normal(rng, n, n)
 
 
-def _matmul(mod, args):
+def _matmul(mod, args, target=None):
     return mod.matmul(*args, block_shape=(128, 128), block_k=128)
 
 
@@ -150,7 +158,7 @@ def _flash_inputs(rng, size):
     return tuple(_normal(rng, b, h, s, d) for _ in range(3))
 
 
-def _flash(mod, args, causal=False):
+def _flash(mod, args, target=None, *, causal=False):
     bs = mod.BlockSizes(block_q=128, block_k_major=128, block_k=128, block_b=1,
                         block_q_major_dkv=128, block_k_major_dkv=128, block_k_dkv=128,
                         block_q_dkv=128, block_k_major_dq=128, block_k_dq=128, block_q_dq=128)
@@ -168,7 +176,7 @@ def _tpu_paged_inputs(rng, size):
     return q, kp, vp, lengths, indices
 
 
-def _tpu_paged(mod, args, inline=True):
+def _tpu_paged(mod, args, target=None, *, inline=True):
     return mod.paged_attention(*args, pages_per_compute_block=4, inline_seq_dim=inline)
 
 
@@ -183,8 +191,8 @@ def _gmm_inputs(rng, size):
     return _normal(rng, m, k), _normal(rng, g, k, n), _group_sizes(rng, m, g)
 
 
-def _gmm(mod, args):
-    return mod.gmm(*args, tiling=(128, 128, 128), interpret=True)
+def _gmm(mod, args, target=None):
+    return mod.gmm(*args, tiling=(128, 128, 128), interpret=target is None)
 
 
 def _tgmm_inputs(rng, size):
@@ -193,8 +201,8 @@ def _tgmm_inputs(rng, size):
     return lhs.T.copy(), _normal(rng, m, rhs.shape[2]), group_sizes
 
 
-def _tgmm(mod, args):
-    return mod.tgmm(*args, tiling=(128, 128, 128), interpret=True)
+def _tgmm(mod, args, target=None):
+    return mod.tgmm(*args, tiling=(128, 128, 128), interpret=target is None)
 
 
 def _splash_inputs(rng, size):
@@ -202,14 +210,15 @@ def _splash_inputs(rng, size):
     return tuple(_normal(rng, h, s, d) for _ in range(3))
 
 
-def _splash(mod, args):
+def _splash(mod, args, target=None):
     h, s, _ = args[0].shape
     mask_lib = mod.mask_lib
     mask = mask_lib.MultiHeadMask(tuple(mask_lib.CausalMask((s, s)) for _ in range(h)))
     bs = mod.BlockSizes(block_q=128, block_kv=128, block_kv_compute=128, block_q_dkv=128,
                         block_kv_dkv=128, block_kv_dkv_compute=128, block_q_dq=128,
                         block_kv_dq=128)
-    attn = mod.make_splash_mha_single_device(mask, block_sizes=bs, interpret=True)
+    attn = mod.make_splash_mha_single_device(mask, block_sizes=bs,
+                                             interpret=target is None)
     return attn(*args)
 
 
@@ -231,7 +240,7 @@ def _ragged_inputs(rng, size):
     return q, kv_pages, kv_lens, page_indices, cu_q_lens, np.array([len(seqs)], np.int32)
 
 
-def _ragged(mod, args):
+def _ragged(mod, args, target=None):
     return mod.ragged_paged_attention(*args, sm_scale=0.1, num_kv_pages_per_block=4,
                                       num_queries_per_block=16)
 
@@ -242,8 +251,10 @@ def _all_gather_inputs(rng, size):
     return (_normal(rng, *((n * 8, 128) if size == "small" else (n * 64, 256))),)
 
 
-def _all_gather(mod, args):
+def _all_gather(mod, args, target=None):
     import jax
+    if target is not None:     # compile-only: the operand is already sharded on the chips
+        return mod.all_gather(args[0], mesh=target.all_devices, axis_name="x")
     mesh = jax.make_mesh((jax.device_count(),), ("x",))
     x = jax.device_put(args[0], jax.sharding.NamedSharding(mesh, jax.P("x")))
     return mod.all_gather(x, mesh=mesh, axis_name="x")
@@ -258,21 +269,22 @@ def _bits_inputs(rng, size):     # a key, and a marker of the size
             np.zeros(1 if size == "small" else 2, np.int32))
 
 
-def _threefry(mod, args):
+def _threefry(mod, args, target=None):
     shape = _bits_shape(args)
     return mod.threefry_2x32_count(args[0], shape, shape, (8, 128))
 
 
-def _philox(mod, args):
+def _philox(mod, args, target=None):
     return mod.philox_4x32_count(args[0], _bits_shape(args))
 
 
 TPU_CASES = (
     Case("tpu.all_gather", "tpu.all_gather", _all_gather_inputs, _all_gather,
-         kind="tpu", rtol=0.0),
+         kind="tpu", rtol=0.0, sharded=True, interpret_params=(("dma_execution_mode", "eager"),),
+         expect=lambda args: [args[0]], note="DMAs eager, checked against the input (see Notes)"),
     Case("tpu.matmul", "tpu.matmul", _matmul_inputs, _matmul, kind="tpu"),
     Case("tpu.example_kernel.double", "tpu.example_kernel", _double_inputs,
-         lambda mod, args: mod.double(args[0]), kind="tpu"),
+         lambda mod, args, target=None: mod.double(args[0]), kind="tpu"),
     Case("tpu.flash_attention", "tpu.flash_attention", _flash_inputs, _flash, grad=True,
          kind="tpu"),
     Case("tpu.flash_attention(causal)", "tpu.flash_attention", _flash_inputs,
@@ -285,7 +297,8 @@ TPU_CASES = (
     Case("tpu.megablox.gmm", "tpu.megablox.gmm", _gmm_inputs, _gmm, kind="tpu", force=False),
     Case("tpu.megablox.tgmm", "tpu.megablox.gmm", _tgmm_inputs, _tgmm, kind="tpu", force=False),
     Case("tpu.megablox.ops.gmm", "tpu.megablox.ops", _gmm_inputs,
-         lambda mod, args: mod.gmm(*args, tiling=(128, 128, 128), interpret=True),
+         lambda mod, args, target=None: mod.gmm(*args, tiling=(128, 128, 128),
+                                                interpret=target is None),
          grad=True, kind="tpu", force=False),
     Case("tpu.splash_attention(causal)", "tpu.splash_attention.splash_attention_kernel",
          _splash_inputs, _splash, grad=True, kind="tpu", force=False),
@@ -311,17 +324,17 @@ def _hopper_inputs(rng, size):
     return _bf16(rng, n, n), _bf16(rng, n, n)
 
 
-def _hopper(mod, args):
+def _hopper(mod, args, target=None):
     cfg = mod.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2)
     return mod.matmul(args[0], args[1], None, cfg)
 
 
-def _mgpu_attention_inputs(rng, size):
+def _mgpu_attention_inputs(rng, size):     # float16, as JAX's mgpu_attention_test
     b, s, h, d = (1, 128, 1, 64) if size == "small" else (2, 256, 2, 64)
-    return tuple(_bf16(rng, b, s, h, d) for _ in range(3))
+    return tuple(_normal(rng, b, s, h, d, dtype=np.float16) for _ in range(3))
 
 
-def _mgpu_attention(mod, args):
+def _mgpu_attention(mod, args, target=None):
     return mod.attention(*args, mod.TuningConfig(block_q=64, block_kv=64,
                                                  max_concurrent_steps=2))
 
@@ -331,7 +344,7 @@ def _ragged_dot_inputs(rng, size):
     return _bf16(rng, m, k), _bf16(rng, g, k, n), _group_sizes(rng, m, g)
 
 
-def _ragged_dot(mod, args):
+def _ragged_dot(mod, args, target=None):
     lhs, rhs, sizes = args
     return mod.ragged_dot(lhs, rhs, group_sizes=sizes, block_m=64, block_n=64, block_k=64,
                           max_concurrent_steps=2, grid_block_n=1)
@@ -348,6 +361,21 @@ MGPU_CASES = (
 
 CASES = GPU_CASES + TPU_CASES + MGPU_CASES
 
+# What a row's short note refers to, said once under the table.
+NOTES = {
+    "tpu.all_gather": (
+        "its CPU rows force `InterpretParams(dma_execution_mode=\"eager\")` on both sides "
+        "and check both against the input (an all-gather returns its input). Under the "
+        "default `on_wait` mode, JAX's TPU interpreter executes the DMAs pending on a "
+        "semaphore last-in first-out (`Semaphore.wait` pops the newest task). This kernel "
+        "forwards a block to the next device after one wait on a receive semaphore that its "
+        "successive DMAs share, so a neighbour's later DMA can satisfy that wait while the "
+        "block being forwarded is still unwritten. JAX's own run of the file then leaves "
+        "NaN blocks, in places that vary from run to run, and so does ours (the same "
+        "interpreter). Replayed with the pending DMAs taken first-in first-out, both runs "
+        "are exact; eager mode is exact on both sides every time"),
+}
+
 # Entry points of the ops tree with no row yet, and why.
 NOT_RUN = {
     "gpu.transposed_ragged_dot_mgpu, gpu.hopper_mixed_type_matmul_mgpu":
@@ -357,6 +385,4 @@ NOT_RUN = {
         "Blackwell (tcgen05) kernels: no CPU interpret path in JAX",
     "gpu.all_gather_mgpu, gpu.reduce_scatter_mgpu, gpu.collective_matmul_mgpu":
         "multi-GPU collectives (NVSHMEM): no CPU path in JAX",
-    "AOT / device-less columns (TPU v5e, XLA:GPU H100/A100)":
-        "not yet in this table; see the plugins' own AOT tests",
 }

@@ -18,9 +18,9 @@ from pallas_tpu.memory import (
     ANY, CMEM, HBM, SEMAPHORE, SMEM, VMEM, VMEM_SHARED, MemorySpace, SemaphoreType)
 from pallas_tpu.mesh import CoreType, TensorCoreMesh, create_tensorcore_mesh
 from pallas_tpu.params import (
-    ARBITRARY, CORE_PARALLEL, PARALLEL, SUBCORE_PARALLEL, CompilerParams, InterpretParams,
-    SideEffectType, force_tpu_interpret_mode, reset_tpu_interpret_mode_state,
-    set_tpu_interpret_mode)
+    ARBITRARY, CORE_PARALLEL, PARALLEL, SUBCORE_PARALLEL, CompilerParams,
+    GridDimensionSemantics, InterpretParams, SideEffectType, force_tpu_interpret_mode,
+    reset_tpu_interpret_mode_state, set_tpu_interpret_mode)
 from pallas_tpu.buffered_ref import BufferedRef, BufferType
 from pallas_tpu.pipeline import emit_pipeline, emit_pipeline_with_allocations
 from pallas_tpu.primitives import (
@@ -34,7 +34,8 @@ from pallas_tpu.random import (
 __all__ = [
     "ChipVersion", "Tiling", "TpuInfo", "get_tpu_info", "get_tpu_info_for_chip", "is_tpu_device",
     "ANY", "ARBITRARY", "AsyncCopyDescriptor", "CMEM", "CORE_PARALLEL",
-    "CompilerParams", "CoreType", "TensorCoreMesh", "create_tensorcore_mesh",
+    "CompilerParams", "CoreType", "GridDimensionSemantics", "TensorCoreMesh",
+    "create_tensorcore_mesh",
     "reset_tpu_interpret_mode_state", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",
     "PrefetchScalarGridSpec", "SEMAPHORE", "SMEM", "SUBCORE_PARALLEL", "SemaphoreType",
     "SideEffectType", "TpuBackend", "VMEM", "__version__", "async_copy", "async_remote_copy",

@@ -23,6 +23,16 @@ SUBCORE_PARALLEL = "subcore_parallel"
 _SEMANTICS = (PARALLEL, ARBITRARY, CORE_PARALLEL, SUBCORE_PARALLEL)
 
 
+class GridDimensionSemantics(str, enum.Enum):
+    """JAX's ``pltpu.GridDimensionSemantics``; each member is also the plain
+    string above (``GridDimensionSemantics.PARALLEL == PARALLEL``), so
+    ``CompilerParams(dimension_semantics=...)`` takes either."""
+    PARALLEL = PARALLEL
+    CORE_PARALLEL = CORE_PARALLEL
+    SUBCORE_PARALLEL = SUBCORE_PARALLEL
+    ARBITRARY = ARBITRARY
+
+
 class SideEffectType(enum.Enum):
     """``CompilerParams(has_side_effects=...)``: ``PURE`` (the call may be
     deduplicated, and removed when unused), ``DATAFLOW_SIDE_EFFECTING`` (never

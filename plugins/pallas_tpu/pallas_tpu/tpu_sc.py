@@ -13,17 +13,27 @@ plugins/pallas_tpu/README.md.
 
 from __future__ import annotations
 
+import enum
+
 # JAX 0.12's public SparseCore names (jax.experimental.pallas.tpu_sc)
 SPARSECORE_NAMES = frozenset({
     "get_sparse_core_info", "Indices", "ScalarSubcoreMesh", "SparseCorePushStreamWarning",
     "VectorSubcoreMesh", "addupdate", "addupdate_compressed", "addupdate_scatter",
     "all_reduce_ffs", "all_reduce_population_count", "bitcast", "cummax", "cumsum",
-    "fetch_and_add", "load_expanded", "load_gather", "pack", "PackFormat", "parallel_loop",
+    "fetch_and_add", "load_expanded", "load_gather", "pack", "parallel_loop",
     "scan_count", "slice_subcore_vmem_from_shared", "sort_key_val", "store_compressed",
     "store_scatter", "subcore_barrier", "unpack",
 })
 
-__all__: list[str] = []
+__all__: list[str] = ["PackFormat"]
+
+
+class PackFormat(enum.Enum):
+    """How SparseCore's ``pack`` lays out two vectors (JAX's members and values).
+    Plain data, so code naming a format imports (JAX's SparseCore tests list
+    every format in their test parameters); ``pack`` itself is not provided."""
+    COMPRESSED = "compressed"     # [a0, a1], [b0, b1] -> [[a0, a1], [b0, b1]]
+    INTERLEAVED = "interleaved"   # [a0, a1], [b0, b1] -> [a0, b0, a1, b1]
 
 
 def __getattr__(name: str):

@@ -1,0 +1,211 @@
+"""The libraries ``tools/ecosystem.py`` checks and the kernels it runs from
+them, each called the way the library's own tests call it, on small fresh
+random inputs (NumPy arrays built from the run's seed; both sides get the
+same ones).
+
+A ``Case`` names the module inside the library, builds inputs from a NumPy
+generator and calls the module's entry point; ``run`` (``ecosystem.Run``)
+says the mode and the side. TPU kernels run under the TPU interpret mode
+(JAX's ``force_tpu_interpret_mode`` or ours) when the mode is ``interpret``,
+Mosaic GPU kernels under the GPU one, as ``tools/jax_ops.py`` runs JAX's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    module: str                                  # dotted, inside the library's package
+    inputs: Callable[[np.random.Generator], tuple]
+    call: Callable[[Any, tuple, Any], Any]       # (module, args, run) -> outputs
+    kind: str = "tpu"                            # "tpu", "mgpu" or "gpu" (Triton)
+    modes: tuple[str, ...] = ("interpret", "v5e")
+    force: bool = True                           # tpu: under force_tpu_interpret_mode
+    interpret_params: tuple = ()                 # tpu: (name, value) pairs for that mode
+    rtol: float = 1e-3
+    # module functions replaced by a constant for the run, as the library's tests
+    # mock them on a host without the chip (e.g. {"get_tpu_version": 5})
+    returns: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Library:
+    name: str
+    repo: str
+    env: str                       # the variable naming its source root
+    package: str                   # the top-level package under that root
+    requires: str                  # what its kernels import besides jax (for the page)
+    cases: tuple[Case, ...] = ()
+    bare_packages: tuple[str, ...] = ()   # imported without their __init__
+    not_run: dict = dataclasses.field(default_factory=dict)   # family -> why
+
+
+def _normal(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+# --- vllm-project/tpu-inference ----------------------------------------------------
+
+RPA = "tpu_inference.kernels.ragged_paged_attention"
+_SEQS = ((8, 40), (1, 20), (3, 3))       # (q_len, kv_len) per sequence
+_PAGE, _PAGES, _HEADS, _DIM = 16, 16, (4, 2), 128
+
+
+def _rpa_v3_inputs(rng):
+    tokens, max_seqs = 128, 8
+    nq, nkv = _HEADS
+    per_seq = _cdiv(max(kv for _, kv in _SEQS), _PAGE)
+    q = _normal(rng, tokens, nq, _DIM)
+    k, v = _normal(rng, tokens, nkv, _DIM), _normal(rng, tokens, nkv, _DIM)
+    cache = _normal(rng, _PAGES, _PAGE, nkv * 2, 1, _DIM)   # f32: packing 1
+    pages = rng.permutation(_PAGES).astype(np.int32)
+    indices = np.zeros((max_seqs, per_seq), np.int32)
+    used = 0
+    for i, (_, kv) in enumerate(_SEQS):
+        n = _cdiv(kv, _PAGE)
+        indices[i, :n] = pages[used:used + n]
+        used += n
+    cu = np.zeros(max_seqs + 1, np.int32)
+    cu[1:len(_SEQS) + 1] = np.cumsum([ql for ql, _ in _SEQS])
+    cu[len(_SEQS) + 1:] = cu[len(_SEQS)]
+    lens = np.zeros(max_seqs, np.int32)
+    lens[:len(_SEQS)] = [kv for _, kv in _SEQS]
+    dist = np.array([0, 0, len(_SEQS)], np.int32)
+    return q, k, v, cache, lens, indices.reshape(-1), cu, dist
+
+
+def _rpa_v3(mod, args, run):
+    out, cache = mod.ragged_paged_attention(*args, sm_scale=_DIM ** -0.5,
+                                            m_block_sizes=(16, 32, 8, 16),
+                                            vmem_limit_bytes=64 * 1024 * 1024)
+    return out[:sum(ql for ql, _ in _SEQS)], cache
+
+
+def _rpa_v2_inputs(rng):
+    q, _, _, cache, lens, indices, cu, _ = _rpa_v3_inputs(rng)
+    kv_pages = cache.reshape(_PAGES, _PAGE, _HEADS[1] * 2, _DIM)
+    return (q, kv_pages, lens, indices.reshape(8, -1), cu,
+            np.array([len(_SEQS)], np.int32))
+
+
+def _rpa_v2(mod, args, run):
+    out = mod.ragged_paged_attention(*args, sm_scale=_DIM ** -0.5, num_kv_pages_per_block=1,
+                                     num_queries_per_block=8,
+                                     vmem_limit_bytes=64 * 1024 * 1024)
+    return out[:sum(ql for ql, _ in _SEQS)]
+
+
+TPU_INFERENCE = Library(
+    name="tpu-inference", repo="vllm-project/tpu-inference", env="PALLAS_TPU_INFERENCE_SRC",
+    package="tpu_inference",
+    requires="none besides jax for the kernels run here (the package's `__init__` imports "
+             "vllm: the check imports `tpu_inference` without it)",
+    bare_packages=("tpu_inference",),
+    cases=(
+        Case("ragged_paged_attention v3", f"{RPA}.v3.kernel", _rpa_v3_inputs, _rpa_v3,
+             returns={"get_tpu_version": 5}),
+        Case("ragged_paged_attention v2", f"{RPA}.v2.kernel", _rpa_v2_inputs, _rpa_v2),
+    ),
+)
+
+
+# --- openxla/tokamax ---------------------------------------------------------------
+
+TK = "tokamax._src.ops"
+
+
+def _groups(rng, m, g):
+    """Random group sizes summing to ``m`` (some empty)."""
+    cuts = np.sort(rng.integers(0, m + 1, size=g - 1))
+    return np.diff(np.concatenate([[0], cuts, [m]])).astype(np.int32)
+
+
+def _gmm_inputs(rng):
+    m, k, n, g = 256, 128, 128, 4
+    return _normal(rng, m, k), _normal(rng, g, k, n), _groups(rng, m, g)
+
+
+def _tk_gmm(mod, args, run):
+    import jax
+    import jax.numpy as jnp
+    p = jax.lax.Precision.DEFAULT
+    return mod.gmm(*args, precision=(p, p), out_dtype=jnp.float32, tiling=(128, 128, 128))
+
+
+def _tgmm_inputs(rng):
+    m, k, n, g = 256, 128, 128, 4
+    return _normal(rng, m, k), _normal(rng, m, n), _groups(rng, m, g)
+
+
+def _tk_tgmm(mod, args, run):
+    import jax
+    import jax.numpy as jnp
+    p = jax.lax.Precision.DEFAULT
+    return mod.tgmm(*args, precision=(p, p), out_dtype=jnp.float32, tiling=(128, 128, 128))
+
+
+def _mgpu_ragged_inputs(rng):
+    import ml_dtypes
+    m, k, n, g = 256, 128, 128, 4
+    bf = ml_dtypes.bfloat16
+    return (_normal(rng, m, k).astype(bf), _normal(rng, g, k, n).astype(bf),
+            _groups(rng, m, g))
+
+
+def _tk_mgpu_ragged(mod, args, run):
+    import importlib
+
+    import jax.numpy as jnp
+    common = importlib.import_module(f"{TK}.ragged_dot.pallas_mosaic_gpu_common")
+    cfg = common.Config(block_m=64, block_n=64, block_k=64, num_stages=2, split_k=1)
+    return mod.ragged_dot_kernel(*args, out_dtype=jnp.dtype("float32"), config=cfg)
+
+
+def _attn_inputs(rng):
+    import ml_dtypes
+    t, h, d = 128, 2, 64
+    return tuple(_normal(rng, t, h, d).astype(ml_dtypes.bfloat16) for _ in range(3))
+
+
+def _tk_mgpu_attention(mod, args, run):
+    import jax.numpy as jnp
+    q, k, v = args
+    out, _ = mod.flash_attention_kernel(
+        q, k, v, None, None, None, None, is_causal=True, logits_soft_cap=None,
+        logits_scale=q.shape[-1] ** -0.5, out_dtype=jnp.dtype("float32"), normalize_output=True,
+        return_residuals=False, use_stable_softmax=True, rescale_threshold=0.0,
+        config=mod.Config(block_q=64, block_kv=64, num_stages=2))
+    return out
+
+
+TOKAMAX = Library(
+    name="tokamax", repo="openxla/tokamax", env="PALLAS_TOKAMAX_SRC", package="tokamax",
+    requires="absl-py, einshape, jaxtyping, pydantic, qwix (flax, optax, treescope, msgpack, "
+             "rich), typeguard 2.13.3, immutabledict, tqdm, xprof (etils, fire, termcolor, six, "
+             "protobuf)",
+    cases=(
+        Case("ragged_dot gmm (Mosaic TPU)", f"{TK}.ragged_dot.pallas_mosaic_tpu_kernel",
+             _gmm_inputs, _tk_gmm),
+        Case("ragged_dot tgmm (Mosaic TPU)", f"{TK}.ragged_dot.pallas_mosaic_tpu_kernel",
+             _tgmm_inputs, _tk_tgmm),
+        Case("ragged_dot sm90 (Mosaic GPU)", f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm90",
+             _mgpu_ragged_inputs, _tk_mgpu_ragged, kind="mgpu", modes=("interpret", "cuda"),
+             rtol=2e-2),
+        Case("attention sm90 (Mosaic GPU)", f"{TK}.attention.pallas_mosaic_gpu_kernel_sm90",
+             _attn_inputs, _tk_mgpu_attention, kind="mgpu", modes=("interpret", "cuda"),
+             rtol=2e-2),
+    ),
+)
+
+LIBRARIES = (TOKAMAX, TPU_INFERENCE)

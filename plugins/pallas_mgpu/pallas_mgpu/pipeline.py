@@ -150,7 +150,12 @@ def jax_block_spec(record: tuple, index_map_jaxpr, consts):
     shape, transforms, delay, axes, oob, space = record
 
     def index_map(*idx):
-        return tuple(evaluate.eval_closed(index_map_jaxpr, *consts, *idx))
+        # a constant block index comes back as a 0-d array (the jaxpr's literal); JAX's
+        # pipeline scales it into a NumPy scalar, which JAX's Mosaic GPU lowering does
+        # not take as a slice start: give back the Python int the user's map returned
+        return tuple(int(v) if isinstance(v, (np.ndarray, np.integer)) and np.ndim(v) == 0
+                     and np.issubdtype(v.dtype, np.integer) else v
+                     for v in evaluate.eval_closed(index_map_jaxpr, *consts, *idx))
     block = None if shape is None else tuple(pl.Squeezed() if d is None else d for d in shape)
     kw = {"collective_axes": axes} if axes else {}
     if isinstance(space, MemorySpace):     # SMEM (the default) or GMEM (left where it is)

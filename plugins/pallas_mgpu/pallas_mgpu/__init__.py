@@ -23,6 +23,7 @@ from pallas_mgpu.params import (
     force_gpu_interpret_mode, set_gpu_interpret_mode)
 from pallas_mgpu.pipeline import BlockSpec, OOBFillMode, emit_pipeline
 from pallas_mgpu.warp_pipeline import emit_pipeline_warp_specialized
+from pallas_mgpu import run_state as _run_state  # noqa: F401  (replays pl.run_state)
 from pallas_mgpu.primitives import (
     Layout, SemaphoreSignal, async_copy_scales_to_tmem, async_copy_smem_to_tmem,
     async_load_tmem, async_store_tmem, barrier_arrive, barrier_arrive_and_wait, barrier_wait,

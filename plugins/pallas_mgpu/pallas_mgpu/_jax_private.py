@@ -7,6 +7,8 @@
   kernel's Ref from the transforms recorded in the kernel jaxpr.
 - ``transformed_ref_type``: to recognise such views.
 - ``written_ref_positions``: which Refs a kernel writes (its effects).
+- ``register_ref_type`` / ``uninitialized`` / ``run_state_primitive``:
+  ``pl.run_state(f)(plgpu.ACC.init(x))`` takes this plugin's accumulators.
 - ``mpmd_map_primitive`` / ``mpmd_map``: JAX's ``mpmd_map`` (kernel code
   written for JAX calls it with ``plgpu.WarpMesh``), replayed with JAX's mesh.
 """
@@ -119,3 +121,22 @@ def mpmd_map(meshes_and_fns):
     """JAX's ``mpmd_map`` of functions that take no operands (a function to call)."""
     from jax._src.pallas import mpmd
     return mpmd.mpmd_map(meshes_and_fns)
+
+
+def register_ref_type(cls, to_aval_and_value) -> None:
+    """Lets ``pl.run_state`` take objects of ``cls``: ``to_aval_and_value(x)``
+    gives the Ref type and the initial value (or ``uninitialized()``)."""
+    from jax._src.state import types as state_types
+    state_types._ref_type_aval_mappings[cls] = to_aval_and_value
+
+
+def uninitialized():
+    """JAX's marker of a ``run_state`` Ref without an initial value."""
+    from jax._src.state import types as state_types
+    return state_types.uninitialized
+
+
+def run_state_primitive():
+    """The primitive ``pl.run_state`` binds."""
+    from jax._src.state import discharge
+    return discharge.run_state_p

@@ -18,6 +18,8 @@ import numpy as np
 
 import pallas_frontend as pf
 
+from pallas_mgpu import _jax_private
+
 
 # --- SMEM transforms ---------------------------------------------------------------
 
@@ -174,8 +176,30 @@ class WGMMAAccumulatorRef:
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return plgpu.ACC(self.shape, self.dtype)
 
+    @staticmethod
+    def init(array) -> InitializedAccumulator:
+        """An accumulator holding ``array`` to start with, for ``pl.run_state``:
+        ``pl.run_state(f)(ACC.init(acc))`` runs ``f(acc_ref)`` and returns
+        the accumulator's final value."""
+        return InitializedAccumulator(WGMMAAccumulatorRef(tuple(array.shape), array.dtype), array)
+
+
+class InitializedAccumulator:
+    """``ACC.init(array)``: what ``pl.run_state`` turns into an accumulator Ref."""
+
+    def __init__(self, acc: WGMMAAccumulatorRef, value):
+        self.acc, self.value = acc, value
+
+
+def _accumulator_ref(x):
+    if isinstance(x, InitializedAccumulator):
+        return x.acc.get_ref_aval(), x.value
+    return x.get_ref_aval(), _jax_private.uninitialized()
+
 
 ACC = WGMMAAccumulatorRef
+_jax_private.register_ref_type(WGMMAAccumulatorRef, _accumulator_ref)
+_jax_private.register_ref_type(InitializedAccumulator, _accumulator_ref)
 
 
 def _barrier_shape(num_barriers) -> tuple[int, ...]:

@@ -212,6 +212,24 @@ class BlockSpec(*_jax_bases("BlockSpec")):
     # ``to_block_mapping`` is attached by ``tracing`` (it traces the index map).
 
 
+def from_jax_block_spec(spec: Any) -> Any:
+    """JAX's own ``BlockSpec`` (not ours) as ours, with JAX's generic memory
+    space and ``Buffered`` as ours, so a pallas_call takes specs written with
+    ``jax.experimental.pallas``; anything else unchanged."""
+    jax_pallas = _jax_pallas()
+    if isinstance(spec, BlockSpec) or not isinstance(spec, getattr(jax_pallas, "BlockSpec", ())):
+        return spec
+    space, mode = spec.memory_space, spec.pipeline_mode
+    if isinstance(space, jax_pallas.MemorySpace) and space.value in MemorySpace._value2member_map_:
+        space = MemorySpace(space.value)
+    if isinstance(mode, jax_pallas.Buffered):
+        fields = {f.name: getattr(mode, f.name) for f in dataclasses.fields(mode)}
+        if fields.get("revisit") is not None:
+            fields["revisit"] = RevisitMode(fields["revisit"].value)
+        mode = Buffered(**fields)
+    return BlockSpec(spec.block_shape, spec.index_map, memory_space=space, pipeline_mode=mode)
+
+
 class _NoBlockSpec:
     def __repr__(self):
         return "no_block_spec"

@@ -23,7 +23,7 @@ from pallas_frontend.ref_checks import (
 from pallas_frontend.export import is_runtime_size, symbolic_blocked
 from pallas_frontend.specs import (
     BlockSpec, Blocked, GridSpec, MemoryRef, MemorySpace, PallasTypeError,
-    PallasUsageError, canonicalize_block_dim, check_dims, no_block_spec)
+    PallasUsageError, canonicalize_block_dim, check_dims, from_jax_block_spec, no_block_spec)
 
 
 # PallasUsageError and PallasTypeError live with the specs (a leaf module) and
@@ -103,6 +103,7 @@ def normalize_out_shape(out_shape: Any):
 def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num_grid: int,
                   prefetch_avals=(), prefetch_tree=None, grid_sizes=None,
                   sizes_ref=False) -> BlockMapping:
+    spec = from_jax_block_spec(spec)
     if spec is not None and not isinstance(spec, BlockSpec):
         raise TypeError(f"{origin}: expected a pl.BlockSpec or None, got {spec!r}.")
     shape = aval.shape

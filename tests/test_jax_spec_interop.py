@@ -48,6 +48,24 @@ def test_pallas_call_takes_jax_block_dims():
     np.testing.assert_allclose(out, np.asarray(x, np.float64) * 2 + 1, rtol=1e-6)
 
 
+def test_pallas_call_takes_jax_block_specs():
+    x = jax.random.normal(jax.random.key(3), (32, 48), jnp.float32)
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = jnp.exp(x_ref[...])
+
+    in_spec = jpl.BlockSpec((8, jpl.Blocked(48)), lambda i: (i, 0),
+                            pipeline_mode=jpl.Buffered(2))
+    out_spec = jpl.BlockSpec((8, 48), lambda i: (i, 0), memory_space=jpl.MemorySpace.DEFAULT)
+    out = pl.pallas_call(kernel, grid=(4,), in_specs=[in_spec], out_specs=out_spec,
+                         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    np.testing.assert_allclose(out, np.exp(np.asarray(x, np.float64)), rtol=1e-6)
+    ours = pl.BlockSpec((8, 48), lambda i: (i, 0))
+    assert pl.pallas_call(kernel, grid=(4,), in_specs=[ours], out_specs=ours,
+                          out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x).tolist() \
+        == out.tolist()
+
+
 def test_fuser_pulls_a_prologue_into_our_pallas_call():
     kx, kb = jax.random.split(jax.random.key(2))
     x = jax.random.normal(kx, (4, 64, 256), jnp.float32)

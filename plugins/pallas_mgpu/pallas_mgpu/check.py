@@ -7,7 +7,7 @@ import numpy as np
 import pallas_frontend as pf
 from pallas_frontend.backend_api import BackendCapabilityError, KernelIR, primitive_owner
 
-from pallas_mgpu import schedule
+from pallas_mgpu import layouts, schedule
 
 DTYPES = frozenset({"float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16",
                     "int32", "uint32", "bool", "float8_e4m3fn", "float8_e5m2"})
@@ -133,6 +133,7 @@ def check_compiled(kernel: KernelIR) -> None:
                   f"TMA ({TMA_MIN_BYTES} bytes) and is passed whole in GMEM",
                   "On the GPU the write would change the caller's array. Widen the block, or "
                   "keep the state in an output or a scratch buffer.")
+    _check_tma_boxes(kernel)
     for eqn in kernel.iter_equations():
         name = eqn.primitive.name
         if name in _NO_COMPILED_LOWERING:
@@ -147,8 +148,32 @@ def check_compiled(kernel: KernelIR) -> None:
                       "Mosaic GPU's float32 (tf32) WGMMA needs the right operand K-major "
                       "(jnp.dot(x, w.T) with w blocks of shape (n, k)); or use float16/bfloat16.")
         if name.startswith("reduce_") and eqn.invars and len(eqn.invars[0].aval.shape) == 2:
-            rows = eqn.invars[0].aval.shape[0]
-            if rows % 64:
-                _fail(kernel, _where(eqn, kernel), f"a row reduction over a {rows}-row tile",
-                      "Mosaic GPU lays 2-D tiles out for a warpgroup (64 rows): make the block's "
-                      "rows a multiple of 64, or run with interpret=pallas_mgpu.InterpretParams().")
+            shape = eqn.invars[0].aval.shape
+            if layouts.tile_layout(shape) is None:
+                _fail(kernel, _where(eqn, kernel), f"a reduction over a {shape} tile",
+                      f"Mosaic GPU lays 2-D register tiles out in {layouts.SUB_ROWS}x"
+                      f"{layouts.MIN_COLS} sub-tiles (a warp's 32 lanes): make the block's rows "
+                      f"a multiple of {layouts.SUB_ROWS} and its columns a multiple of "
+                      f"{layouts.MIN_COLS}, or run with interpret=pallas_mgpu.InterpretParams().")
+
+
+def _check_tma_boxes(kernel: KernelIR) -> None:
+    """A block past the TMA box limit (256 elements a dim) moves by one bulk
+    copy: it must be one contiguous run of the array and unswizzled in SMEM."""
+    swizzled = schedule.smem_layouts(kernel)
+    for k, m in enumerate(kernel.mappings):
+        if not schedule.needs_bulk_copy(m):
+            continue
+        if not schedule.is_contiguous_block(m):
+            _fail(kernel, m.index_map_source,
+                  f"block {m.block_shape} of {m.origin} (array {m.array_shape}) is wider than a "
+                  f"TMA box ({schedule.MAX_TMA_BOX} elements a dim) and not contiguous in the array",
+                  "A larger block moves by one bulk copy only when it is one contiguous run of the "
+                  "array (whole trailing dims). Keep each block dim at most "
+                  f"{schedule.MAX_TMA_BOX}, or make the trailing dims whole.")
+        if k in swizzled:
+            _fail(kernel, m.index_map_source,
+                  f"block {m.block_shape} of {m.origin} is a matmul operand wider than a TMA box "
+                  f"({schedule.MAX_TMA_BOX} elements a dim)",
+                  "WGMMA reads its operands from swizzled SMEM tiles, which only box-sized TMA "
+                  f"copies fill: keep the block dims of matmul operands at most {schedule.MAX_TMA_BOX}.")

@@ -183,11 +183,19 @@ def set_layout_hints(on: bool) -> None:
 
 
 def _with_register_layout(value):
-    shape = getattr(value, "shape", ())
-    if not _layout_hints["on"] or len(shape) != 2 or shape[0] % 64 or shape[1] % 8:
+    if not _layout_hints["on"]:
         return value
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-    return plgpu.layout_cast(value, plgpu.Layout.WGMMA)
+    from pallas_mgpu import layouts
+    return layouts.cast_tile(value)
+
+
+def _broadcast_in_dim(eqn, invals):
+    operand, *dyn = invals
+    if _layout_hints["on"]:
+        from pallas_mgpu import layouts
+        operand = layouts.cast_broadcast_operand(operand, eqn.params["shape"],
+                                                 eqn.params["broadcast_dimensions"])
+    return eqn.primitive.bind(operand, *dyn, **eqn.params)
 
 
 def _full(ix, n) -> bool:
@@ -224,6 +232,7 @@ def _is_accumulator(ref) -> bool:
 
 
 _REF_ACCESS = {"get": _get, "swap": _swap, "addupdate": _addupdate}
+register_rule(lax.broadcast_in_dim_p, _broadcast_in_dim)
 
 
 # --- control flow whose bodies must be replayed ----------------------------------------

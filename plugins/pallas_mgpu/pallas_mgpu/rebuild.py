@@ -121,7 +121,8 @@ def _build_gridded(kernel: KernelIR, out_avals, interpret):
                 @pl.when(moved)
                 def _fetch():
                     plgpu.commit_smem()     # the last step's SMEM writes before TMA overwrites
-                    plgpu.copy_gmem_to_smem(gmem[k].at[_block_slices(m, ids)], buf, barrier)
+                    plgpu.copy_gmem_to_smem(gmem[k].at[_block_slices(m, ids)], buf, barrier,
+                                            **_oob_mode(m))
                     plgpu.barrier_wait(barrier)
 
         def pipeline(*bufs):
@@ -148,7 +149,8 @@ def _build_gridded(kernel: KernelIR, out_avals, interpret):
                 m = kernel.mappings[k]
                 return plgpu.BlockSpec(tuple(_block_dim(d) for d in m.block_dims),
                                        _index_map(m, grid_ids, len(plan.seq_axes)),
-                                       transforms=layouts.get(k, ()))
+                                       transforms=layouts.get(k, ()),
+                                       **{"oob_fill_mode": o for o in _oob_mode(m).values()})
             plgpu.emit_pipeline(
                 step, grid=plan.seq_grid or (1,), in_specs=[spec(k) for k in streamed],
                 max_concurrent_steps=min(params.max_concurrent_steps, max(plan.num_steps, 1)),
@@ -195,6 +197,16 @@ def _block_slices(m: BlockMapping, ids):
         else:
             out.append(pl.ds(s * d.block_size, d.block_size))
     return tuple(out)
+
+
+def _oob_mode(m: BlockMapping) -> dict:
+    """A block past the TMA box limit moves by one bulk copy, which Mosaic GPU
+    takes only when the edge is not zero-filled (the padding of an edge block
+    is undefined in Pallas anyway; the copy is clipped at the array's end)."""
+    if not schedule.needs_bulk_copy(m):
+        return {}
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    return {"oob_mode": plgpu.OOBFillMode.UNDEFINED}
 
 
 def _linear_step(seq, seq_grid):

@@ -148,6 +148,29 @@ def is_whole(m: BlockMapping) -> bool:
     return one_block and narrow and _is_constant(m.index_map)
 
 
+MAX_TMA_BOX = 256     # a tiled TMA copy moves at most 256 elements along each dim
+
+
+def is_contiguous_block(m: BlockMapping) -> bool:
+    """Whether every block of ``m`` is one contiguous run of the array: the
+    dims after the first one the block cuts are whole, the ones before it 1."""
+    cut = False
+    for d, n in zip(reversed(m.block_dims), reversed(m.array_shape)):
+        size = 1 if isinstance(d, pf.Squeezed) else d.block_size
+        if cut and size != 1:
+            return False
+        cut = cut or size != n
+    return True
+
+
+def needs_bulk_copy(m: BlockMapping) -> bool:
+    """A block with a dim past the TMA box limit: it moves by one bulk copy
+    (``cp.async.bulk``, no box limit, clipped at the array's end), which needs
+    the block contiguous in the array and its SMEM buffer neither tiled nor
+    swizzled (``check.py`` refuses the rest)."""
+    return not is_whole(m) and any(s > MAX_TMA_BOX for s in m.block_shape)
+
+
 def _used_invars(closed) -> set[int]:
     """Positions of the invars that the jaxpr's outputs depend on."""
     jaxpr = getattr(closed, "jaxpr", closed)

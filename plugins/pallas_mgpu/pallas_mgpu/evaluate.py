@@ -71,12 +71,22 @@ def _eval_from(jaxpr, start: int, env: dict):
     used.update(v for v in jaxpr.outvars if isinstance(v, jex.Var))
     _used_vars.append(used)
     try:
-        return replay_equations(jaxpr, env, _replay_equation, start=start, open_scope=_open_scope)
+        outs = replay_equations(jaxpr, env, _replay_equation, start=start, open_scope=_open_scope)
+        if _layout_hints["on"]:
+            from pallas_mgpu import keepdims
+            outs = [keepdims.materialize(x) for x in outs]
+        return outs
     finally:
         _used_vars.pop()
 
 
 def _replay_equation(eqn, invals):
+    if _layout_hints["on"]:
+        from pallas_mgpu import keepdims
+        kept = keepdims.replay(eqn, invals)
+        if kept is not None:
+            return kept
+        invals = [keepdims.materialize(x) for x in invals]
     name = eqn.primitive.name
     if name in _TYPE_ONLY:
         return invals if eqn.primitive.multiple_results else invals[0]

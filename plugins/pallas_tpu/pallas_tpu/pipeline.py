@@ -9,6 +9,7 @@ so the backend rebuilds the pipeline from the KernelIR alone (JAX's
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 
@@ -21,6 +22,7 @@ from pallas_frontend.backend_api import KernelIR, kernel_primitive
 
 from pallas_frontend import backend_api
 from pallas_tpu import pipeline_schedule
+from pallas_tpu._frontend_hooks import tracing_kernel
 from pallas_tpu.memory import VMEM
 from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
 
@@ -92,6 +94,22 @@ def _block_dims(spec: pf.BlockSpec, ref) -> tuple:
     return tuple(dims)
 
 
+def _schedulable(dims, ref) -> bool:
+    """Whether the traced schedule takes these dims: no BoundedSlice/Indirect
+    (dynamic-size DMAs) and blocks that divide the operand (no ragged edge)."""
+    return all(isinstance(d, (pf.Squeezed, pf.Element))
+               or (isinstance(d, pf.Blocked) and n % d.block_size == 0)
+               for d, n in zip(dims, ref.shape))
+
+
+def _explicit_spec(spec: pf.BlockSpec, dims) -> pf.BlockSpec:
+    """``spec`` with its block shape spelled out and an index map (JAX's defaults)."""
+    shape = tuple(None if isinstance(d, pf.Squeezed) else
+                  d.block_size if isinstance(d, pf.Blocked) else d for d in dims)
+    index_map = spec.index_map or (lambda *_: (0,) * len(dims))
+    return dataclasses.replace(spec, block_shape=shape, index_map=index_map)
+
+
 def _block_shape(dims) -> tuple[int, ...]:
     """What the body's block Ref looks like: squeezed dims dropped."""
     return tuple(d.block_size for d in dims if not isinstance(d, pf.Squeezed))
@@ -137,6 +155,14 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
         if len(refs) != len(specs):
             raise TypeError(f"emit_pipeline: {len(specs)} BlockSpecs but {len(refs)} Refs given.")
         dims = [_block_dims(s, r) for s, r in zip(specs, refs)]
+        if core_axis is None and core_axis_name is None and tracing_kernel() and all(
+                _schedulable(d, r) for d, r in zip(dims, refs)):
+            # traced here (pipeline_schedule.py): runs in every interpreter and
+            # pl.program_id in the body is the pipeline's. (Outside a kernel trace,
+            # e.g. make_jaxpr of a kernel function, the equation below is recorded:
+            # its effects are the operands' alone, as JAX's primitive gives.)
+            full = [_explicit_spec(s, d) for s, d in zip(specs, dims)]
+            return _with_allocations(refs, None, None, full[:n_in], full[n_in:])
         shapes = [_block_shape(d) for d in dims]
         block_avals = [jax.ref.AbstractRef(jax.core.ShapedArray(sh, r.dtype), memory_space=VMEM)
                        for sh, r in zip(shapes, refs)]
@@ -163,7 +189,7 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
             dimension_semantics=None if dimension_semantics is None else tuple(
                 str(getattr(d, "value", d)).lower() for d in dimension_semantics))
 
-    def _with_allocations(refs, allocations, scratches):
+    def _with_allocations(refs, allocations, scratches, ins=None, outs=None):
         # BufferedRef allocations (or body scratches): the pipeline is traced here,
         # from the allocations' methods (pipeline_schedule.py)
         if core_axis is not None or core_axis_name is not None:
@@ -181,9 +207,11 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
             return run(refs, allocations)
         if specs and len(allocations) in (0, n_in):
             # allocate what was not given, for the duration of this pipeline
+            ins_ = _spec_list(in_specs) if ins is None else ins
+            outs_ = _spec_list(out_specs) if outs is None else outs
             missing = pipeline_schedule.make_allocations(
-                *refs[len(allocations):], in_specs=_spec_list(in_specs)[len(allocations):],
-                out_specs=_spec_list(out_specs), grid=grid, tiling=tiling)
+                *refs[len(allocations):], in_specs=ins_[len(allocations):],
+                out_specs=outs_, grid=grid, tiling=tiling)
             return pf.run_scoped(lambda more: run(refs, (*allocations, *more)), missing)
         raise TypeError(f"emit_pipeline: {len(allocations)} allocations for {len(refs)} "
                         f"operands; pass one BufferedRef per operand (or none).")

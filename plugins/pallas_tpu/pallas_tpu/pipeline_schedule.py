@@ -19,7 +19,6 @@ ones after the loop).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
@@ -29,18 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import pallas_frontend as pf
+from pallas_tpu._frontend_hooks import pipeline_grid
 from pallas_tpu.buffered_ref import BufferedRef, BufferType, source_space
 
 _SLOTS = ("copy_in_slot", "wait_in_slot", "copy_out_slot", "wait_out_slot", "next_fetch")
-
-
-@contextlib.contextmanager
-def _inner_grid(indices, sizes):
-    """``pl.program_id``/``pl.num_programs`` in the body give the pipeline's grid (as JAX)."""
-    # the frontend has no public hook for this yet (asked of the contract owner)
-    from pallas_frontend.primitives import grid_context
-    with grid_context(indices, sizes, None):
-        yield
 
 
 def _or(a, b):
@@ -48,7 +39,9 @@ def _or(a, b):
         return True
     if a is False:
         return b
-    return b if b is False else a | b
+    if b is False:
+        return a
+    return a | b
 
 
 def _differ(xs, ys):
@@ -129,7 +122,7 @@ def _step(grid: _Grid, s, brefs, refs, body, scratches, no_pipelining):
         _when(_or(first, grid.changed(b, s - 1, s)) & (s >= b.prefetched_count),
               functools.partial(b.wait_in, r, idx))
         brefs[k] = b
-    with _inner_grid(idx, grid.grid):
+    with pipeline_grid(idx, grid.grid):
         body(*[b.current_ref for b in brefs], *scratches)
     for k, (b, r) in enumerate(zip(brefs, refs)):
         if not _active(b):

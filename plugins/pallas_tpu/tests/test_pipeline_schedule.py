@@ -1,0 +1,114 @@
+"""emit_pipeline traced into the kernel (pipeline_schedule.py): the pipeline's
+own grid in ``pl.program_id``, the built-in interpreter, TPU interpret mode
+and AOT for v5e, against NumPy on fresh random data."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pallas_frontend as pl
+import pallas_tpu as pltpu
+
+ANY_SPEC = pl.BlockSpec(memory_space=pltpu.ANY)
+MODES = [pytest.param(True, id="builtin"), pytest.param("tpu", id="tpu_interpret")]
+
+
+def _interpret(mode):
+    return pltpu.InterpretParams() if mode == "tpu" else mode
+
+
+def _matmul(x, y, blk=128, no_pipelining=False, interpret=False, compiler_params=None):
+    """JAX's test_pipeline_matmul: the body zeroes its output block when the
+    pipeline's k index (pl.program_id(2)) is 0, then accumulates into it."""
+    (m, k), n = x.shape, y.shape[1]
+
+    def body(x_ref, y_ref, z_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            z_ref[...] = jnp.zeros(z_ref.shape, jnp.float32)
+        z_ref[...] += x_ref[...] @ y_ref[...]
+
+    def kernel(x_ref, y_ref, z_ref):
+        pltpu.emit_pipeline(
+            body, grid=(m // blk, n // blk, k // blk),
+            in_specs=[pl.BlockSpec((blk, blk), lambda i, j, l: (i, l)),
+                      pl.BlockSpec((blk, blk), lambda i, j, l: (l, j))],
+            out_specs=pl.BlockSpec((blk, blk), lambda i, j, l: (i, j)),
+            no_pipelining=no_pipelining)(x_ref, y_ref, z_ref)
+
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        in_specs=[ANY_SPEC, ANY_SPEC], out_specs=ANY_SPEC,
+        interpret=interpret, compiler_params=compiler_params)(x, y)
+
+
+@pytest.mark.parametrize("no_pipelining", [False, True])
+@pytest.mark.parametrize("mode", MODES)
+def test_matmul_program_id_is_the_pipelines(mode, no_pipelining):
+    rng = np.random.default_rng()
+    x = rng.standard_normal((256, 384)).astype(np.float32)
+    y = rng.standard_normal((384, 256)).astype(np.float32)
+    out = _matmul(jnp.asarray(x), jnp.asarray(y), no_pipelining=no_pipelining,
+                  interpret=_interpret(mode))
+    np.testing.assert_allclose(np.asarray(out), x.astype(np.float64) @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_aot(aot_compile):
+    z = jnp.zeros((256, 256), jnp.float32)
+    _, text = aot_compile(functools.partial(_matmul, compiler_params=pltpu.CompilerParams()),
+                          z, z)
+    assert "tpu_custom_call" in text
+
+
+def test_num_programs_and_traced_grid_builtin():
+    """A grid size read from SMEM; pl.num_programs in the body is the pipeline's."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((48, 128)).astype(np.float32)
+    rows = int(rng.integers(1, 6))          # blocks of 8 rows to process
+
+    def kernel(n_ref, x_hbm, o_hbm):
+        def body(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * pl.num_programs(0).astype(jnp.float32) \
+                + pl.program_id(0).astype(jnp.float32)
+        pltpu.emit_pipeline(body, grid=(n_ref[0],),
+                            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                            out_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))])(x_hbm, o_hbm)
+
+    out = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), ANY_SPEC], out_specs=ANY_SPEC,
+        input_output_aliases={1: 0}, interpret=True)(jnp.array([rows], jnp.int32),
+                                                      jnp.asarray(x))
+    want = x.astype(np.float64).copy()
+    for i in range(rows):
+        want[8 * i:8 * (i + 1)] = x[8 * i:8 * (i + 1)] * rows + i
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_whole_array_spec_and_revisited_input(mode):
+    """A spec without block_shape (the whole operand, fetched once) next to a
+    blocked one whose block repeats along the inner axis."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((16, 256)).astype(np.float32)
+    b = rng.standard_normal((8, 128)).astype(np.float32)
+
+    def kernel(x_hbm, b_hbm, o_hbm):
+        def body(x_ref, b_ref, o_ref):
+            o_ref[...] = x_ref[...] + b_ref[...] * 2.0
+        pltpu.emit_pipeline(body, grid=(2, 2),
+                            in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
+                                      pl.BlockSpec()],
+                            out_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))])(
+            x_hbm, b_hbm, o_hbm)
+
+    out = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[ANY_SPEC, ANY_SPEC], out_specs=ANY_SPEC,
+        interpret=_interpret(mode))(jnp.asarray(x), jnp.asarray(b))
+    want = np.concatenate([x[:, :128], x[:, :128]], axis=1).astype(np.float64) \
+        + np.tile(b, (2, 2)) * 2.0
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-6)

@@ -217,6 +217,9 @@ def _full(ix, n) -> bool:
 def _swap(eqn, invals):
     ref, indexer, (val,) = _split(eqn, invals, 2)
     idx = _index(indexer, ref.shape)
+    if _layout_hints["on"]:
+        from pallas_mgpu import layouts
+        val = layouts.cast_stored_vector(val)
     old = ref[idx] if _has_uses(eqn) else None
     ref[idx] = val
     return old if old is not None else val

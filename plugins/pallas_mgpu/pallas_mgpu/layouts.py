@@ -55,6 +55,27 @@ def cast_tile(value):
     return value if layout is None else plgpu.layout_cast(value, layout)
 
 
+def vector_layout(n: int):
+    """A layout for a 1-D value of ``n`` elements that a warpgroup's strided
+    layout cannot take (``n`` not a multiple of 128): lanes over the elements
+    in runs of up to 32, the rest of the lanes and the warps replicated."""
+    from jax.experimental.mosaic.gpu import fragmented_array as fa
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    run = next(t for t in (32, 16, 8, 4, 2, 1) if n % t == 0)
+    lanes = (-2, fa.Replicated(32 // run)) if run < 32 else (-2,)
+    return plgpu.Layout.TILED(fa.Tiling(((run,), (1,))), warp_dims=(fa.Replicated(4),),
+                              lane_dims=lanes, vector_dim=-1)
+
+
+def cast_stored_vector(value):
+    """A 1-D value stored to a Ref, with a layout if the default has none."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    shape = getattr(value, "shape", ())
+    if len(shape) != 1 or shape[0] % 128 == 0:
+        return value
+    return plgpu.layout_cast(value, vector_layout(shape[0]))
+
+
 def cast_broadcast_operand(operand, out_shape, dims):
     """A 1-D ``operand`` broadcast into a 2-D tile, with the tile's layout
     reduced over the new dim (WGMMA: the column or row layout)."""

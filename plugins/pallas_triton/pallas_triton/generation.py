@@ -27,7 +27,7 @@ def _generate_cached(fingerprint, kernel, target, precision):
 def generate_source(kernel: backend_api.KernelIR, *, target: str = "interpret",
                     params: CompilerParams | None = None):
     """The generated kernel (source and launch facts), cached by a hash of KernelIR+params."""
-    from pallas_triton.codegen import kernel_fingerprint
+    from pallas_triton.fingerprint import kernel_fingerprint
     params = params or _compiler_params(kernel)
     key = kernel_fingerprint(kernel, (target, params))
     gen = _generate_cached(key, _Keyed(kernel, key), target, params.dot_input_precision)

@@ -123,7 +123,7 @@ def _codegen_target(target):
 def launch_spec(kernel, target, params: CompilerParams) -> LaunchSpec:
     """The TTIR and launch facts of ``kernel`` for ``target``, cached per kernel+target+params."""
     from pallas_triton.generation import _Keyed
-    from pallas_triton.codegen import kernel_fingerprint
+    from pallas_triton.fingerprint import kernel_fingerprint
     key = kernel_fingerprint(kernel, ("launch", target, params))
     return _launch_spec_cached(key, _Keyed(kernel, key), target, params)
 

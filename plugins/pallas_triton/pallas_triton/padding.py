@@ -4,7 +4,7 @@ Triton tensors need power-of-two dims. A value whose dim ``n`` is not one is
 held in a tensor of ``next_power_of_2(n)`` along that dim; the lanes past
 ``n`` hold unspecified data and never reach memory or a valid lane:
 
-- loads and stores of a block mask the lanes past the block (codegen.address);
+- loads and stores of a block mask the lanes past the block (writer.address);
 - a reduction, scan or arg-reduction over a padded dim first puts its neutral
   element in those lanes, a dot puts 0 in the padded contraction lanes;
 - a slice gathers with its indices clamped into the operand;

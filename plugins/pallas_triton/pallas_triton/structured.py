@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pallas_triton.codegen import RegisterRef, resolve_indexer, unflatten_transforms
+from pallas_triton.refs import RegisterRef, resolve_indexer, unflatten_transforms
 from pallas_triton.emitters import register, tl_dtype
 from pallas_triton.errors import unsupported
 from pallas_triton.schedule import whole_access

@@ -1,0 +1,128 @@
+"""Emitters of reductions and scans (``tl.reduce``/``tl.associative_scan``), and the
+combine functions the generated module defines for them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pallas_triton import padding
+from pallas_triton.emitters import broadcast_expr, in_aval, register
+from pallas_triton.jaxpr_text import is_float, tl_dtype
+
+
+# Triton's standard combine functions: its interpreter reduces/scans with them in
+# NumPy (np.sum, np.nanmax, np.cumsum); any other combine runs element by element in Python.
+STD_COMBINE = {"add": "tl.standard._sum_combine", "mul": "tl.standard._prod_combine",
+               "max": "tl.standard._elementwise_max", "min": "tl.standard._elementwise_min"}
+
+
+def combine_fn(w, kind: str) -> str:
+    return STD_COMBINE.get(kind) or w.helper(kind)
+
+
+def reduce_expr(w, x: str, axes, combine: str) -> str:
+    for axis in sorted(axes, reverse=True):
+        x = f"tl.reduce({x}, {axis}, {combine_fn(w, combine)})"
+    return x
+
+
+def _float_extremum(w, eqn, x: str, kind: str) -> str:
+    """max/min that propagate NaN, as JAX's do."""
+    axes = eqn.params["axes"]
+    if w.target != "interpret":
+        return reduce_expr(w, x, axes, kind + "_nan")   # one max.NaN per step on a GPU
+    # The interpreter's fast path (np.nanmax) drops NaN: put it back where a NaN was seen.
+    v = w.bind(x)
+    nans = reduce_expr(w, f"({v} != {v}).to(tl.int32)", axes, "add")
+    return f"tl.where({nans} > 0, float('nan'), {reduce_expr(w, v, axes, kind)})"
+
+
+def _neutral_padding(w, eqn, x, kind, axes):
+    """``x`` with the reduction's neutral element in the lanes padding ``axes`` (padding.py)."""
+    aval = in_aval(eqn)
+    return padding.fill_padding(w, x, aval.shape, axes, padding.neutral(kind, aval.dtype))
+
+
+@register("reduce_sum")
+def _reduce_sum(w, eqn, ins):
+    x = _neutral_padding(w, eqn, ins[0], "add", eqn.params["axes"])
+    return [reduce_expr(w, x, eqn.params["axes"], "add")]
+
+
+@register("reduce_max")
+def _reduce_max(w, eqn, ins):
+    x = _neutral_padding(w, eqn, ins[0], "max", eqn.params["axes"])
+    if is_float(in_aval(eqn).dtype):
+        return [_float_extremum(w, eqn, x, "max")]
+    return [reduce_expr(w, x, eqn.params["axes"], "max")]
+
+
+@register("reduce_min")
+def _reduce_min(w, eqn, ins):
+    x = _neutral_padding(w, eqn, ins[0], "min", eqn.params["axes"])
+    if is_float(in_aval(eqn).dtype):
+        return [_float_extremum(w, eqn, x, "min")]
+    return [reduce_expr(w, x, eqn.params["axes"], "min")]
+
+
+@register("cumsum", "cumprod", "cummax", "cummin")
+def _cumulative(w, eqn, ins):
+    kind = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}[
+        eqn.primitive.name]
+    if kind in ("max", "min") and is_float(in_aval(eqn).dtype):
+        kind += "_nan"
+    axis, reverse = eqn.params["axis"], bool(eqn.params.get("reverse", False))
+    if not in_aval(eqn).shape:
+        return [ins[0]]
+    x = _neutral_padding(w, eqn, ins[0], kind, (axis,))
+    return [f"tl.associative_scan({x}, {axis}, {combine_fn(w, kind)}, reverse={reverse})"]
+
+
+@register("reduce_and")
+def _reduce_and(w, eqn, ins):
+    x = _neutral_padding(w, eqn, ins[0], "and", eqn.params["axes"])
+    return [reduce_expr(w, x, eqn.params["axes"], "and")]
+
+
+@register("reduce_or")
+def _reduce_or(w, eqn, ins):
+    x = _neutral_padding(w, eqn, ins[0], "or", eqn.params["axes"])
+    return [reduce_expr(w, x, eqn.params["axes"], "or")]
+
+
+@register("argmax", "argmin")
+def _argmax(w, eqn, ins):
+    (axis,) = eqn.params["axes"]
+    shape = in_aval(eqn).shape
+    idx = broadcast_expr(f"tl.arange(0, {padding.size(shape[axis])})", (shape[axis],), shape,
+                         (axis,))
+    combine = "argmax" if eqn.primitive.name == "argmax" else "argmin"
+    x = padding.fill_padding(w, ins[0], shape, (axis,),
+                             padding.neutral(combine[3:], in_aval(eqn).dtype))
+    expr = f"tl.reduce(({x}, {idx}), {axis}, {w.helper(combine)})[1]"
+    dt = np.dtype(eqn.params["index_dtype"])
+    return [expr if dt == np.int32 else f"({expr}).to({tl_dtype(dt)})"]
+
+
+# --- helpers the generated module defines (Triton's own are @jit; see triton_runtime) --
+
+HELPERS = {
+    "add": "return a + b",
+    "max": "return tl.maximum(a, b)",
+    "min": "return tl.minimum(a, b)",
+    "max_nan": "return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)",
+    "min_nan": "return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)",
+    "and": "return a & b",
+    "or": "return a | b",
+}
+TUPLE_HELPERS = {
+    # (value, index) pairs; ties keep the lower index, as jnp.argmax does.
+    "argmax": "gt = (a > c) | ((a == c) & (b < d))\n    return tl.where(gt, a, c), tl.where(gt, b, d)",
+    "argmin": "lt = (a < c) | ((a == c) & (b < d))\n    return tl.where(lt, a, c), tl.where(lt, b, d)",
+}
+
+
+def helper_source(kind: str) -> str:
+    if kind in TUPLE_HELPERS:
+        return f"@triton.jit\ndef _combine_{kind}(a, b, c, d):\n    {TUPLE_HELPERS[kind]}\n"
+    return f"@triton.jit\ndef _combine_{kind}(a, b):\n    {HELPERS[kind]}\n"

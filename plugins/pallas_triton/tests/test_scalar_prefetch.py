@@ -51,6 +51,15 @@ def test_gather_blocks_under_vmap_of_the_data(rng):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
 
 
+def test_gather_blocks_under_vmap_of_the_indices(rng):
+    # a batched prefetch operand: the frontend launches the kernel once per batch element
+    _, x = P.gather_inputs(rng)
+    idxs = rng.integers(0, 6, (3, 8)).astype(np.int32)
+    got = jax.vmap(lambda i: P.gather_blocks(i, x, block_rows=8, **TRITON))(idxs)
+    want = np.stack([P.gather_blocks_ref(i, x, 8) for i in idxs])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
 def test_block_sparse_attention(rng):
     args = P.attention_inputs(rng)
     got = np.asarray(jax.jit(lambda *a: P.attention(*a, **TRITON))(*args))

@@ -5,6 +5,7 @@ a mismatched plugin would pull another jaxlib. With ``--target DIR`` the two
 packages alone go into DIR (for PYTHONPATH: tools/jax_ops.py's GPU columns
 leave the shared environment as it is)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import jaxlib
 
 version = jaxlib.__version__
 # uv (a dependency of those envs) links from its shared cache; pip unpacks anew
-uv = shutil.which("uv")
+uv = shutil.which("uv") or shutil.which("uv", path=os.path.dirname(sys.executable))
 installer = [uv, "pip", "install", "--python", sys.executable] if uv else \
     [sys.executable, "-m", "pip", "install"]
 target = sys.argv[sys.argv.index("--target") + 1] if "--target" in sys.argv else None

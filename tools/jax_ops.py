@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -58,7 +59,7 @@ def _float_argnums(args) -> tuple[int, ...]:
 def _interpret_mode(case, ours: bool):
     """JAX's TPU tests on CPU: the TPU kernels under force_tpu_interpret_mode
     (Mosaic GPU kernels: force_gpu_interpret_mode)."""
-    if case.kind == "mgpu":
+    if case.kind in ("mgpu", "blackwell"):
         if ours:
             import pallas_mgpu as plgpu
         else:
@@ -122,6 +123,8 @@ def _outcome(thunk):
 
 def _error_line(e) -> str:
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    # the copy of the ops tree lives in a fresh temporary directory: name it by its package
+    lines = [re.sub(r"\S*/(pf_jax_ops/)", r"\1", ln) for ln in lines]
     line = f"{type(e).__name__}: {lines[0] if lines else ''}"
     if len(lines) > 1 and "Traceback" in lines[0]:    # a host callback's error: its last line
         line += f" ... {lines[-1]}"

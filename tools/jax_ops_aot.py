@@ -5,7 +5,8 @@ for devices this machine does not have, under JAX and (imports swapped) ours.
   all_gather over its four chips), the real Mosaic TPU compiler.
 - Triton-style GPU kernels: compiled device-less by XLA:GPU for an H100 and an
   A100 (jax-cuda12-plugin/pjrt at jaxlib's version; ../shared gpu_paths.md).
-- Mosaic GPU kernels: compiled device-less by XLA:GPU for an H100.
+- Mosaic GPU kernels: compiled device-less by XLA:GPU for an H100 (the
+  Blackwell ones, tcgen05, for a B200).
 
 A cell is "ok" when ``jit(...).trace(...).lower().compile()`` succeeds and the
 lowered program holds at least one Pallas kernel custom call (so nothing was
@@ -32,7 +33,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 # target -> (platform, the case kinds compiled for it)
-TARGETS = {"v5e": ("tpu", ("tpu",)), "H100": ("cuda", ("gpu", "mgpu")), "A100": ("cuda", ("gpu",))}
+TARGETS = {"v5e": ("tpu", ("tpu",)), "H100": ("cuda", ("gpu", "mgpu")), "A100": ("cuda", ("gpu",)),
+           "B200": ("cuda", ("blackwell",))}
+# XLA's description of a GPU the plugins do not ship (Apache-2.0, from XLA's tree)
+_EXTRA_CONFIGS = {"B200": HERE / "gpu_target_configs" / "NVIDIA_B200.txtpb"}
 TPU_TOPOLOGY = "v5e:2x2"
 _KERNEL_CALL = re.compile(r"custom_call @(tpu_custom_call|__gpu\$xla\.gpu\.triton|mosaic_gpu\w*)")
 ROW_TIMEOUT_S = 900
@@ -78,8 +82,9 @@ def make_target(name: str) -> Target:
         topo = topologies.get_topology_desc(topology_name=TPU_TOPOLOGY, platform="tpu")
     else:
         from pallas_triton import aot        # the vendored XLA GPU target descriptions
+        config = aot.target_config(str(_EXTRA_CONFIGS.get(name, name)))
         topo = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
-                                            target_config=aot.target_config(name))
+                                            target_config=config)
     devices = np.array(topo.devices)
     return Target(name, platform, jax.sharding.Mesh(devices[:1], ("x",)),
                   jax.sharding.Mesh(devices, ("x",)))

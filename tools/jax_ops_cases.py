@@ -28,7 +28,8 @@ class Case:
     # compile-only target of tools/jax_ops_aot.py (the kernel called for the device)
     call: Callable[..., Any]
     grad: bool = False                                       # also jax.grad of sum(out)
-    kind: str = "gpu"              # "gpu" (Triton-style), "tpu", or "mgpu" (Mosaic GPU)
+    # "gpu" (Triton-style), "tpu", "mgpu" (Mosaic GPU) or "blackwell" (Mosaic GPU, tcgen05)
+    kind: str = "gpu"
     force: bool = True     # tpu: run under force_tpu_interpret_mode (else interpret=True)
     isolate: bool = False  # ours in its own process (its copy registers global state on import)
     rtol: float = 1e-3
@@ -350,6 +351,31 @@ def _ragged_dot(mod, args, target=None):
                           max_concurrent_steps=2, grid_block_n=1)
 
 
+def _mixed_inputs(rng, size):     # int8-valued lhs, as JAX's mgpu_matmul_test
+    n = 256 if size == "small" else 512
+    return rng.integers(-5, 5, size=(n, n)).astype(np.int8), _bf16(rng, n, n)
+
+
+def _mixed(mod, args, target=None):
+    import jax.numpy as jnp
+    cfg = mod.TuningConfig(tile_m=64, tile_n=64, tile_k=64, max_concurrent_steps=2)
+    return mod.mixed_matmul_kernel(*args, out_dtype=jnp.bfloat16, config=cfg)
+
+
+def _transposed_inputs(rng, size):     # lhs (K, M), rhs (K, N), groups split K
+    k, m, n, g = (256, 128, 128, 2) if size == "small" else (512, 256, 256, 4)
+    f16 = np.float16
+    return _normal(rng, k, m, dtype=f16), _normal(rng, k, n, dtype=f16), _group_sizes(rng, k, g)
+
+
+def _transposed(mod, args, target=None):
+    import jax
+    lhs, rhs, sizes = args
+    with jax.numpy_dtype_promotion("standard"):     # as JAX's mgpu_ragged_dot_test calls it
+        return mod.transposed_ragged_dot(lhs, rhs, group_sizes=sizes, block_m=64, block_n=64,
+                                         block_k=64, max_concurrent_steps=2, grid_block_n=1)
+
+
 MGPU_CASES = (
     Case("gpu.hopper_matmul_mgpu", "gpu.hopper_matmul_mgpu", _hopper_inputs, _hopper,
          kind="mgpu", rtol=1e-2),
@@ -357,9 +383,47 @@ MGPU_CASES = (
          kind="mgpu", rtol=1e-2),
     Case("gpu.ragged_dot_mgpu", "gpu.ragged_dot_mgpu", _ragged_dot_inputs, _ragged_dot,
          kind="mgpu", rtol=1e-2),
+    Case("gpu.hopper_mixed_type_matmul_mgpu", "gpu.hopper_mixed_type_matmul_mgpu",
+         _mixed_inputs, _mixed, kind="mgpu", rtol=1e-2),
+    Case("gpu.transposed_ragged_dot_mgpu", "gpu.transposed_ragged_dot_mgpu",
+         _transposed_inputs, _transposed, kind="mgpu", rtol=1e-2),
 )
 
-CASES = GPU_CASES + TPU_CASES + MGPU_CASES
+
+# --- Blackwell (tcgen05) Mosaic GPU kernels: compiled for a B200 ----------------------
+
+def _bw_matmul_inputs(rng, size):
+    n = 256 if size == "small" else 512
+    return _normal(rng, n, n, dtype=np.float16), _normal(rng, n, n, dtype=np.float16)
+
+
+def _bw_matmul(mod, args, target=None):
+    cfg = mod.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
+                           collective=False)
+    return mod.matmul_kernel(*args, cfg)
+
+
+def _bw_ragged_inputs(rng, size):
+    m, k, n, g = (256, 128, 128, 2) if size == "small" else (512, 256, 256, 4)
+    f16 = np.float16
+    return _normal(rng, m, k, dtype=f16), _normal(rng, g, k, n, dtype=f16), _group_sizes(rng, m, g)
+
+
+def _bw_ragged(mod, args, target=None):
+    cfg = mod.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
+                           collective=False, grid_tile_width=1,
+                           grid_minor_dim=mod.blackwell_matmul_mgpu.MatmulDimension.N)
+    return mod.ragged_dot_kernel(*args, cfg)
+
+
+BLACKWELL_CASES = (
+    Case("gpu.blackwell_matmul_mgpu", "gpu.blackwell_matmul_mgpu", _bw_matmul_inputs,
+         _bw_matmul, kind="blackwell", rtol=1e-2),
+    Case("gpu.blackwell_ragged_dot_mgpu", "gpu.blackwell_ragged_dot_mgpu", _bw_ragged_inputs,
+         _bw_ragged, kind="blackwell", rtol=1e-2),
+)
+
+CASES = GPU_CASES + TPU_CASES + MGPU_CASES + BLACKWELL_CASES
 
 # What a row's short note refers to, said once under the table.
 NOTES = {
@@ -378,11 +442,6 @@ NOTES = {
 
 # Entry points of the ops tree with no row yet, and why.
 NOT_RUN = {
-    "gpu.transposed_ragged_dot_mgpu, gpu.hopper_mixed_type_matmul_mgpu":
-        "Mosaic GPU kernels not yet given a case (the Mosaic GPU rows above show JAX itself "
-        "needs a GPU for two of three)",
-    "gpu.blackwell_matmul_mgpu, gpu.blackwell_ragged_dot_mgpu":
-        "Blackwell (tcgen05) kernels: no CPU interpret path in JAX",
     "gpu.all_gather_mgpu, gpu.reduce_scatter_mgpu, gpu.collective_matmul_mgpu":
         "multi-GPU collectives (NVSHMEM): no CPU path in JAX",
 }

@@ -18,7 +18,7 @@ import jax_ops_aot
 import jax_ops_cases
 
 GRAD = " grad"
-TARGET_TITLES = {"v5e": "TPU v5e", "H100": "H100", "A100": "A100"}
+TARGET_TITLES = {"v5e": "TPU v5e", "H100": "H100", "A100": "A100", "B200": "B200"}
 
 
 def load(path: Path | None) -> dict:
@@ -117,7 +117,8 @@ def _aot_lines(part: dict) -> list[str]:
         "The same calls (not in interpret mode) compiled, never run: TPU kernels AOT for one "
         f"chip of a `{jax_ops_aot.TPU_TOPOLOGY}` topology by libtpu (all_gather over its four "
         "chips), Triton-style GPU kernels by XLA:GPU for an H100 and an A100 without a GPU "
-        "(jax-cuda12-plugin/pjrt), Mosaic GPU kernels by XLA:GPU for an H100. A cell is "
+        "(jax-cuda12-plugin/pjrt), Mosaic GPU kernels by XLA:GPU for an H100 (the Blackwell "
+        "ones for a B200). A cell is "
         "JAX / ours: `ok` when `jax.jit(f).trace(...).lower().compile()` succeeded and the "
         "lowered program holds a Pallas kernel call. A target a kernel is not written for "
         "is left blank; a row where JAX fails is listed and not counted.",

@@ -102,48 +102,53 @@ def _active(bref) -> bool:
 
 
 def _step(grid: _Grid, s, brefs, refs, body, scratches, no_pipelining):
-    """One pipeline step; returns the brefs with their slot counters advanced."""
+    """One pipeline step; returns the brefs with their slot counters advanced.
+    As in JAX, every fetch is started before any wait, and every write-back
+    before waiting on earlier ones."""
     n, last, first = grid.num_steps, s == grid.num_steps - 1, s == 0
     idx = grid.indices(s)
     brefs = [b.bind_existing_ref(r, idx) for b, r in zip(brefs, refs)]
-    for k, (b, r) in enumerate(zip(brefs, refs)):
-        if not (b.is_input and _active(b)):
-            continue
+    ins = [k for k, b in enumerate(brefs) if b.is_input and _active(b)]
+    outs = [k for k, b in enumerate(brefs) if b.is_output and _active(b)]
+    for k in ins:
+        b, r = brefs[k], refs[k]
         if no_pipelining:
             b.copy_in(r, idx)
-            b.wait_in(r, idx)
             continue
         ahead = max(b.in_buffer_count - 1, 0)
         t = s + ahead
         fetch = (_or(first, grid.changed(b, s - 1, s)) if ahead == 0
                  else grid.changed(b, t - 1, t) & (t < n))
         _when(fetch & (t >= b.prefetched_count), functools.partial(b.copy_in, r, grid.indices(t)))
-        b = b.advance_copy_in_slot(fetch)
-        _when(_or(first, grid.changed(b, s - 1, s)) & (s >= b.prefetched_count),
-              functools.partial(b.wait_in, r, idx))
-        brefs[k] = b
+        brefs[k] = b.advance_copy_in_slot(fetch)
+    for k in ins:
+        b, r = brefs[k], refs[k]
+        arrived = True if no_pipelining else \
+            _or(first, grid.changed(b, s - 1, s)) & (s >= b.prefetched_count)
+        _when(arrived, functools.partial(b.wait_in, r, idx))
     with pipeline_grid(idx, grid.grid):
         body(*[b.current_ref for b in brefs], *scratches)
-    for k, (b, r) in enumerate(zip(brefs, refs)):
-        if not _active(b):
-            brefs[k] = b.unbind_refs()
+    moving = {k: _or(last, grid.changed(brefs[k], s, s + 1)) for k in set(ins) | set(outs)}
+    for k in outs:
+        b, r = brefs[k], refs[k]
+        if no_pipelining:
+            b.copy_out(r, idx)
             continue
-        moving = _or(last, grid.changed(b, s, s + 1))
-        if b.is_output:
-            if no_pipelining:
-                b.copy_out(r, idx)
-                b.wait_out(r, idx)
-            else:
-                _when(moving, functools.partial(b.copy_out, r, idx))
-                b = b.advance_copy_out_slot(moving)
-                lag = max(b.out_buffer_count - 1, 1)
-                done = (s >= lag) & grid.changed(b, s - lag, s - lag + 1)
-                _when(done, functools.partial(b.wait_out, r, grid.indices(s - lag)))
-                b = b.advance_wait_out_slot(done)
-        if b.is_input and not no_pipelining:
-            b = b.advance_wait_in_slot(moving)
-        brefs[k] = b.unbind_refs()
-    return brefs
+        _when(moving[k], functools.partial(b.copy_out, r, idx))
+        brefs[k] = b.advance_copy_out_slot(moving[k])
+    for k in outs:
+        b, r = brefs[k], refs[k]
+        if no_pipelining:
+            b.wait_out(r, idx)
+            continue
+        lag = max(b.out_buffer_count - 1, 1)
+        done = (s >= lag) & grid.changed(b, s - lag, s - lag + 1)
+        _when(done, functools.partial(b.wait_out, r, grid.indices(s - lag)))
+        brefs[k] = b.advance_wait_out_slot(done)
+    if not no_pipelining:
+        for k in ins:
+            brefs[k] = brefs[k].advance_wait_in_slot(moving[k])
+    return [b.unbind_refs() for b in brefs]
 
 
 def _prologue(grid: _Grid, brefs, refs, no_pipelining):

@@ -89,7 +89,11 @@ class MosaicGpuBackend(Backend):
         if interpret is None:
             check.check_compiled(kernel)
         matmul.set_interpreting(interpret is not None)
-        evaluate.set_layout_hints(interpret is None)
+        # A pallas_mgpu.kernel body is JAX's Mosaic GPU code: its register layouts are
+        # the author's (JAX's kernels cast them explicitly); hints are for portable kernels.
+        from pallas_mgpu.mesh_kernel import MeshKernelParams
+        evaluate.set_layout_hints(interpret is None
+                                  and not isinstance(kernel.compiler_params, MeshKernelParams))
         build = rebuild.build_kernel(kernel, ctx.mlir_ctx.avals_out, interpret)
         return ctx.lower_fun(build, *args)
 

@@ -24,6 +24,12 @@ from pallas_mgpu.params import (
 from pallas_mgpu.pipeline import BlockSpec, OOBFillMode, emit_pipeline
 from pallas_mgpu.warp_pipeline import emit_pipeline_warp_specialized
 from pallas_mgpu import run_state as _run_state  # noqa: F401  (replays pl.run_state)
+from pallas_mgpu.copy_partition import CopyPartition
+from pallas_mgpu.dynamic_scheduling import dynamic_scheduling_loop
+from pallas_mgpu.inline import RefType, ShapeDtypeStruct, inline_mgpu
+from pallas_mgpu.ref_union import RefUnion
+from pallas_mgpu.register_ops import mma, transpose_ref, wgmma_accumulator_load
+from pallas_mgpu.warp_map import warp_map
 from pallas_mgpu.primitives import (
     Layout, SemaphoreSignal, async_copy_scales_to_tmem, async_copy_smem_to_tmem,
     async_load_tmem, async_store_tmem, barrier_arrive, barrier_arrive_and_wait, barrier_wait,
@@ -33,7 +39,9 @@ from pallas_mgpu.primitives import (
     wgmma, wgmma_wait)
 
 __all__ = [
-    "ACC", "Barrier", "BlockSpec", "ClusterBarrier", "CompilerParams", "GMEM", "GPUMemoryRef",
+    "ACC", "Barrier", "BlockSpec", "ClusterBarrier", "CompilerParams", "CopyPartition", "GMEM",
+    "GPUMemoryRef", "RefType", "RefUnion", "ShapeDtypeStruct", "dynamic_scheduling_loop",
+    "inline_mgpu", "mma", "transpose_ref", "warp_map", "wgmma_accumulator_load",
     "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace", "Mesh",
     "MosaicGpuBackend", "NDLoopInfo", "OOBFillMode", "REGS", "SMEM", "SemaphoreSignal", "SwizzleTransform", "TMEM",
     "TilingTransform", "TraceScope", "Transform", "WGMMAAccumulatorRef", "WarpMesh",

@@ -19,7 +19,7 @@ import jax
 
 import pallas_frontend as pf
 
-from pallas_mgpu import _jax_private, evaluate
+from pallas_mgpu import _jax_private, evaluate, ref_union
 from pallas_mgpu.memory import GMEM, scratch_to_jax
 from pallas_mgpu.params import CompilerParams, adopt_interpret
 
@@ -137,7 +137,7 @@ class _LaunchedMesh:
 def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_params=None,
            cost_estimate=None, grid=(), grid_names=(), cluster=(), cluster_names=(),
            num_threads: int | None = None, thread_name: str | None = None, interpret: Any = None,
-           debug: bool = False, name: str | None = None):
+           debug: bool = False, name: str | None = None, kernel_name: str | None = None):
     """Runs ``body(*in_refs, *out_refs, *scratch_refs)`` once per CTA of ``grid``
     (times ``cluster``) and per warpgroup thread; the same arguments as JAX
     0.12's ``plgpu.kernel``. Without ``body`` it is a decorator."""
@@ -146,7 +146,7 @@ def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_p
             kernel, out_type=out_type, scratch_types=scratch_types, compiler_params=compiler_params,
             cost_estimate=cost_estimate, grid=grid, grid_names=grid_names, cluster=cluster,
             cluster_names=cluster_names, num_threads=num_threads, thread_name=thread_name,
-            interpret=interpret, debug=debug, name=name)
+            interpret=interpret, debug=debug, name=name, kernel_name=kernel_name)
     if compiler_params is not None and not isinstance(compiler_params, CompilerParams):
         raise TypeError(f"pallas_mgpu.kernel: compiler_params must be pallas_mgpu.CompilerParams, "
                         f"got {compiler_params!r}.")
@@ -177,11 +177,12 @@ def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_p
     def _call(whole, *args):
         return pf.pallas_call(
             traced, out_type, in_specs=jax.tree.map(lambda _: whole, tuple(args)),
-            out_specs=jax.tree.map(lambda _: whole, out_type), scratch_shapes=scratch_types,
+            out_specs=jax.tree.map(lambda _: whole, out_type),
+            scratch_shapes=ref_union.expand(scratch_types),
             compiler_params=params,
             interpret=False if interpret is None else adopt_interpret(interpret),
             cost_estimate=cost_estimate, debug=debug,
-            name=name or getattr(body, "__name__", "mgpu_kernel"))(*args)
+            name=kernel_name or name or getattr(body, "__name__", "mgpu_kernel"))(*args)
     return run
 
 
@@ -193,6 +194,9 @@ def build(kernel_ir, out_types, jax_interpret):
     jaxpr = kernel_ir.jaxpr
     scratch = [scratch_to_jax(a.memory_space, a.inner_aval.shape, a.inner_aval.dtype)
                for a in kernel_ir.scratch_avals]
+    # the members of each plgpu.RefUnion share memory again (one JAX RefUnion)
+    scratch, split_unions = ref_union.regroup([a.memory_space for a in kernel_ir.scratch_avals],
+                                              scratch)
     n_in = len(kernel_ir.in_mappings)
     # plgpu.kernel has no aliasing: an aliased input goes in as a Ref (updated
     # in place) that the body also sees as the output, and comes back as it.
@@ -201,6 +205,7 @@ def build(kernel_ir, out_types, jax_interpret):
 
     def body(*refs):
         ins, outs, scr = refs[:n_in], refs[n_in:n_in + len(fresh)], refs[n_in + len(fresh):]
+        scr = split_unions(scr)
         by_out = dict(zip(fresh, outs))
         all_outs = [by_out[o] if o in by_out else ins[aliased[o]] for o in range(len(out_types))]
         # a mesh launched by pl.core_map / pl.kernel(mesh=) has the mesh as its named grid

@@ -336,8 +336,9 @@ def _mgpu_attention_inputs(rng, size):     # float16, as JAX's mgpu_attention_te
 
 
 def _mgpu_attention(mod, args, target=None):
-    return mod.attention(*args, mod.TuningConfig(block_q=64, block_kv=64,
-                                                 max_concurrent_steps=2))
+    return mod.attention(*args, mod.TuningConfig(
+        block_q=64, block_kv=64, max_concurrent_steps=2, block_q_dkv=64, block_kv_dkv=64,
+        block_q_dq=64, block_kv_dq=64))
 
 
 def _ragged_dot_inputs(rng, size):
@@ -380,7 +381,7 @@ MGPU_CASES = (
     Case("gpu.hopper_matmul_mgpu", "gpu.hopper_matmul_mgpu", _hopper_inputs, _hopper,
          kind="mgpu", rtol=1e-2),
     Case("gpu.attention_mgpu", "gpu.attention_mgpu", _mgpu_attention_inputs, _mgpu_attention,
-         kind="mgpu", rtol=1e-2),
+         grad=True, kind="mgpu", rtol=1e-2),
     Case("gpu.ragged_dot_mgpu", "gpu.ragged_dot_mgpu", _ragged_dot_inputs, _ragged_dot,
          kind="mgpu", rtol=1e-2),
     Case("gpu.hopper_mixed_type_matmul_mgpu", "gpu.hopper_mixed_type_matmul_mgpu",

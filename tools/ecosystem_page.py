@@ -59,8 +59,17 @@ def _library(lib, res: dict) -> list[str]:
             note = r["ours"].get("error", "")
         if r["missing"]:
             note = ", ".join(f"`{n}`" for n in r["missing"]) + (f"; {note}" if note else "")
+        if "probe" in r:
+            p = r["probe"]
+            note += f" — with stand-ins: {p['status']}" + (f", {p['error']}" if p.get(
+                "error") else "")
         lines.append(f"| {r['case']} | `{r['module']}` | {r['mode']} | {r['jax']['status']} | "
-                     f"{r['ours']['status']} | {rel} | {_cell(note)[:400]} |")
+                     f"{r['ours']['status']} | {rel} | {_cell(note)[:500]} |")
+    if res.get("stand_ins"):
+        lines += ["", "\"With stand-ins\": a second run of ours in which each of "
+                  + ", ".join(f"`{n}`" for n in res["stand_ins"]) + " (names the library "
+                  "touches when its modules load) is a placeholder: what each kernel misses "
+                  "besides them. It counts for nothing above."]
     names = collections.Counter(n for f in res["files"].values() for n in f["missing"])
     if names:
         lines += ["", "Names the library's Pallas files use that ours lacks (files using each):",

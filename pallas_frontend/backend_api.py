@@ -26,9 +26,10 @@ from pallas_frontend.backend_base import (Backend, LoweringContext, check_capabi
                                           check_dtypes, check_primitive_owners,
                                           required_capabilities)
 from pallas_frontend.backend_helpers import (def_pure_primitive, gathered_ref_accesses,
-                                             interpretable, kernel_primitive, parallel_grid_axes,
-                                             primitive_owner, ref_effects,
-                                             register_interpret_rule, trace_body)
+                                             interpretable, kernel_primitive, nested_grid,
+                                             parallel_grid_axes, primitive_owner, ref_effects,
+                                             register_interpret_rule, trace_body,
+                                             tracing_kernel)
 from pallas_frontend.contract import (_iter_equations, BackendCapabilityError,  # noqa: F401
                                       BackendUnavailableError, BlockMapping, KernelIR,
                                       ScopedAllocation, scoped_allocation_of)
@@ -42,7 +43,7 @@ from pallas_frontend.kernel_arrays import (block_window, kernel_body_fn, replay_
 #: block_window, scratch_structs, CAPABILITY_TAGS; 1.4: ScopedAllocation,
 #: capability collective_run_scoped; 1.5: dynamic grids, gathered_ref_accesses,
 #: KernelIR.function_name / name_and_src_info; 1.6: replay_equations; 1.7:
-#: Backend.adopt_foreign_params.
+#: Backend.adopt_foreign_params; 1.8: nested_grid, tracing_kernel.
 API_VERSION = _contract.API_VERSION
 #: The pluggy project name that hook markers and the plugin manager share.
 PROJECT_NAME = _contract.PROJECT_NAME
@@ -77,7 +78,7 @@ __all__ = [
     "PROJECT_NAME", "ScopedAllocation", "TRANSFORM_METADATA_KEY", "block_window",
     "check_capabilities", "check_dtypes", "check_primitive_owners", "def_pure_primitive",
     "gathered_ref_accesses", "hookimpl", "hookspec", "interpretable", "kernel_body_fn",
-    "kernel_primitive", "parallel_grid_axes", "primitive_owner", "ref_effects",
+    "kernel_primitive", "nested_grid", "parallel_grid_axes", "primitive_owner", "ref_effects",
     "register_interpret_rule", "replay_equations", "required_capabilities",
-    "scoped_allocation_of", "scratch_structs", "trace_body",
+    "scoped_allocation_of", "scratch_structs", "trace_body", "tracing_kernel",
 ]

@@ -1,6 +1,7 @@
 """Helpers for writing a backend: its own kernel primitives (owned, interpretable,
 with bodies traced inside a kernel), and what a backend asks of a kernel beyond
-its data (gathered Ref accesses, which grid axes may run in parallel).
+its data (gathered Ref accesses, which grid axes may run in parallel), and the
+grid position for a body a backend traces itself inside a kernel.
 
 Part of the contract: plugins reach these through ``pallas_frontend.backend_api``.
 Imports the contract's data types (``contract``), the one compat module and the
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend import grid_context as _grid
 from pallas_frontend.contract import FRONTEND_OWNER, KernelIR
 
 # --- primitives owned by a backend -------------------------------------------
@@ -122,3 +124,18 @@ def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tu
     # on first use: the analysis pulls in the block tables (NumPy evaluation of index maps)
     from pallas_frontend import grid_analysis
     return grid_analysis.parallel_grid_axes(kernel, private_scratch=private_scratch)
+
+
+# --- a body a backend traces itself, inside a kernel --------------------------
+
+def nested_grid(indices: Sequence, sizes: Sequence):
+    """A context manager for a backend that traces a body of its own inside a kernel
+    (a pipeline's per-step body): within it, ``pl.program_id(a)`` is ``indices[a]``
+    and ``pl.num_programs(a)`` is ``sizes[a]``; the kernel's own grid returns after."""
+    return _grid.grid_context(indices, sizes, None)
+
+
+def tracing_kernel() -> bool:
+    """Whether a ``pallas_call`` / ``pl.kernel`` body is being traced on this thread
+    (so a backend's public function can tell a call inside a kernel from one outside)."""
+    return _grid.current_grid() is not None

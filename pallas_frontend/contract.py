@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # (KernelIR.grid entries None, dynamic_grid_axes, num_index_operands, tag "dynamic_grid"),
 # gathered_ref_accesses, KernelIR.function_name / name_and_src_info; 1.6: replay_equations;
 # 1.7: Backend.adopt_foreign_params
-API_VERSION: tuple[int, int] = (1, 7)
+API_VERSION: tuple[int, int] = (1, 8)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 

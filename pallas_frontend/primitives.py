@@ -8,10 +8,7 @@ state discharge).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import string
-import threading
 from typing import Any
 
 import jax
@@ -22,6 +19,9 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import (
     FRONTEND_OWNER, def_pure_primitive, kernel_primitive, ref_effects)
 from pallas_frontend.specs import MemoryRef, check_dims
+# the grid state lives in a leaf module, so that the contract offers it to backends
+from pallas_frontend.grid_context import (  # noqa: F401
+    GridContext as _GridContext, _local, current_grid, grid_context)
 # debug checks and kernel failures: their own module, re-exported here for the
 # modules that import them from primitives
 from pallas_frontend.kernel_checks import (  # noqa: F401
@@ -31,29 +31,8 @@ from pallas_frontend.kernel_checks import (  # noqa: F401
 
 # --- the grid position of the kernel being traced ----------------------------
 
-@dataclasses.dataclass
-class _GridContext:
-    indices: tuple[Any, ...]          # traced int32 scalars, one per user grid axis
-    sizes: tuple[int, ...]
-    names: tuple[str, ...] | None
-
-
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def grid_context(indices, sizes, names):
-    """Installed by the tracer while it traces a kernel body."""
-    prev = getattr(_local, "grid", None)
-    _local.grid = _GridContext(tuple(indices), tuple(sizes), names)
-    try:
-        yield
-    finally:
-        _local.grid = prev
-
-
 def _current_grid(fn_name: str) -> _GridContext:
-    ctx = getattr(_local, "grid", None)
+    ctx = current_grid()
     if ctx is None:
         raise RuntimeError(f"pl.{fn_name} can only be called inside a kernel traced by "
                            "pallas_call or pl.kernel.")

@@ -20,7 +20,7 @@ class TpuBackend(Backend):
     name = "tpu"
     distribution = "pallas-tpu"
     version = __version__
-    api_version = (1, 6)      # needs backend_api.replay_equations (1.5: dynamic grids)
+    api_version = (1, 8)      # nested_grid (1.6: replay_equations, 1.5: dynamic grids)
     platforms = ("tpu",)
     priority = 10
     compiler_params_type = CompilerParams

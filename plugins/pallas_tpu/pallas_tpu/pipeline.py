@@ -18,11 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import pallas_frontend as pf
-from pallas_frontend.backend_api import KernelIR, kernel_primitive
+from pallas_frontend.backend_api import KernelIR, kernel_primitive, tracing_kernel
 
 from pallas_frontend import backend_api
 from pallas_tpu import pipeline_schedule
-from pallas_tpu._frontend_hooks import tracing_kernel
 from pallas_tpu.memory import VMEM
 from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
 

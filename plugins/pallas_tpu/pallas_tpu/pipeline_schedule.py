@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import pallas_frontend as pf
-from pallas_tpu._frontend_hooks import pipeline_grid
+from pallas_frontend.backend_api import nested_grid
 from pallas_tpu.buffered_ref import BufferedRef, BufferType, source_space
 
 _SLOTS = ("copy_in_slot", "wait_in_slot", "copy_out_slot", "wait_out_slot", "next_fetch")
@@ -126,7 +126,7 @@ def _step(grid: _Grid, s, brefs, refs, body, scratches, no_pipelining):
         arrived = True if no_pipelining else \
             _or(first, grid.changed(b, s - 1, s)) & (s >= b.prefetched_count)
         _when(arrived, functools.partial(b.wait_in, r, idx))
-    with pipeline_grid(idx, grid.grid):
+    with nested_grid(idx, grid.grid):
         body(*[b.current_ref for b in brefs], *scratches)
     moving = {k: _or(last, grid.changed(brefs[k], s, s + 1)) for k in set(ins) | set(outs)}
     for k in outs:

@@ -280,6 +280,8 @@ def _replay_control_flow(eqn, invals):
         index, *ops = invals
         slots, passed = _split_refs(ops)
         branches = [lambda *xs, br=br: eval_closed(br, *_merge(slots, xs)) for br in p["branches"]]
+        if len(branches) == 2:   # pl.when: no clamp (JAX's warp-level lowering has none)
+            return lax.cond(index != 0, branches[1], branches[0], *passed)
         return lax.switch(index, branches, *passed)
     if name == "while":
         nc, nb = p["cond_nconsts"], p["body_nconsts"]

@@ -161,14 +161,17 @@ def _run_worker(target: str, side: str, keys: list[str], log) -> dict:
         threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] + [lines.put(None)],
                          daemon=True).start()
         err: list[str] = []
-        threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
+        reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+        reader.start()
         current = None
         while True:
             try:
                 line = lines.get(timeout=ROW_TIMEOUT_S)
             except queue.Empty:
                 proc.kill()
-                out[current] = {"status": "fail", "error": f"no result in {ROW_TIMEOUT_S} s"}
+                for key in [current] if current else todo:
+                    out[key] = {"status": "fail", "error": f"no result in {ROW_TIMEOUT_S} s"}
+                current = None
                 break
             if line is None:
                 break
@@ -180,14 +183,17 @@ def _run_worker(target: str, side: str, keys: list[str], log) -> dict:
                 current = None
                 log(target, side, key, cell)
         proc.wait()
+        reader.join(timeout=10)
         if current is not None and current not in out:     # the process died in this row
             tail = [ln.strip() for ln in err if ln.strip()][-1:] or [f"exit {proc.returncode}"]
             out[current] = {"status": "fail",
                             "error": f"the compiling process died (exit {proc.returncode}): "
                                      f"{tail[0][:200]}"}
-        elif current is None and len(out) < len(keys) and proc.returncode:
-            tail = "".join(err)[-2000:]
-            raise RuntimeError(f"{target}/{side} worker failed before any row:\n{tail}")
+        elif current is None and proc.returncode:    # it could not start (no libtpu, ...)
+            tail = [ln.strip() for ln in err if ln.strip()][-1:] or [f"exit {proc.returncode}"]
+            for key in todo:
+                out.setdefault(key, {"status": "fail", "error": f"no compile-only {target} "
+                                     f"here: {tail[0][:200]}"})
         todo = [k for k in keys if k not in out]
     return out
 

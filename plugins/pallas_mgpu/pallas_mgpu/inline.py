@@ -74,7 +74,7 @@ def _is_layout(t) -> bool:
 
 
 def _is_ref_like(x) -> bool:
-    return ops._is_ref(x) or isinstance(x, _jax_private.transformed_ref_type())
+    return isinstance(x, _jax_private.transformed_ref_type()) or ops._is_ref(x)
 
 
 def inline_mgpu(*, arg_types=(), return_type=None):

@@ -92,10 +92,30 @@ def _trace_index_map(spec: BlockSpec, n: int):
                                   traced_for="emit_pipeline index_map")
 
 
+def _split_grid(grid) -> tuple[tuple, list]:
+    """``grid`` as its static sizes (None where traced) and the traced ones (int32)."""
+    static, traced = [], []
+    for g in grid:
+        if isinstance(g, (int, np.integer)):
+            static.append(int(g))
+        else:
+            if jnp.shape(g) != ():
+                raise TypeError(f"emit_pipeline: grid sizes must be scalars, got {g!r}.")
+            static.append(None)
+            traced.append(jnp.asarray(g, jnp.int32))
+    return tuple(static), traced
+
+
+def _join_grid(static_grid, sizes) -> tuple:
+    it = iter(sizes)
+    return tuple(next(it) if g is None else g for g in static_grid)
+
+
 def _emit(variant: str, body, grid, in_specs, out_specs, static: dict):
     in_specs = [in_specs] if isinstance(in_specs, BlockSpec) else list(in_specs)
     out_specs = [out_specs] if isinstance(out_specs, BlockSpec) else list(out_specs)
-    grid = tuple(int(g) for g in grid)
+    # a traced grid size (e.g. a group's block count read from GMEM) is an operand
+    static_grid, sizes = _split_grid(grid)
 
     def pipeline(*gmem_refs):
         specs = in_specs + out_specs
@@ -105,18 +125,19 @@ def _emit(variant: str, body, grid, in_specs, out_specs, static: dict):
             jax.core.ShapedArray(_kernel_shape(s, r), np.dtype(r.dtype)),
             memory_space=SMEM(_kernel_shape(s, r), r.dtype, transforms=s.transforms))
             for s, r in zip(specs, gmem_refs)]
-        idx_avals = [jax.core.ShapedArray((), jnp.int32)] * len(grid)
+        idx_avals = [jax.core.ShapedArray((), jnp.int32)] * len(static_grid)
 
         def flat_body(*args):
-            body(tuple(args[:len(grid)]), *args[len(grid):])
+            body(tuple(args[:len(static_grid)]), *args[len(static_grid):])
             return []
         body_jaxpr, body_consts = backend_api.trace_body(flat_body, idx_avals + block_avals,
                                                          traced_for="emit_pipeline body")
-        maps = [_trace_index_map(s, len(grid)) for s in specs]
-        operands = [_split_view(r) for r in gmem_refs] + [list(body_consts)] + [list(c) for _, c in maps]
+        maps = [_trace_index_map(s, len(static_grid)) for s in specs]
+        operands = [_split_view(r) for r in gmem_refs] + [list(body_consts)] + \
+            [list(c) for _, c in maps] + [sizes]
         flat, tree = jax.tree.flatten(operands)
         mgpu_pipeline_p.bind(
-            *flat, tree=tree, variant=variant, grid=grid, body=body_jaxpr,
+            *flat, tree=tree, variant=variant, grid=static_grid, body=body_jaxpr,
             index_maps=tuple(j for j, _ in maps), num_in=len(in_specs),
             specs=tuple(spec_record(s) for s in specs),
             static=tuple(sorted(static.items())),
@@ -170,7 +191,7 @@ def _replay(eqn, invals):
     n_specs = len(p["specs"])
     parts = jax.tree.unflatten(p["tree"], invals)
     gmem = [_join(x) for x in parts[:n_specs]]
-    body_consts, map_consts = parts[n_specs], parts[n_specs + 1:]
+    body_consts, map_consts, sizes = parts[n_specs], parts[n_specs + 1:-1], parts[-1]
 
     def jax_body(indices, *blocks):
         evaluate.eval_closed(p["body"], *body_consts, *indices, *blocks)
@@ -179,7 +200,8 @@ def _replay(eqn, invals):
              for k in range(n_specs)]
     fn = getattr(plgpu, p["variant"])
     static = {k: v for k, v in p["static"] if v is not None}
-    fn(jax_body, grid=p["grid"], in_specs=specs[:p["num_in"]], out_specs=specs[p["num_in"]:],
+    fn(jax_body, grid=_join_grid(p["grid"], sizes), in_specs=specs[:p["num_in"]],
+       out_specs=specs[p["num_in"]:],
        **static)(*gmem)
     return []
 

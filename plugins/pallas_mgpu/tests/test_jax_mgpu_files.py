@@ -59,3 +59,33 @@ def test_jax_hopper_matmul_file(config, with_c, rng):
     # f32 accumulation; the output is f16 without c
     np.testing.assert_allclose(ours, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
     np.testing.assert_array_equal(ours, _hopper(False, a, b, c, **config))
+
+
+def test_jax_transposed_ragged_dot_file(monkeypatch, rng):
+    """``transposed_ragged_dot_mgpu.py`` (a per-group pipeline whose grid size
+    is read from GMEM) asks ``jax.devices()[0]`` for its SM count, which a CPU
+    device lacks: 4 SMs here, for JAX's run and ours alike."""
+    import types
+    monkeypatch.setattr(jax, "devices", lambda *a, **k: [types.SimpleNamespace(core_count=4)])
+    k, m, n, groups = 256, 128, 128, 3
+    lhs = jnp.asarray(rng.standard_normal((k, m)), jnp.float16)
+    rhs = jnp.asarray(rng.standard_normal((k, n)), jnp.float16)
+    cuts = np.sort(rng.integers(0, k, groups - 1))
+    bounds = list(zip(np.r_[0, cuts], np.r_[cuts, k]))
+    sizes = jnp.asarray([e - s for s, e in bounds], jnp.int32)
+    outs = {}
+    for ours in (True, False):
+        if ours:
+            mod = jax_ops_copy.ours_ops().load("gpu.transposed_ragged_dot_mgpu")
+            import pallas_mgpu as gpu
+        else:
+            mod = jax_ops_copy.jax_ops("gpu.transposed_ragged_dot_mgpu")
+            from jax.experimental.pallas import mosaic_gpu as gpu
+        with gpu.force_gpu_interpret_mode(gpu.InterpretGPUParams()):
+            outs[ours] = np.asarray(mod.transposed_ragged_dot(
+                lhs, rhs, group_sizes=sizes, block_m=64, block_n=64, block_k=64,
+                max_concurrent_steps=2, grid_block_n=1), np.float64)
+    a, b = np.asarray(lhs, np.float64), np.asarray(rhs, np.float64)
+    want = np.stack([a[s:e].T @ b[s:e] for s, e in bounds])
+    np.testing.assert_allclose(outs[True], want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+    np.testing.assert_array_equal(outs[True], outs[False])

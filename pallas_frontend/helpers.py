@@ -118,12 +118,13 @@ def loop(lower, upper, *, init_carry: Any = None, step: Any = 1, unroll: int | b
     if isinstance(step, int) and step == 0:
         raise ValueError("pl.loop: step must not be 0")
     static = all(isinstance(v, int) for v in (lower, upper, step))
+    static_step = step if isinstance(step, int) else None
     if not static:
         dtype = jnp.result_type(lower, upper, step)
         lower, upper, step = (lax.convert_element_type(v, dtype) for v in (lower, upper, step))
 
     def decorator(body):
-        n = _trip_count(lower, upper, step)
+        n = _trip_count(lower, upper, step, static_step)
 
         def index(k):
             return lower + k * step
@@ -139,10 +140,16 @@ def loop(lower, upper, *, init_carry: Any = None, step: Any = 1, unroll: int | b
     return decorator
 
 
-def _trip_count(lower, upper, step):
+def _trip_count(lower, upper, step, static_step=None):
     """len(range(lower, upper, step)), for ints or traced values of either sign."""
     if all(isinstance(v, int) for v in (lower, upper, step)):
         return len(range(lower, upper, step))
+    if static_step is not None and static_step > 0:
+        # the common case without neg or floor division: Mosaic GPU's warp-level
+        # lowering (a loop in plgpu.warp_map) has neither
+        span = jnp.maximum(upper - lower, 0)
+        return span if static_step == 1 else \
+            lax.div(span + (static_step - 1), jnp.asarray(static_step, span.dtype))
     # ceil((upper - lower) / step) == -floor((lower - upper) / step), for both signs
     return jnp.maximum(0, -((lower - upper) // step))
 

@@ -69,6 +69,34 @@ def _warp_copy(gpu):
     return k
 
 
+def _warp_loop_copy(P, gpu):
+    """tokamax's attention producer warp: a loop with bounds read from GMEM,
+    one TMA copy per step, all in warp 0."""
+    @functools.partial(gpu.kernel, out_type=jax.ShapeDtypeStruct((4, 128), F32),
+                       scratch_types=[gpu.SMEM((4, 128), F32), gpu.Barrier(num_barriers=4)])
+    def k(x_ref, lo_ref, o_ref, smem, bars):
+        lo = lo_ref[0]
+
+        @gpu.warp_map
+        def _(w):
+            @pl.when(w == 0)
+            def _():
+                @P.loop(lo, 4)
+                def _(i):
+                    gpu.copy_gmem_to_smem(x_ref.at[i], smem.at[i], bars.at[i])
+        for i in range(4):
+            gpu.barrier_wait(bars.at[i])
+        o_ref[...] = smem[...]
+    return k
+
+
+def test_warp_map_with_a_traced_loop_lowers_for_cuda_as_jax():
+    args = jax.ShapeDtypeStruct((4, 128), F32), jax.ShapeDtypeStruct((1,), jnp.int32)
+    (ours,), (theirs,) = (_modules(_warp_loop_copy(P, gpu), *args)
+                          for P, gpu in ((pl, plgpu), (jax_pl, jax_plgpu)))
+    assert ours.count("cp.async.bulk") == theirs.count("cp.async.bulk") > 0
+
+
 def test_warp_map_lowers_for_cuda_as_jax():
     x = jax.ShapeDtypeStruct((128,), F32)
     (ours,), (theirs,) = (_modules(_warp_copy(gpu), x) for gpu in (plgpu, jax_plgpu))

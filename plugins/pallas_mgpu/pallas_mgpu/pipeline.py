@@ -80,7 +80,8 @@ def _kernel_shape(spec: BlockSpec, ref) -> tuple[int, ...]:
     if len(spec.block_shape) != len(ref.shape):
         raise ValueError(f"emit_pipeline: block shape {spec.block_shape} has not one entry per "
                          f"dim of the operand's shape {tuple(ref.shape)}.")
-    return tuple(int(d) for d in spec.block_shape if d is not None)
+    # pl.Element(n) (the index map gives an element offset) is a block of n
+    return tuple(int(getattr(d, "block_size", d)) for d in spec.block_shape if d is not None)
 
 
 def _trace_index_map(spec: BlockSpec, n: int):

@@ -7,7 +7,8 @@ file and against NumPy.
 pipeline has a ``compute_context`` and caller-made ``get_allocations``; an
 ``nd_loop`` over the tiles; clusters) asks the context mesh for the number
 of SMs, so it runs under an abstract H100 mesh as JAX's
-``gpu_pallas_interpret_test.test_hopper_matmul`` does."""
+``gpu_pallas_interpret_test.test_hopper_matmul`` does. Likewise
+``transposed_ragged_dot_mgpu.py`` and ``blackwell_matmul_mgpu.py`` below."""
 
 from __future__ import annotations
 
@@ -87,5 +88,32 @@ def test_jax_transposed_ragged_dot_file(monkeypatch, rng):
                 max_concurrent_steps=2, grid_block_n=1), np.float64)
     a, b = np.asarray(lhs, np.float64), np.asarray(rhs, np.float64)
     want = np.stack([a[s:e].T @ b[s:e] for s, e in bounds])
+    np.testing.assert_allclose(outs[True], want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+    np.testing.assert_array_equal(outs[True], outs[False])
+
+
+def test_jax_blackwell_matmul_file(rng):
+    """``blackwell_matmul_mgpu.py`` (tcgen05 MMAs into TMEM, a
+    ``dynamic_scheduling_loop`` over the tiles): JAX's interpreter runs it
+    with ``inline_mgpu='ignore'`` (the loop's PTX fences), under an abstract
+    B200 mesh; ours the same way."""
+    a = jnp.asarray(rng.standard_normal((256, 256)), jnp.float16)
+    b = jnp.asarray(rng.standard_normal((256, 256)), jnp.float16)
+    device = jax.sharding.AbstractDevice(device_kind="NVIDIA B200", platform="gpu", num_cores=4)
+    outs = {}
+    for ours in (True, False):
+        if ours:
+            mod = jax_ops_copy.ours_ops().load("gpu.blackwell_matmul_mgpu")
+            import pallas_mgpu as gpu
+        else:
+            mod = jax_ops_copy.jax_ops("gpu.blackwell_matmul_mgpu")
+            from jax.experimental.pallas import mosaic_gpu as gpu
+        cfg = mod.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
+                               collective=False)
+        with jax.sharding.use_abstract_mesh(
+                jax.sharding.AbstractMesh((), (), abstract_device=device)), \
+                gpu.force_gpu_interpret_mode(gpu.InterpretGPUParams(inline_mgpu="ignore")):
+            outs[ours] = np.asarray(mod.matmul_kernel(a, b, cfg), np.float64)
+    want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
     np.testing.assert_allclose(outs[True], want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
     np.testing.assert_array_equal(outs[True], outs[False])

@@ -77,6 +77,12 @@ def _dim_size(d) -> int:
     return int(d) if isinstance(d, (int, np.integer)) else d.block_size
 
 
+def _check_bounded(index):
+    if not isinstance(index, pf.Slice):
+        raise ValueError("Must return a pl.ds from the index_map for a BoundedSlice "
+                         f"dimension (its start and size), got {index!r}.")
+
+
 def _space_of(ref):
     # a view (ref.at[...]) carries its base Ref's space; a traced Ref only on its type
     base = getattr(ref, "ref", None)
@@ -297,6 +303,7 @@ class BufferedRef:
             elif isinstance(d, pf.Element):
                 out.append(pf.ds(i, d.block_size))
             elif isinstance(d, pf.BoundedSlice):
+                _check_bounded(i)
                 out.append(pf.ds(i.start, d.block_size))
             else:
                 out.append(pf.ds(i * _dim_size(d), _dim_size(d)))
@@ -313,9 +320,7 @@ class BufferedRef:
             if d is None or isinstance(d, pf.Squeezed) or isinstance(d, pf.Indirect):
                 out.append(i)
             elif isinstance(d, pf.BoundedSlice):
-                if not isinstance(i, pf.Slice):
-                    raise ValueError("Must return a pl.ds from the index_map for a "
-                                     f"BoundedSlice dimension, got {i!r}.")
+                _check_bounded(i)
                 out.append(pf.ds(i.start, i.size))
             elif isinstance(d, pf.Element):
                 out.append(pf.ds(i, d.block_size))

@@ -22,6 +22,7 @@ from pallas_frontend.backend_api import KernelIR, kernel_primitive, tracing_kern
 
 from pallas_frontend import backend_api
 from pallas_tpu import pipeline_schedule
+from pallas_tpu.buffered_ref import source_space
 from pallas_tpu.memory import VMEM
 from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
 
@@ -93,10 +94,13 @@ def _block_dims(spec: pf.BlockSpec, ref) -> tuple:
     return tuple(dims)
 
 
-def _schedulable(dims, ref) -> bool:
-    """Whether the traced schedule takes these dims: no BoundedSlice/Indirect
-    (dynamic-size DMAs) and blocks that divide the operand (no ragged edge)."""
+def _schedulable(dims, ref, spec) -> bool:
+    """Whether the traced schedule takes these dims: blocks that divide the
+    operand (no ragged edge), no Indirect, and BoundedSlice only over an
+    operand already in the blocks' memory space (a view: no dynamic-size DMA)."""
+    in_place = source_space(ref) is (spec.memory_space or VMEM)
     return all(isinstance(d, (pf.Squeezed, pf.Element))
+               or (isinstance(d, pf.BoundedSlice) and in_place)
                or (isinstance(d, pf.Blocked) and n % d.block_size == 0)
                for d, n in zip(dims, ref.shape))
 
@@ -155,7 +159,7 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
             raise TypeError(f"emit_pipeline: {len(specs)} BlockSpecs but {len(refs)} Refs given.")
         dims = [_block_dims(s, r) for s, r in zip(specs, refs)]
         if core_axis is None and core_axis_name is None and tracing_kernel() and all(
-                _schedulable(d, r) for d, r in zip(dims, refs)):
+                _schedulable(d, r, sp) for d, r, sp in zip(dims, refs, specs)):
             # traced here (pipeline_schedule.py): runs in every interpreter and
             # pl.program_id in the body is the pipeline's. (Outside a kernel trace,
             # e.g. make_jaxpr of a kernel function, the equation below is recorded:

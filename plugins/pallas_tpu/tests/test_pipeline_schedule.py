@@ -112,3 +112,48 @@ def test_whole_array_spec_and_revisited_input(mode):
     want = np.concatenate([x[:, :128], x[:, :128]], axis=1).astype(np.float64) \
         + np.tile(b, (2, 2)) * 2.0
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bounded_slice_over_vmem_operands(mode):
+    """JAX's test_compute_slice_bounded_slice_vmem: sliding windows of a VMEM
+    operand; the body sees the static BoundedSlice size."""
+    rng = np.random.default_rng()
+    x = rng.integers(-1000, 1000, size=(16, 8, 512)).astype(np.int32)
+    seen = []
+
+    def body(x_ref, o_ref):
+        seen.append((x_ref.shape, o_ref.shape))
+        o_ref[...] = x_ref[...] + 10
+
+    spec = pl.BlockSpec((pl.BoundedSlice(6), 8, 256), lambda i, j: (pl.ds(i * 2, i + 3), 0, j),
+                        memory_space=pltpu.VMEM)
+
+    def kernel(x_hbm, o_hbm, x_vmem, o_vmem):
+        pltpu.sync_copy(x_hbm, x_vmem)
+        pltpu.sync_copy(x_hbm, o_vmem)
+        pltpu.emit_pipeline(body, grid=(3, 2), in_specs=spec, out_specs=spec)(x_vmem, o_vmem)
+        pltpu.sync_copy(o_vmem, o_hbm)
+
+    out = np.asarray(pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), in_specs=[ANY_SPEC],
+        out_specs=ANY_SPEC, scratch_shapes=[pltpu.VMEM(x.shape, jnp.int32)] * 2,
+        interpret=_interpret(mode))(jnp.asarray(x)))
+    assert set(seen) == {((6, 8, 256), (6, 8, 256))}
+    for i in range(3):
+        rows = slice(2 * i, 2 * i + i + 3)
+        np.testing.assert_array_equal(out[rows], x[rows] + 10)
+
+
+def test_bounded_slice_index_map_must_return_ds():
+    spec = pl.BlockSpec((pl.BoundedSlice(8), 128), lambda i: (i * 8, 0), memory_space=pltpu.VMEM)
+
+    def kernel(x_hbm, o_hbm, x_vmem):
+        pltpu.emit_pipeline(lambda x, o: None, grid=(2,), in_specs=spec, out_specs=spec)(
+            x_vmem, x_vmem)
+
+    with pytest.raises(ValueError, match=r"Must return a pl.ds from the index_map"):
+        pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+                       in_specs=[ANY_SPEC], out_specs=ANY_SPEC,
+                       scratch_shapes=[pltpu.VMEM((16, 128), jnp.float32)],
+                       interpret=True)(jnp.ones((16, 128), jnp.float32))

@@ -363,15 +363,24 @@ def check_library(catalog: Path, lib, root: Path, work: Path, seed: int, only=No
         for m in c.modes:
             key = f"{c.name}|{m}"
             row = {"case": c.name, "mode": m, "module": module_file, "rel": None,
-                   "jax": cells["jax"][key], "ours": cells["ours"][key]}
+                   "jax": _scrub(cells["jax"][key], root, copy),
+                   "ours": _scrub(cells["ours"][key], root, copy)}
             _compare(c, m, out, row)
             if key in cells.get("probe", {}):
-                row["probe"] = cells["probe"][key]
+                row["probe"] = _scrub(cells["probe"][key], root, copy)
                 _compare(c, m, out, row, "probe")
             row["missing"] = sorted(set(missing_from_error(row["ours"].get("error", "")))
                                     | set(scan.get(module_file, {}).get("missing", [])))
             rows.append(row)
     return {"files": scan, "rows": rows, "seed": seed, "stand_ins": probe}
+
+
+def _scrub(cell: dict, root: Path, copy: Path) -> dict:
+    """No path of this machine in a cell: the library's files by their path in it."""
+    if "error" in cell:
+        err = cell["error"].replace(str(copy) + "/", "").replace(str(root) + "/", "")
+        cell = dict(cell, error=err)
+    return cell
 
 
 def _lacks(full: str) -> bool:

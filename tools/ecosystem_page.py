@@ -57,6 +57,8 @@ def _library(lib, res: dict) -> list[str]:
             note = f"JAX: {r['jax'].get('error', '')}"
         else:
             note = r["ours"].get("error", "")
+        if r["jax"]["status"] == "ok" and r["ours"]["status"] != "ok" and r["case"] in lib.gaps:
+            note = f"**missing:** {lib.gaps[r['case']]}; {note}"
         if r["missing"]:
             note = ", ".join(f"`{n}`" for n in r["missing"]) + (f"; {note}" if note else "")
         if "probe" in r:

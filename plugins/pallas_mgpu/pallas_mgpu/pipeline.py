@@ -6,7 +6,8 @@ Refs; the index maps are traced over the pipeline indices. What either
 closes over (Refs, CTA coordinates) becomes explicit operands. The kernel
 jaxpr holds one ``mgpu_pipeline`` equation carrying both, and the backend
 replays it with JAX's function of the same name, whose body and index maps
-evaluate the traced jaxprs. ``init_carry`` is not supported.
+evaluate the traced jaxprs; a carry (``init_carry``) is an operand and the
+equation's results.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from pallas_mgpu.ops import OWNER, _OrderedOp, _is_ref, _join, _split_view
 mgpu_pipeline_p = kernel_primitive("mgpu_pipeline", owner=OWNER, multiple_results=True)
 
 
-def _abstract_eval(*avals, ref_positions, **params):
+def _abstract_eval(*avals, ref_positions, carry_avals=(), **params):
     effects = backend_api.ref_effects(reads=ref_positions, writes=ref_positions)
     effects.add(_OrderedOp())
-    return [], effects
+    return list(carry_avals), effects
 
 
 mgpu_pipeline_p.def_effectful_abstract_eval(_abstract_eval)
@@ -112,11 +113,16 @@ def _join_grid(static_grid, sizes) -> tuple:
     return tuple(next(it) if g is None else g for g in static_grid)
 
 
-def _emit(variant: str, body, grid, in_specs, out_specs, static: dict):
+def _emit(variant: str, body, grid, in_specs, out_specs, static: dict, init_carry=None):
     in_specs = [in_specs] if isinstance(in_specs, BlockSpec) else list(in_specs)
     out_specs = [out_specs] if isinstance(out_specs, BlockSpec) else list(out_specs)
     # a traced grid size (e.g. a group's block count read from GMEM) is an operand
     static_grid, sizes = _split_grid(grid)
+    carry, carry_tree = jax.tree.flatten(init_carry)
+    if any(_is_ref(x) for x in carry):
+        raise TypeError("emit_pipeline: init_carry holds values, not Refs; close over a Ref "
+                        "instead.")
+    carry_avals = tuple(jax.core.ShapedArray(jnp.shape(x), jnp.result_type(x)) for x in carry)
 
     def pipeline(*gmem_refs):
         specs = in_specs + out_specs
@@ -128,21 +134,34 @@ def _emit(variant: str, body, grid, in_specs, out_specs, static: dict):
             for s, r in zip(specs, gmem_refs)]
         idx_avals = [jax.core.ShapedArray((), jnp.int32)] * len(static_grid)
 
+        n = len(static_grid) + len(block_avals)
+
         def flat_body(*args):
-            body(tuple(args[:len(static_grid)]), *args[len(static_grid):])
-            return []
-        body_jaxpr, body_consts = backend_api.trace_body(flat_body, idx_avals + block_avals,
-                                                         traced_for="emit_pipeline body")
+            idx, blocks = tuple(args[:len(static_grid)]), args[len(static_grid):n]
+            if init_carry is None:
+                body(idx, *blocks)
+                return []
+            out = body(idx, *blocks, jax.tree.unflatten(carry_tree, args[n:]))
+            leaves, tree = jax.tree.flatten(out)
+            if tree != carry_tree or any((jnp.shape(x), jnp.result_type(x)) != (a.shape, a.dtype)
+                                         for x, a in zip(leaves, carry_avals)):
+                raise TypeError("emit_pipeline: the body must return a carry of the structure "
+                                "and types of init_carry.")
+            return leaves
+        body_jaxpr, body_consts = backend_api.trace_body(
+            flat_body, idx_avals + block_avals + list(carry_avals), traced_for="emit_pipeline body")
         maps = [_trace_index_map(s, len(static_grid)) for s in specs]
         operands = [_split_view(r) for r in gmem_refs] + [list(body_consts)] + \
-            [list(c) for _, c in maps] + [sizes]
+            [list(c) for _, c in maps] + [sizes, carry]
         flat, tree = jax.tree.flatten(operands)
-        mgpu_pipeline_p.bind(
+        outs = mgpu_pipeline_p.bind(
             *flat, tree=tree, variant=variant, grid=static_grid, body=body_jaxpr,
             index_maps=tuple(j for j, _ in maps), num_in=len(in_specs),
             specs=tuple(spec_record(s) for s in specs),
-            static=tuple(sorted(static.items())),
+            static=tuple(sorted(static.items())), carry_avals=carry_avals,
+            carry_tree=carry_tree if init_carry is not None else None,
             ref_positions=tuple(i for i, x in enumerate(flat) if _is_ref(x)))
+        return None if init_carry is None else jax.tree.unflatten(carry_tree, outs)
     return pipeline
 
 
@@ -150,12 +169,11 @@ def emit_pipeline(body, *, grid, in_specs=(), out_specs=(), max_concurrent_steps
                   init_carry=None):
     """A TMA pipeline over GMEM operands inside a kernel: ``body(indices,
     *in_blocks, *out_blocks)`` runs once per point of ``grid`` on SMEM blocks
-    fetched ``max_concurrent_steps`` steps ahead."""
-    if init_carry is not None:
-        raise NotImplementedError("pallas_mgpu.emit_pipeline: init_carry is not supported; keep "
-                                  "the carry in an SMEM scratch buffer.")
+    fetched ``max_concurrent_steps`` steps ahead. With ``init_carry`` the body
+    also takes the carry and returns the next one; the pipeline returns the
+    last."""
     return _emit("emit_pipeline", body, grid, in_specs, out_specs,
-                 {"max_concurrent_steps": int(max_concurrent_steps)})
+                 {"max_concurrent_steps": int(max_concurrent_steps)}, init_carry)
 
 
 def spec_record(spec: BlockSpec) -> tuple:
@@ -192,19 +210,28 @@ def _replay(eqn, invals):
     n_specs = len(p["specs"])
     parts = jax.tree.unflatten(p["tree"], invals)
     gmem = [_join(x) for x in parts[:n_specs]]
-    body_consts, map_consts, sizes = parts[n_specs], parts[n_specs + 1:-1], parts[-1]
+    body_consts, map_consts = parts[n_specs], parts[n_specs + 1:-2]
+    sizes, carry = parts[-2], parts[-1]
+    carry_tree = p["carry_tree"]
 
-    def jax_body(indices, *blocks):
-        evaluate.eval_closed(p["body"], *body_consts, *indices, *blocks)
+    def jax_body(indices, *args):
+        if carry_tree is None:
+            evaluate.eval_closed(p["body"], *body_consts, *indices, *args)
+            return None
+        *blocks, last = args
+        outs = evaluate.eval_closed(p["body"], *body_consts, *indices, *blocks,
+                                    *jax.tree.leaves(last))
+        return jax.tree.unflatten(carry_tree, outs)
 
     specs = [jax_block_spec(p["specs"][k], p["index_maps"][k], map_consts[k])
              for k in range(n_specs)]
     fn = getattr(plgpu, p["variant"])
     static = {k: v for k, v in p["static"] if v is not None}
-    fn(jax_body, grid=_join_grid(p["grid"], sizes), in_specs=specs[:p["num_in"]],
-       out_specs=specs[p["num_in"]:],
-       **static)(*gmem)
-    return []
+    if carry_tree is not None:
+        static["init_carry"] = jax.tree.unflatten(carry_tree, carry)
+    final = fn(jax_body, grid=_join_grid(p["grid"], sizes), in_specs=specs[:p["num_in"]],
+               out_specs=specs[p["num_in"]:], **static)(*gmem)
+    return [] if carry_tree is None else jax.tree.leaves(final)
 
 
 evaluate.register_rule(mgpu_pipeline_p, _replay)

@@ -81,8 +81,3 @@ def test_warp_specialized_pipeline_lowers():
     (module,) = _jax_private.mosaic_gpu_modules(
         aot.lower_for_cuda(f, jax.ShapeDtypeStruct((256, 128), jnp.float16)))
     assert "setmaxnreg" in module and "cp.async.bulk" in module
-
-
-def test_init_carry_is_refused():
-    with pytest.raises(NotImplementedError, match="init_carry"):
-        plgpu.emit_pipeline(lambda *a: None, grid=(2,), init_carry=0)

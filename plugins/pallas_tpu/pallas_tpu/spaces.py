@@ -21,6 +21,9 @@ def block_memory_space(space):
         MemorySpace.VMEM_SHARED: pltpu.VMEM_SHARED, MemorySpace.SMEM: pltpu.SMEM,
         MemorySpace.CMEM: pltpu.CMEM, MemorySpace.HBM: pltpu.HBM,
         MemorySpace.SEMAPHORE: pltpu.SEMAPHORE,
+        # JAX places checkify errors, prefetched indices and PRNG keys in SMEM
+        pf.MemorySpace.ERROR: pltpu.SMEM, pf.MemorySpace.INDEX: pltpu.SMEM,
+        pf.MemorySpace.KEY: pltpu.SMEM,
     }
     if space not in table:
         raise NotImplementedError(f"memory space {space!r} has no TPU counterpart")

@@ -152,3 +152,24 @@ def test_flash_attention_interpret():
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     want = (p / p.sum(axis=-1, keepdims=True)) @ v64
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+# --- JAX's INDEX / KEY / ERROR memory spaces are SMEM on TPU, as in JAX ----------
+
+def scale_by_index(idx, x, interpret=False):
+    def kernel(i_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] * i_ref[1].astype(jnp.float32)
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.MemorySpace.INDEX), pl.BlockSpec()],
+        compiler_params=pltpu.CompilerParams(), interpret=interpret)(idx, x)
+
+
+def test_index_memory_space_is_smem(aot_compile):
+    rng = np.random.default_rng(11)
+    idx = rng.integers(-5, 5, size=4).astype(np.int32)
+    x = rng.standard_normal((8, 128)).astype(np.float32)
+    got = scale_by_index(idx, x, interpret=INTERPRET)
+    np.testing.assert_allclose(np.asarray(got), x.astype(np.float64) * idx[1], rtol=1e-6)
+    _, text = aot_compile(scale_by_index, jnp.zeros((4,), jnp.int32), jnp.zeros((8, 128)))
+    assert "tpu_custom_call" in text

@@ -261,10 +261,32 @@ class ClusterBarrier:
                                     leader_tracked=self.leader_tracked)
 
 
+def _from_jax_space(space, shape, dtype):
+    """JAX's own scratch type back from the Ref type it made (code written for
+    JAX hands ``plgpu.SMEM(...)``, ``plgpu.Barrier(...)`` to ``pl.run_scoped``);
+    None if ``space`` is not one of JAX's Mosaic GPU memory spaces."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    if not isinstance(space, plgpu.MemorySpace):
+        return None
+    kind = type(dtype).__name__          # JAX's barrier dtypes carry the barrier's fields
+    if kind == "BarrierType":
+        return plgpu.Barrier(num_arrivals=dtype.num_arrivals, num_barriers=tuple(shape),
+                             orders_tensor_core=dtype.orders_tensor_core)
+    if kind == "ClusterBarrierType":
+        return plgpu.ClusterBarrier(collective_axes=dtype.collective_axes,
+                                    num_arrivals=dtype.num_arrivals, num_barriers=tuple(shape),
+                                    orders_tensor_core=dtype.orders_tensor_core,
+                                    leader_tracked=dtype.leader_tracked)
+    return space(tuple(shape), dtype)
+
+
 def scratch_to_jax(space, shape, dtype):
     """JAX's type for a frontend scratch/scoped buffer whose memory space is ``space``."""
     if hasattr(space, "to_jax"):
         return space.to_jax()
+    theirs = _from_jax_space(space, shape, dtype)
+    if theirs is not None:
+        return theirs
     if space in (None, pf.MemorySpace.DEFAULT, pf.MemorySpace.ANY, SMEM) or (
             isinstance(space, MemorySpace) and space is not GMEM):
         target = SMEM if space in (None, pf.MemorySpace.DEFAULT, pf.MemorySpace.ANY) else space

@@ -170,10 +170,16 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
         block_avals = [jax.ref.AbstractRef(jax.core.ShapedArray(sh, r.dtype), memory_space=VMEM)
                        for sh, r in zip(shapes, refs)]
 
-        def flat_body(*blocks):
-            body(*blocks)
+        n_grid = len(static_grid)
+
+        def flat_body(*args):
+            # the body's pl.program_id is the pipeline's: its indices are inputs
+            # of the body jaxpr, fed from JAX's pl.program_id at replay
+            with backend_api.nested_grid(args[:n_grid], tuple(grid)):
+                body(*args[n_grid:])
             return []
-        body_jaxpr, consts = backend_api.trace_body(flat_body, block_avals,
+        index_avals = [jax.core.ShapedArray((), jnp.int32)] * n_grid
+        body_jaxpr, consts = backend_api.trace_body(flat_body, index_avals + block_avals,
                                                        traced_for="emit_pipeline body")
         index_maps = tuple(_trace_index_map(s, len(static_grid), d) for s, d in zip(specs, dims))
         _, traced_sizes = _static_or_traced(grid)
@@ -256,7 +262,8 @@ def replay_emit_pipeline(eqn, invals):
              for dims, im in zip(p["block_dims"], p["index_maps"])]
 
     def inner(*blocks):
-        evaluate.eval_jaxpr(p["body"], (), *consts, *blocks)
+        ids = [pl.program_id(a) for a in range(len(grid))]
+        evaluate.eval_jaxpr(p["body"], (), *consts, *ids, *blocks)
     kwargs = {k: v for k, v in p["options"] if v is not None}
     sem = p["dimension_semantics"]
     if sem is not None:

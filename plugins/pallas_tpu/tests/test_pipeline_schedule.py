@@ -157,3 +157,38 @@ def test_bounded_slice_index_map_must_return_ds():
                        in_specs=[ANY_SPEC], out_specs=ANY_SPEC,
                        scratch_shapes=[pltpu.VMEM((16, 128), jnp.float32)],
                        interpret=True)(jnp.ones((16, 128), jnp.float32))
+
+
+@pytest.mark.parametrize("case", ["bounded_slice_hbm", "ragged_block"])
+def test_program_id_in_recorded_pipelines(case, aot_compile):
+    """The pipelines kept as a recorded equation (JAX's emit_pipeline at
+    lowering) also see the pipeline's grid in pl.program_id: TPU interpret
+    mode against NumPy, and AOT for v5e."""
+    rng = np.random.default_rng()
+    rows = 40 if case == "bounded_slice_hbm" else 36
+    x = rng.standard_normal((rows, 128)).astype(np.float32)
+    if case == "bounded_slice_hbm":
+        in_spec = pl.BlockSpec((pl.BoundedSlice(8), 128), lambda i: (pl.ds(5 * i + 2, 8), 0))
+        window = lambda i: x[5 * i + 2:5 * i + 10]
+    else:             # 8 does not divide 36: the operand has a ragged edge (not visited)
+        in_spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        window = lambda i: x[8 * i:8 * i + 8]
+
+    def call(x, interpret=False, compiler_params=None):
+        def kernel(x_hbm, o_hbm):
+            def body(x_ref, o_ref):
+                o_ref[...] = x_ref[...] + pl.program_id(0).astype(jnp.float32) * 10.0
+            pltpu.emit_pipeline(body, grid=(4,), in_specs=[in_spec],
+                                out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)))(x_hbm, o_hbm)
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32),
+            in_specs=[ANY_SPEC], out_specs=ANY_SPEC, interpret=interpret,
+            compiler_params=compiler_params)(x)
+
+    out = np.asarray(call(jnp.asarray(x), interpret=pltpu.InterpretParams()))
+    for i in range(4):
+        np.testing.assert_allclose(out[8 * i:8 * i + 8], window(i).astype(np.float64) + 10.0 * i,
+                                   rtol=1e-6, atol=1e-6)
+    _, text = aot_compile(functools.partial(call, compiler_params=pltpu.CompilerParams()),
+                          jnp.zeros(x.shape, jnp.float32))
+    assert "tpu_custom_call" in text

@@ -1,7 +1,8 @@
 """The Mosaic GPU names openxla/tokamax's kernels use besides the core API:
 ``warp_map``, ``RefUnion``, ``inline_mgpu`` (+ ``RefType``,
 ``ShapeDtypeStruct``), ``kernel(kernel_name=)``, ``wgmma_accumulator_load``,
-``mma``, ``transpose_ref``, ``CopyPartition``, ``dynamic_scheduling_loop``.
+``mma``, ``transpose_ref``, ``CopyPartition``, and ``emit_pipeline`` over
+``pl.Element`` rows.
 Each runs in JAX's GPU interpret mode against NumPy where JAX's does, and
 lowers for cuda as JAX's does (same kernel written with JAX's API)."""
 
@@ -264,15 +265,45 @@ def test_mma_refuses_mismatched_shapes_before_binding():
         plgpu.mma(jnp.zeros((16, 8)), jnp.zeros((16, 16)), jnp.zeros((8, 8)))
 
 
-# --- CopyPartition, dynamic_scheduling_loop ------------------------------------------------------
+# --- emit_pipeline over pl.Element rows (tokamax's sm90 ragged_dot) ------------------------------
+
+def _element_rows_kernel(P, gpu, interpret=None):
+    """o = 2 * x[start:start + 128], the rows fetched as two pl.Element(64) blocks
+    at element offsets start and start + 64 (start read from GMEM)."""
+    @functools.partial(gpu.kernel, out_type=jax.ShapeDtypeStruct((128, 128), F32),
+                       interpret=interpret)
+    def k(x_ref, start_ref, o_ref):
+        start = P.multiple_of(start_ref[0], 8)
+
+        def body(idx, x_smem):    # (JAX's interpreter has no pipelined output copies)
+            o_ref[P.ds(idx[0] * 64, 64)] = x_smem[...] * 2
+        gpu.emit_pipeline(
+            body, grid=(2,),
+            in_specs=[gpu.BlockSpec((P.Element(64), 128), lambda i: (start + 64 * i, 0))])(x_ref)
+    return k
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_emit_pipeline_element_rows(api, rng):
+    gpu = APIS[api]
+    P = jax_pl if api == "jax" else pl
+    x = rng.standard_normal((256, 128)).astype(np.float32)
+    start = int(rng.integers(0, 16)) * 8
+    got = _element_rows_kernel(P, gpu, gpu.InterpretGPUParams())(x, np.array([start], np.int32))
+    np.testing.assert_allclose(got, 2 * x[start:start + 128].astype(np.float64), rtol=1e-6)
+
+
+def test_emit_pipeline_element_rows_lowers_for_cuda_as_jax():
+    args = jax.ShapeDtypeStruct((256, 128), F32), jax.ShapeDtypeStruct((1,), jnp.int32)
+    (ours,), (theirs,) = (_modules(_element_rows_kernel(P, gpu), *args)
+                          for P, gpu in ((pl, plgpu), (jax_pl, jax_plgpu)))
+    assert ours.count("cp.async.bulk") == theirs.count("cp.async.bulk") > 0
+
+
+# --- CopyPartition -------------------------------------------------------------------------------
 
 def test_copy_partition_is_jax_s():
     from jax.experimental.mosaic.gpu.launch_context import CopyPartition
     assert plgpu.CopyPartition.PARTITIONED(1).to_jax() == CopyPartition.PARTITIONED(1)
     assert plgpu.CopyPartition.REPLICATED.to_jax() == CopyPartition.REPLICATED
 
-
-def test_dynamic_scheduling_loop_names_the_missing_pieces():
-    loop = plgpu.dynamic_scheduling_loop(("m",), thread_axis="wg")   # building it is fine
-    with pytest.raises(NotImplementedError, match="try_cluster_cancel"):
-        loop(lambda info: None)

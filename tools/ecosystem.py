@@ -166,7 +166,8 @@ def _run_one(case, mod, mode: str, ours: bool, seed: int, out: Path):
         # the GPU the lowering asks for (JAX's Triton lowering: "specify an abstract GPU")
         gpu = jax.sharding.AbstractDevice(device_kind="NVIDIA H100", num_cores=132,
                                           platform="gpu")
-        h100 = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=gpu)
+        h100 = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=gpu,
+                                         axis_types=(jax.sharding.AxisType.Auto,))
         with jax.sharding.use_abstract_mesh(h100):
             lowered = jax.jit(lambda *xs: case.call(mod, xs, run)).trace(
                 *_structs(args)).lower(lowering_platforms=("cuda",))

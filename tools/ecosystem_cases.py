@@ -289,6 +289,39 @@ def _tk_triton_glu(mod, args, run):
     return out
 
 
+def _glu_mgpu_inputs(rng):
+    import ml_dtypes
+    bf = ml_dtypes.bfloat16
+    return _normal(rng, 128, 128).astype(bf), _normal(rng, 128, 2, 128).astype(bf)
+
+
+def _tk_mgpu_glu(mod, args, run):
+    import importlib
+
+    import jax
+    common = importlib.import_module(f"{TK}.gated_linear_unit.pallas_mosaic_gpu_common")
+    return mod.gated_linear_unit(*args, activation=jax.nn.swish, config=common.Config(
+        tile_m=64, tile_n=64, tile_k=64, num_stages=2))
+
+
+def _triton_attn_inputs(rng):
+    return tuple(_normal(rng, 1, 64, 2, 64) for _ in range(3))
+
+
+def _tk_triton_attention(mod, args, run):
+    import jax
+    import jax.numpy as jnp
+    p = jax.lax.Precision.DEFAULT
+    q = args[0]
+    out, _ = mod.PallasTritonFlashAttention()._fwd(
+        *args, precision=((p, p), (p, p)), logits_dtype=jnp.dtype("float32"),
+        logits_scale=q.shape[-1] ** -0.5, bias=None, logits_soft_cap=None,
+        mask=mod.Mask(is_causal=True), dropout_mask=None, dropout_rate=0.0, paging_info=None,
+        q_indices=None, k_indices=None, normalize_output=True, return_residuals=False,
+        config=mod.Config(block_q=32, block_k=32, num_stages=2, num_warps=4))
+    return out
+
+
 def _norm_inputs(rng):
     return _normal(rng, 32, 256), _normal(rng, 256), _normal(rng, 256)
 
@@ -308,10 +341,10 @@ TOKAMAX = Library(
              "rich), typeguard 2.13.3, immutabledict, tqdm, xprof (etils, fire, termcolor, six, "
              "protobuf)",
     not_run={
-        "attention: Triton, Mosaic TPU (splash-based), Mosaic GPU sm100, the VJP kernels; "
+        "attention: Mosaic TPU (splash-based), Mosaic GPU sm100, the VJP kernels; "
         "flex_attention (Triton)": "not given a row yet (their calls take the op's whole "
                                    "argument set: masks, paging, residuals)",
-        "gated linear unit (Mosaic GPU sm80/sm90/sm100), ragged_dot (Triton, Mosaic TPU v2, "
+        "gated linear unit (Mosaic GPU sm80/sm100), ragged_dot (Triton, Mosaic TPU v2, "
         "Mosaic GPU sm100 and the quantized variants)": "not given a row yet",
         "ragged_gather, ragged_scatter, ragged_gather_reduce, experimental topk":
             "TPU SparseCore (`tpu_sc`) kernels: a v5e has no SparseCore, and ours lacks the "
@@ -352,6 +385,12 @@ TOKAMAX = Library(
              returns={"grid.jax.devices": [_H100]}),
         Case("layer norm (Triton)", f"{TK}.normalization.pallas_triton",
              _norm_inputs, _tk_triton_norm, kind="gpu", modes=("cuda",)),
+        Case("flash attention (Triton)", f"{TK}.attention.pallas_triton",
+             _triton_attn_inputs, _tk_triton_attention, kind="gpu", modes=("cuda",)),
+        Case("gated linear unit sm90 (Mosaic GPU)",
+             f"{TK}.gated_linear_unit.pallas_mosaic_gpu_kernel_sm90", _glu_mgpu_inputs,
+             _tk_mgpu_glu, kind="mgpu", modes=("interpret", "cuda"), rtol=2e-2,
+             returns={"backend.get_default_device": _H100}),
         Case("attention sm90 (Mosaic GPU)", f"{TK}.attention.pallas_mosaic_gpu_kernel_sm90",
              _attn_inputs, _tk_mgpu_attention, kind="mgpu", modes=("interpret", "cuda"),
              rtol=2e-2),

@@ -14,7 +14,9 @@ skipped with the reason. Nothing of a library is kept in this repository.
 - Runs (``tools/ecosystem_cases.py``): per kernel, on fresh random inputs made
   from one seed for both sides: ``interpret`` (on CPU, JAX's TPU / Mosaic GPU
   interpret modes; ours compared with JAX's output), ``v5e`` (AOT compile for
-  one v5e chip with libtpu), ``cuda`` (lowered for cuda, no GPU and no plugin).
+  one v5e chip with libtpu), ``cuda`` (lowered for cuda, no GPU and no plugin),
+  with ``--h100`` also ``H100`` (compiled device-less by XLA:GPU, as
+  ``tools/jax_ops_aot.py`` does; installs that compiler into a cache folder).
   One worker process per library and side (the copy and the original share
   the package name); a row that kills its worker costs that row only.
 """
@@ -149,8 +151,8 @@ def _run_one(case, mod, mode: str, ours: bool, seed: int, out: Path):
         np.savez(out, *outs)
         return {"status": "ok", "outputs": len(outs)}
     import jax_ops_aot
-    if mode == "v5e":
-        target = jax_ops_aot.make_target("v5e")
+    if mode in ("v5e", "H100"):     # compiled for a device this machine does not have
+        target = jax_ops_aot.make_target(mode)
         run = Run(mode, ours, False, target)
         sharding = jax.sharding.NamedSharding(target.mesh, jax.sharding.PartitionSpec())
         with jax.set_mesh(target.mesh):
@@ -260,6 +262,10 @@ def run_side(catalog: Path, lib, side: str, root: Path, out: Path, seed: int, ke
     """{key: cell}; a worker that dies is restarted past the row it died in."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    if any(k.endswith("|H100") for k in keys):    # the XLA:GPU compiler, as jax_ops uses it
+        import jax_ops_aot
+        env["PYTHONPATH"] = jax_ops_aot._worker_env("cuda").get("PYTHONPATH",
+                                                               env.get("PYTHONPATH", ""))
     done: dict = {}
     todo = list(keys)
     while todo:
@@ -325,8 +331,14 @@ def _compare(case, mode: str, out: Path, row: dict, side: str = "ours") -> None:
         row[side] = {"status": "wrong", "error": f"max rel diff from JAX {rel:.2e} > {case.rtol}"}
 
 
+def _modes(case, h100: bool) -> tuple[str, ...]:
+    """The case's modes; with ``h100`` a device-less H100 compile after each cuda lowering."""
+    return tuple(m for mode in case.modes for m in
+                 ((mode, "H100") if h100 and mode == "cuda" else (mode,)))
+
+
 def check_library(catalog: Path, lib, root: Path, work: Path, seed: int, only=None, log=None,
-                  jobs: int = 1) -> dict:
+                  jobs: int = 1, h100: bool = False) -> dict:
     """Scan and run one library; the page's data for it."""
     import ecosystem_scan
     log = log or (lambda *a: None)
@@ -339,7 +351,7 @@ def check_library(catalog: Path, lib, root: Path, work: Path, seed: int, only=No
         scan[rel] = {"missing": missing, "jax_lacks": jax_lacks,
                      "unswapped": ecosystem_scan.unswapped_imports(source)}
     cases = [c for c in lib.cases if not only or any(c.name.startswith(o) for o in only)]
-    keys = [f"{c.name}|{m}" for c in cases for m in c.modes]
+    keys = [f"{c.name}|{m}" for c in cases for m in _modes(c, h100)]
     out = work / "outputs"
     out.mkdir(parents=True, exist_ok=True)
     sides = {"jax": root, "ours": copy}
@@ -361,7 +373,7 @@ def check_library(catalog: Path, lib, root: Path, work: Path, seed: int, only=No
     rows = []
     for c in cases:
         module_file = c.module.replace(".", "/") + ".py"
-        for m in c.modes:
+        for m in _modes(c, h100):
             key = f"{c.name}|{m}"
             row = {"case": c.name, "mode": m, "module": module_file, "rel": None,
                    "jax": _scrub(cells["jax"][key], root, copy),
@@ -404,6 +416,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", help="case names (prefixes) to run")
     p.add_argument("--libraries", nargs="*", help="library names to check (default: all)")
     p.add_argument("--seed", type=int, default=None, help="default: a fresh one")
+    p.add_argument("--h100", action="store_true",
+                   help="also compile the cuda rows device-less for an H100 (XLA:GPU compiler)")
     p.add_argument("--jobs", type=int, default=1, help="run JAX's and our side at once (2)")
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--out", type=Path, default=None, help="the markdown page")
@@ -430,7 +444,8 @@ def main(argv=None) -> int:
                 print(f"{lib.name}: skipped: {why}", flush=True)
                 continue
             res = check_library(a.catalog, lib, root, work / lib.name, seed, a.only,
-                                log=lambda *r: print(*r, flush=True), jobs=a.jobs)
+                                log=lambda *r: print(*r, flush=True), jobs=a.jobs,
+                                h100=a.h100)
             res["revision"] = ecosystem_page.revision(root)
             res["seconds"] = round(time.perf_counter() - t0)
             results[lib.name] = res

@@ -351,8 +351,6 @@ TOKAMAX = Library(
             "names listed below",
         "experimental mla, splash attention, causal_conv1d_gated_delta_rule": "not given a row "
                                                                                 "yet",
-        "device-less H100 compiles": "the cuda column lowers only; compiling needs the XLA:GPU "
-                                     "compiler (tools/install_cuda_compiler.py)",
     },
     gaps={
         "gmm_v2 (experimental, Mosaic TPU)": "`pallas_call(metadata=...)` with int and float "

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 MODES = {"interpret": "run on CPU (interpret mode)", "v5e": "AOT compile for TPU v5e",
-         "cuda": "lowered for cuda (no GPU)"}
+         "cuda": "lowered for cuda (no GPU)", "H100": "compiled device-less for an H100"}
 
 
 def revision(root: Path) -> str:
@@ -101,7 +101,8 @@ def write(out: Path, catalog, results: dict) -> None:
         "JAX's Pallas, and from a copy whose Pallas imports name ours (nothing else changed), "
         "on the same fresh random inputs: `interpret` runs on CPU in JAX's TPU or Mosaic GPU "
         "interpret mode (ours: the plugin's), `v5e` compiles ahead of time for one TPU v5e chip "
-        "with libtpu, `cuda` lowers for an NVIDIA GPU without one. `rel`: the max difference of "
+        "with libtpu, `cuda` lowers for an NVIDIA GPU without one, `H100` compiles that for "
+        "an H100 without one (XLA:GPU). `rel`: the max difference of "
         "ours from JAX's output, relative to the largest magnitude of JAX's. No library code is "
         "kept in this repository: the check takes each library's source from `--src NAME=PATH` "
         "or its environment variable, and skips a library whose source is absent.",

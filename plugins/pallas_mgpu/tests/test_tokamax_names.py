@@ -260,6 +260,33 @@ def test_wgmma_accumulator_load_refuses_a_plain_ref():
         k(np.ones((64, 64), np.float32))
 
 
+def _mma_kernel(gpu):
+    """tokamax's sm80 pattern: operands loaded in MMA layouts, Lane semantics."""
+    t = (gpu.TilingTransform((8, 64)), gpu.SwizzleTransform(128))
+
+    @functools.partial(
+        gpu.kernel, out_type=jax.ShapeDtypeStruct((64, 64), F32),
+        scratch_types=[gpu.SMEM((64, 64), jnp.float16, transforms=t),
+                       gpu.SMEM((64, 64), jnp.float16, transforms=t), gpu.Barrier(num_arrivals=2)],
+        compiler_params=gpu.CompilerParams(lowering_semantics=gpu.LoweringSemantics.Lane))
+    def k(a_ref, b_ref, o_ref, a_smem, b_smem, bar):
+        gpu.copy_gmem_to_smem(a_ref, a_smem, bar)
+        gpu.copy_gmem_to_smem(b_ref, b_smem, bar)
+        gpu.barrier_wait(bar)
+        a = gpu.load(a_smem, layout=gpu.Layout.MMA_LHS(jnp.float16))
+        b = gpu.load(b_smem, layout=gpu.Layout.MMA_RHS(jnp.float16))
+        acc = gpu.layout_cast(jnp.zeros((64, 64), F32), gpu.Layout.MMA_ACC(jnp.float16))
+        o_ref[...] = gpu.mma(acc, a, b)
+    return k
+
+
+def test_mma_lowers_for_cuda_as_jax():
+    # (JAX's GPU interpreter has no rule for mma: compared lowered)
+    s = jax.ShapeDtypeStruct((64, 64), jnp.float16)
+    (ours,), (theirs,) = (_modules(_mma_kernel(gpu), s, s) for gpu in (plgpu, jax_plgpu))
+    assert ours.count("mma") == theirs.count("mma") > 0
+
+
 def test_mma_refuses_mismatched_shapes_before_binding():
     with pytest.raises(ValueError, match="do not form"):
         plgpu.mma(jnp.zeros((16, 8)), jnp.zeros((16, 16)), jnp.zeros((8, 8)))

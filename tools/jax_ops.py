@@ -234,6 +234,7 @@ def main(argv=None) -> int:
     cases = [c for c in jax_ops_cases.CASES
              if not a.only or any(c.name.startswith(o) for o in a.only)]
     results = jax_ops_page.load(a.results)
+    full = not a.only and set(a.sizes) == set(jax_ops_cases.SIZES)
     bad = 0
     if "cpu" in a.columns:
         t0 = time.perf_counter()
@@ -242,14 +243,14 @@ def main(argv=None) -> int:
             rows.append(row)
             _log(row)
         bad += sum(r["jax"] == "ok" and r["ours"] != "ok" for r in rows)
-        jax_ops_page.merge_cpu(results, rows, time.perf_counter() - t0)
+        jax_ops_page.merge_cpu(results, rows, time.perf_counter() - t0, full)
     targets = [c for c in a.columns if c in jax_ops_aot.TARGETS]
     if targets:
         t0 = time.perf_counter()
         cells = jax_ops_aot.compile_columns(cases, a.sizes, targets, jobs=a.jobs, log=_log_cell)
         bad += sum(c["jax"]["status"] == "ok" and c["ours"]["status"] != "ok"
                    for by_key in cells.values() for c in by_key.values())
-        jax_ops_page.merge_aot(results, cells, time.perf_counter() - t0, a.jobs)
+        jax_ops_page.merge_aot(results, cells, time.perf_counter() - t0, a.jobs, full)
     if a.results is not None:
         jax_ops_page.save(a.results, results)
     if a.out is not None:

@@ -59,7 +59,7 @@ def _float_argnums(args) -> tuple[int, ...]:
 def _interpret_mode(case, ours: bool):
     """JAX's TPU tests on CPU: the TPU kernels under force_tpu_interpret_mode
     (Mosaic GPU kernels: force_gpu_interpret_mode)."""
-    if case.kind in ("mgpu", "blackwell"):
+    if case.kind in ("mgpu", "mgpu_multi", "blackwell"):
         if ours:
             import pallas_mgpu as plgpu
         else:

@@ -33,7 +33,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 # target -> (platform, the case kinds compiled for it)
-TARGETS = {"v5e": ("tpu", ("tpu",)), "H100": ("cuda", ("gpu", "mgpu")), "A100": ("cuda", ("gpu",)),
+TARGETS = {"v5e": ("tpu", ("tpu",)), "H100": ("cuda", ("gpu", "mgpu", "mgpu_multi")),
+           "A100": ("cuda", ("gpu",)),
            "B200": ("cuda", ("blackwell",))}
 # XLA's description of a GPU the plugins do not ship (Apache-2.0, from XLA's tree)
 _EXTRA_CONFIGS = {"B200": HERE / "gpu_target_configs" / "NVIDIA_B200.txtpb"}
@@ -83,8 +84,11 @@ def make_target(name: str) -> Target:
     else:
         from pallas_triton import aot        # the vendored XLA GPU target descriptions
         config = aot.target_config(str(_EXTRA_CONFIGS.get(name, name)))
-        topo = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
-                                            target_config=config)
+        one, two = (topologies.get_topology_desc(platform="cuda", topology=t,
+                                                 target_config=config)
+                    for t in ("1x1x1", "1x2x1"))    # two GPUs of one host: the collectives
+        return Target(name, platform, jax.sharding.Mesh(np.array(one.devices), ("x",)),
+                      jax.sharding.Mesh(np.array(two.devices), ("x",)))
     devices = np.array(topo.devices)
     return Target(name, platform, jax.sharding.Mesh(devices[:1], ("x",)),
                   jax.sharding.Mesh(devices, ("x",)))

@@ -28,12 +28,13 @@ class Case:
     # compile-only target of tools/jax_ops_aot.py (the kernel called for the device)
     call: Callable[..., Any]
     grad: bool = False                                       # also jax.grad of sum(out)
-    # "gpu" (Triton-style), "tpu", "mgpu" (Mosaic GPU) or "blackwell" (Mosaic GPU, tcgen05)
+    # "gpu" (Triton-style), "tpu", "mgpu" (Mosaic GPU), "mgpu_multi" (its multi-GPU
+    # collectives) or "blackwell" (Mosaic GPU, tcgen05)
     kind: str = "gpu"
     force: bool = True     # tpu: run under force_tpu_interpret_mode (else interpret=True)
     isolate: bool = False  # ours in its own process (its copy registers global state on import)
     rtol: float = 1e-3
-    sharded: bool = False  # compile-only: the first operand split over every chip ("x")
+    sharded: bool = False  # compile-only: the first operand split over every device ("x")
     interpret_params: tuple = ()   # tpu: (name, value) pairs of the forced InterpretParams
     # args -> the exact outputs (NumPy), where they are known: both sides are checked
     expect: Callable[[tuple], list] | None = None
@@ -391,6 +392,71 @@ MGPU_CASES = (
 )
 
 
+# --- multi-GPU Mosaic GPU collectives: over every device (CPU: JAX's GPU interpret mode
+# on the host devices; compile-only: a two-H100 topology) --------------------------------
+
+def _devices_mesh(target):
+    import jax
+    return target.all_devices if target is not None else \
+        jax.make_mesh((jax.device_count(),), ("x",))
+
+
+def _collective_inputs(rng, size):
+    import jax
+    n = jax.device_count()
+    return (_normal(rng, *((n * 128, 128) if size == "small" else (n * 256, 256))),)
+
+
+def _over_devices(fn, target, args, in_specs, out_specs):
+    import jax
+    mesh = _devices_mesh(target)
+    specs = in_specs if isinstance(in_specs, tuple) else (in_specs,)
+    if target is None:      # on CPU the operands are placed here (compile-only: by the caller)
+        args = [jax.device_put(a, jax.sharding.NamedSharding(mesh, s))
+                for a, s in zip(args, specs)]
+    return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=out_specs,
+                         check_vma=False)(*args)
+
+
+def _mgpu_all_gather(mod, args, target=None):
+    import jax
+    return _over_devices(lambda x: mod.all_gather(x, axis_name="x", num_blocks=4), target,
+                         args, jax.P("x"), jax.P())
+
+
+def _mgpu_reduce_scatter(mod, args, target=None):
+    import jax
+    return _over_devices(lambda x: mod.reduce_scatter(x, axis_name="x", num_blocks=4), target,
+                         args, jax.P("x"), jax.P("x"))
+
+
+def _collective_matmul_inputs(rng, size):
+    import jax
+    n, k = jax.device_count(), 128
+    m = 128 if size == "small" else 256
+    return _bf16(rng, n * m, k), _bf16(rng, k, n * m)
+
+
+def _collective_matmul(mod, args, target=None):
+    import jax
+    import jax.numpy as jnp
+    cfg = mod.hopper_matmul_mgpu.TuningConfig(tile_m=64, tile_n=64, tile_k=64,
+                                              max_concurrent_steps=2)
+    return _over_devices(
+        lambda a, b: mod.all_gather_lhs_matmul(a, b, "x", config=cfg, dtype=jnp.bfloat16),
+        target, args, (jax.P("x"), jax.P(None, "x")), jax.P(None, "x"))
+
+
+MULTI_GPU_CASES = (
+    Case("gpu.all_gather_mgpu", "gpu.all_gather_mgpu", _collective_inputs, _mgpu_all_gather,
+         kind="mgpu_multi", sharded=True, rtol=0.0),
+    Case("gpu.reduce_scatter_mgpu", "gpu.reduce_scatter_mgpu", _collective_inputs,
+         _mgpu_reduce_scatter, kind="mgpu_multi", sharded=True),
+    Case("gpu.collective_matmul_mgpu", "gpu.collective_matmul_mgpu", _collective_matmul_inputs,
+         _collective_matmul, kind="mgpu_multi", sharded=True, rtol=1e-2),
+)
+
+
 # --- Blackwell (tcgen05) Mosaic GPU kernels: compiled for a B200 ----------------------
 
 def _bw_matmul_inputs(rng, size):
@@ -424,7 +490,7 @@ BLACKWELL_CASES = (
          _bw_ragged, kind="blackwell", rtol=1e-2),
 )
 
-CASES = GPU_CASES + TPU_CASES + MGPU_CASES + BLACKWELL_CASES
+CASES = GPU_CASES + TPU_CASES + MGPU_CASES + MULTI_GPU_CASES + BLACKWELL_CASES
 
 # What a row's short note refers to, said once under the table.
 NOTES = {
@@ -443,6 +509,4 @@ NOTES = {
 
 # Entry points of the ops tree with no row yet, and why.
 NOT_RUN = {
-    "gpu.all_gather_mgpu, gpu.reduce_scatter_mgpu, gpu.collective_matmul_mgpu":
-        "multi-GPU collectives (NVSHMEM): no CPU path in JAX",
 }

@@ -137,5 +137,5 @@ def test_kernels_run_on_both_sides_and_are_compared(tmp_path):
     np.testing.assert_allclose(saved["arr_0"], 3.0 * x + 1.0, rtol=1e-6, atol=1e-6)
     assert ecosystem_page.summary(res)["modes"]["interpret"] == {"tried": 2, "jax": 2, "ours": 1}
     page = out.read_text()
-    assert "2 work under JAX, **1 of those under ours**" in page
+    assert "kernels tried 2, working under JAX 2, **under ours 1 of those**" in page
     assert "- the rest: nothing else here" in page

@@ -47,8 +47,8 @@ def _library(lib, res: dict) -> list[str]:
     lines += [f"- Pallas files (the ones the import swap changes): {s['files']}; "
               f"{s['clean']} of them use only names ours has."]
     for mode, m in s["modes"].items():
-        lines.append(f"- {MODES.get(mode, mode)}: {m['tried']} kernels tried, {m['jax']} work "
-                     f"under JAX, **{m['ours']} of those under ours**.")
+        lines.append(f"- {MODES.get(mode, mode)}: kernels tried {m['tried']}, working under "
+                     f"JAX {m['jax']}, **under ours {m['ours']} of those**.")
     lines += ["", "| kernel | file | mode | JAX | ours | rel | missing piece / note |",
               "|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
@@ -105,7 +105,11 @@ def write(out: Path, catalog, results: dict) -> None:
         "an H100 without one (XLA:GPU). `rel`: the max difference of "
         "ours from JAX's output, relative to the largest magnitude of JAX's. No library code is "
         "kept in this repository: the check takes each library's source from `--src NAME=PATH` "
-        "or its environment variable, and skips a library whose source is absent.",
+        "or its environment variable, and skips a library whose source is absent. A full run: "
+        "`python tools/ecosystem.py --src tokamax=PATH --src tpu-inference=PATH --h100 --out "
+        "docs/ecosystem.md` (`--only NAME...` runs some kernels, `--json FILE` keeps the "
+        "results, `--from-json FILE...` writes the page from kept ones). CI runs the tool on a "
+        "small library written by `tests/test_ecosystem.py`, with no network.",
         "",
         f"jax {jax.__version__}; {datetime.date.today().isoformat()}.",
         "",

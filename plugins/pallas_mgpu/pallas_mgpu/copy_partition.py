@@ -25,7 +25,8 @@ class _Partitioned(CopyPartition):
 
     def __post_init__(self):
         if not isinstance(self.axis, int) or self.axis < 0:
-            raise ValueError(f"CopyPartition.PARTITIONED: axis must be an int >= 0, got {self.axis!r}.")
+            raise ValueError(
+                f"CopyPartition.PARTITIONED: axis must be an int >= 0, got {self.axis!r}.")
 
     def to_jax(self):
         from jax.experimental.mosaic.gpu.launch_context import CopyPartition as Jax

@@ -52,7 +52,8 @@ class RefUnion:
         """SMEM: ``(bytes,)`` of the largest group (members padded to 1 KiB, as
         JAX lays them out). TMEM: refused (JAX counts TMEM columns)."""
         if self.memory_space is not SMEM:
-            raise NotImplementedError("plgpu.RefUnion.shape: only SMEM unions have a byte size here.")
+            raise NotImplementedError(
+                "plgpu.RefUnion.shape: only SMEM unions have a byte size here.")
         return (max(_group_bytes(g) for g in self.refs),)
 
     @property

@@ -29,7 +29,8 @@ def wgmma_accumulator_load(acc, *, wait_n: int | None = 0):
     until at most ``wait_n`` WGMMAs are in flight (no wait if None)."""
     from pallas_mgpu.memory import WGMMAAccumulatorRef
     if wait_n is not None and wait_n < 0:
-        raise ValueError(f"plgpu.wgmma_accumulator_load: wait_n must be >= 0 or None, got {wait_n}.")
+        raise ValueError(
+            f"plgpu.wgmma_accumulator_load: wait_n must be >= 0 or None, got {wait_n}.")
     space = getattr(jax.typeof(acc), "memory_space", None) if ops._is_ref(acc) else None
     if not isinstance(space, WGMMAAccumulatorRef):
         raise TypeError("plgpu.wgmma_accumulator_load: acc must be a WGMMA accumulator Ref "

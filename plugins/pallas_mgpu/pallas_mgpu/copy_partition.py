@@ -16,6 +16,7 @@ class CopyPartition:
     REPLICATED: "CopyPartition"
 
     def to_jax(self):
+        """JAX's ``CopyPartition`` value of the same kind (each kind gives its own)."""
         raise NotImplementedError
 
 

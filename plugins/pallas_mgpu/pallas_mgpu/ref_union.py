@@ -58,6 +58,7 @@ class RefUnion:
 
     @property
     def dtype(self):
+        """``int8``: the union is sized in bytes, as JAX's."""
         return np.dtype(np.int8)
 
     def get_ref_aval(self):

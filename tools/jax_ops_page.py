@@ -37,23 +37,33 @@ def _today() -> str:
 
 def merge_cpu(results: dict, rows, seconds: float, full: bool) -> None:
     part = results.setdefault("cpu", {"rows": {}})
+    keys = []
     for r in rows:
         grad = r["name"].endswith(GRAD)
         name = r["name"][:-len(GRAD)] if grad else r["name"]
-        part["rows"][jax_ops_aot.rows_key(name, r["size"], grad)] = r
-    part.update(seconds=round(seconds), date=_today(), last_rows=len(rows))
-    if full:      # every case at every size: the time the page quotes
-        part.update(full_seconds=round(seconds), full_date=_today())
+        keys.append(jax_ops_aot.rows_key(name, r["size"], grad))
+        part["rows"][keys[-1]] = r
+    _stamp(part, keys, seconds, full)
+
+
+def _stamp(part: dict, keys, seconds: float, full: bool) -> None:
+    """When the part ran; a full run (every case, every size) is the time the page
+    quotes, and the rows later partial runs updated are counted."""
+    part.update(seconds=round(seconds), date=_today(), last_rows=len(keys))
+    if full:
+        part.update(full_seconds=round(seconds), full_date=_today(), since_full=[])
+    else:
+        part["since_full"] = sorted(set(part.get("since_full", [])) | set(keys))
 
 
 def merge_aot(results: dict, cells: dict, seconds: float, jobs: int, full: bool) -> None:
     part = results.setdefault("aot", {"cells": {}})
     for target, by_key in cells.items():
         part["cells"].setdefault(target, {}).update(by_key)
-    part.update(seconds=round(seconds), jobs=jobs, date=_today(),
-                last_rows=sum(len(v) for v in cells.values()))
+    _stamp(part, [f"{t} {k}" for t, by_key in cells.items() for k in by_key], seconds, full)
+    part["jobs"] = jobs
     if full:
-        part.update(full_seconds=round(seconds), full_date=_today(), full_jobs=jobs)
+        part["full_jobs"] = jobs
 
 
 def _keys():
@@ -68,8 +78,9 @@ def _timing(part: dict, what: str, how: str = "") -> str:
     if "full_seconds" in part:
         text = (f"The full run of this part took {part['full_seconds']} s on this machine "
                 f"(2 shared cores{how}, {part['full_date']})")
-        if part.get("date") != part["full_date"] or part.get("seconds") != part["full_seconds"]:
-            text += f"; a later partial run ({part['date']}) updated {part['last_rows']} {what}"
+        if part.get("since_full"):
+            text += (f"; later partial runs (the last on {part['date']}) updated "
+                     f"{len(part['since_full'])} {what}")
         return text + "."
     return f"Last run {part.get('date', '?')}: {part.get('last_rows', '?')} {what} in " \
            f"{part.get('seconds', '?')} s (a partial run)."
@@ -131,8 +142,8 @@ def _aot_lines(part: dict) -> list[str]:
         "The same calls (not in interpret mode) compiled, never run: TPU kernels AOT for one "
         f"chip of a `{jax_ops_aot.TPU_TOPOLOGY}` topology by libtpu (all_gather over its four "
         "chips), Triton-style GPU kernels by XLA:GPU for an H100 and an A100 without a GPU "
-        "(jax-cuda12-plugin/pjrt), Mosaic GPU kernels by XLA:GPU for an H100 (the Blackwell "
-        "ones for a B200). A cell is "
+        "(jax-cuda12-plugin/pjrt), Mosaic GPU kernels by XLA:GPU for an H100 (the multi-GPU "
+        "collectives over two H100s of one host, the Blackwell ones for a B200). A cell is "
         "JAX / ours: `ok` when `jax.jit(f).trace(...).lower().compile()` succeeded and the "
         "lowered program holds a Pallas kernel call. A target a kernel is not written for "
         "is left blank; a row where JAX fails is listed and not counted.",
@@ -183,6 +194,7 @@ def write_page(out: Path, results: dict) -> None:
         lines += _aot_lines(results["aot"]) + [""]
     lines += ["## Notes", ""]
     lines += [f"- {name}: {text}." for name, text in jax_ops_cases.NOTES.items()]
-    lines += ["", "## Not covered yet", ""]
-    lines += [f"- {what}: {why}." for what, why in jax_ops_cases.NOT_RUN.items()]
+    if jax_ops_cases.NOT_RUN:
+        lines += ["", "## Not covered yet", ""]
+        lines += [f"- {what}: {why}." for what, why in jax_ops_cases.NOT_RUN.items()]
     out.write_text("\n".join(lines) + "\n")

@@ -6,7 +6,8 @@ for devices this machine does not have, under JAX and (imports swapped) ours.
 - Triton-style GPU kernels: compiled device-less by XLA:GPU for an H100 and an
   A100 (jax-cuda12-plugin/pjrt at jaxlib's version; ../shared gpu_paths.md).
 - Mosaic GPU kernels: compiled device-less by XLA:GPU for an H100 (the
-  Blackwell ones, tcgen05, for a B200).
+  multi-GPU collectives for two H100s of one host; the Blackwell ones,
+  tcgen05, for a B200).
 
 A cell is "ok" when ``jit(...).trace(...).lower().compile()`` succeeds and the
 lowered program holds at least one Pallas kernel custom call (so nothing was
@@ -41,6 +42,7 @@ _EXTRA_CONFIGS = {"B200": HERE / "gpu_target_configs" / "NVIDIA_B200.txtpb"}
 TPU_TOPOLOGY = "v5e:2x2"
 _KERNEL_CALL = re.compile(r"custom_call @(tpu_custom_call|__gpu\$xla\.gpu\.triton|mosaic_gpu\w*)")
 ROW_TIMEOUT_S = 900
+_INSTALL = threading.Lock()     # the GPU targets' workers start at once: one install
 
 
 def cuda_site() -> Path:
@@ -56,9 +58,10 @@ def _worker_env(platform: str) -> dict:
     env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
     if platform == "cuda" and importlib.util.find_spec("jax_cuda12_plugin") is None:
         site = cuda_site()
-        if not (site / "jax_cuda12_plugin").exists():
-            subprocess.run([sys.executable, str(HERE / "install_cuda_compiler.py"),
-                            "--target", str(site)], check=True)
+        with _INSTALL:
+            if not (site / "jax_cuda12_plugin").exists():
+                subprocess.run([sys.executable, str(HERE / "install_cuda_compiler.py"),
+                                "--target", str(site)], check=True)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     return env
 

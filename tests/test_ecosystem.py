@@ -54,7 +54,8 @@ def _call_off(mod, args, run):     # ours differs from JAX by a constant
 LIBRARIES = (Library(name="fakelib", repo="example/fakelib", env="PALLAS_FAKELIB_SRC",
                      package="fakelib", requires="nothing",
                      cases=(Case("affine", "fakelib.kern", _inputs, _call, kind="gpu",
-                                 modes=("interpret",)),
+                                 modes=("interpret",),
+                                 reference=lambda args: [3.0 * args[0].astype(float) + 1.0]),
                             Case("affine off", "fakelib.kern", _inputs, _call_off, kind="gpu",
                                  modes=("interpret",))),
                      not_run={"the rest": "nothing else here"}),)
@@ -128,6 +129,7 @@ def test_kernels_run_on_both_sides_and_are_compared(tmp_path):
     same, off = res["rows"]
     assert same["jax"]["status"] == off["jax"]["status"] == "ok", res["rows"]
     assert same["ours"]["status"] == "ok" and same["rel"] <= 1e-6, same
+    assert same["ref_jax"] <= 1e-6 and same["ref_ours"] <= 1e-6, same     # NumPy's 3x + 1
     assert off["ours"]["status"] == "wrong", off
     assert "max rel diff from JAX" in off["ours"]["error"]
     assert status == 1     # a kernel JAX runs that ours does not run right

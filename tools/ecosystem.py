@@ -86,6 +86,7 @@ class Run:
     ours: bool
     interpret: bool           # run on CPU (pass interpret=True where a kernel takes it)
     target: object = None     # jax_ops_aot.Target for "v5e"
+    mesh: object = None       # sharded cases: four devices on axis "x" (CPU, or the target's)
 
 
 def _bare_package(root: Path, name: str) -> None:
@@ -98,7 +99,7 @@ def _bare_package(root: Path, name: str) -> None:
 def _chip_context(case):
     """TPU kernels that ask the mesh for the chip kind: an abstract v5e mesh
     (what JAX's message for a CPU host says to do; the run stays on CPU)."""
-    if case.kind != "tpu":
+    if case.kind != "tpu" or case.sharded:
         return contextlib.nullcontext()
     import jax
 
@@ -144,7 +145,9 @@ def _run_one(case, mod, mode: str, ours: bool, seed: int, out: Path):
     import jax_ops
     args = case.inputs(np.random.default_rng(seed))
     if mode == "interpret":
-        run = Run(mode, ours, True)
+        mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,)) \
+            if case.sharded else None
+        run = Run(mode, ours, True, mesh=mesh)
         with jax_ops._interpret_mode(case, ours), _chip_context(case):
             res = jax.block_until_ready(jax.jit(lambda *xs: case.call(mod, xs, run))(*args))
         outs = [np.asarray(o, np.float64) for o in jax.tree.leaves(res)]
@@ -153,9 +156,10 @@ def _run_one(case, mod, mode: str, ours: bool, seed: int, out: Path):
     import jax_ops_aot
     if mode in ("v5e", "H100"):     # compiled for a device this machine does not have
         target = jax_ops_aot.make_target(mode)
-        run = Run(mode, ours, False, target)
-        sharding = jax.sharding.NamedSharding(target.mesh, jax.sharding.PartitionSpec())
-        with jax.set_mesh(target.mesh):
+        mesh = target.all_devices if case.sharded else target.mesh
+        run = Run(mode, ours, False, target, target.all_devices)
+        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        with jax.set_mesh(mesh):
             lowered = jax.jit(lambda *xs: case.call(mod, xs, run)).trace(
                 *_structs(args, sharding)).lower()
             kernels = len(jax_ops_aot._KERNEL_CALL.findall(lowered.as_text()))
@@ -331,6 +335,26 @@ def _compare(case, mode: str, out: Path, row: dict, side: str = "ours") -> None:
         row[side] = {"status": "wrong", "error": f"max rel diff from JAX {rel:.2e} > {case.rtol}"}
 
 
+def _check_reference(case, mode: str, out: Path, row: dict, seed: int) -> None:
+    """Where the case has a NumPy float64 reference: JAX's and our interpret
+    outputs (the first ones, as many as it returns) against it."""
+    import numpy as np
+
+    from jax_ops import max_rel_diff
+    if mode != "interpret" or case.reference is None:
+        return
+    ref = [np.asarray(r, np.float64) for r in
+           case.reference(case.inputs(np.random.default_rng(seed)))]
+    for side in ("jax", "ours"):
+        if row[side]["status"] == "ok":
+            got = list(np.load(out / f"{side}-{case.name}-{mode}.npz").values())[:len(ref)]
+            rel = max_rel_diff(got, ref)
+            row[f"ref_{side}"] = rel
+            if not rel <= case.ref_rtol:
+                row[side] = {"status": "wrong", "error": f"max rel diff from the NumPy "
+                             f"reference {rel:.2e} > {case.ref_rtol}"}
+
+
 def _modes(case, h100: bool) -> tuple[str, ...]:
     """The case's modes; with ``h100`` a device-less H100 compile after each cuda lowering."""
     return tuple(m for mode in case.modes for m in
@@ -378,6 +402,7 @@ def check_library(catalog: Path, lib, root: Path, work: Path, seed: int, only=No
             row = {"case": c.name, "mode": m, "module": module_file, "rel": None,
                    "jax": _scrub(cells["jax"][key], root, copy),
                    "ours": _scrub(cells["ours"][key], root, copy)}
+            _check_reference(c, m, out, row, seed)
             _compare(c, m, out, row)
             if key in cells.get("probe", {}):
                 row["probe"] = _scrub(cells["probe"][key], root, copy)

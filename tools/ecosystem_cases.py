@@ -30,6 +30,10 @@ class Case:
     modes: tuple[str, ...] = ("interpret", "v5e")
     force: bool = True                           # tpu: under force_tpu_interpret_mode
     interpret_params: tuple = ()                 # tpu: (name, value) pairs for that mode
+    sharded: bool = False          # runs over four devices (run.mesh, axis "x")
+    # NumPy float64 outputs (the first ones) from the inputs: both sides are held to it
+    reference: Callable[[tuple], list] | None = None
+    ref_rtol: float = 1e-3
     rtol: float = 1e-3
     # module functions replaced by a constant for the run, as the library's tests
     # mock them on a host without the chip (e.g. {"get_tpu_version": 5})
@@ -113,6 +117,20 @@ def _rpa_v2(mod, args, run):
     return out[:sum(ql for ql, _ in _SEQS)]
 
 
+def _agmm_inputs(rng):
+    m, k, n = 4 * 128, 256, 4 * 128          # 128 rows of x and columns of y per device
+    return _normal(rng, m, k), _normal(rng, k, n)
+
+
+def _agmm_reference(args):
+    x, y = (np.asarray(a, np.float64) for a in args)
+    return [x @ y]
+
+
+def _agmm(mod, args, run):
+    return mod.all_gather_matmul(*args, run.mesh, "x", bn=128, bk=128)
+
+
 def _conv_inputs(rng):
     lengths, q_loc, dim, ksize = [200, 100], [0, 128, 192], 128, 4
     x = _normal(rng, q_loc[-1], dim)
@@ -154,8 +172,7 @@ TPU_INFERENCE = Library(
         "v3 hd64": "their modules import vllm (a logger, tuned block tables); they run where "
                    "vllm is installed once they get a row",
         "ragged_paged_attention v2 kv_cache_update": "its module imports torch",
-        "collectives (all_gather_matmul, hierrs_sc)": "multi-device kernels (shard_map over a "
-                                                     "mesh); not given a row yet",
+        "collectives: hierrs_sc": "a SparseCore collective; not given a row yet",
         "sparse_core kernels, hierrs_sc": "TPU SparseCore (`tpu_sc`) kernels: a v5e has no "
                                           "SparseCore, and ours lacks the names listed below",
         "mla v1/v2, gdn v1/v3, structured_sparse_matmul, experimental (batched_rpa, "
@@ -169,6 +186,10 @@ TPU_INFERENCE = Library(
         Case("ragged_paged_attention v3", f"{RPA}.v3.kernel", _rpa_v3_inputs, _rpa_v3,
              returns={"get_tpu_version": 5}),
         Case("ragged_paged_attention v2", f"{RPA}.v2.kernel", _rpa_v2_inputs, _rpa_v2),
+        Case("all_gather_matmul (4 devices)",
+             "tpu_inference.kernels.collectives.all_gather_matmul", _agmm_inputs, _agmm,
+             sharded=True, interpret_params=(("dma_execution_mode", "eager"),),
+             reference=_agmm_reference),
         Case("ragged_causal_conv1d", "tpu_inference.kernels.causal_conv1d.causal_conv1d",
              _conv_inputs, _conv),
         Case("gated delta rule decode (gdn v2)", "tpu_inference.kernels.gdn.v2.gdn_decode_kernel",
@@ -191,6 +212,16 @@ def _groups(rng, m, g):
 def _gmm_inputs(rng):
     m, k, n, g = 256, 128, 128, 4
     return _normal(rng, m, k), _normal(rng, g, k, n), _groups(rng, m, g)
+
+
+def _gmm_reference(args):
+    lhs, rhs, sizes = args
+    ends = np.cumsum(sizes)
+    out = np.zeros((lhs.shape[0], rhs.shape[2]))
+    for g, (end, size) in enumerate(zip(ends, sizes)):
+        rows = slice(end - size, end)
+        out[rows] = np.asarray(lhs[rows], np.float64) @ np.asarray(rhs[g], np.float64)
+    return [out]
 
 
 def _tk_gmm(mod, args, run):
@@ -367,7 +398,7 @@ TOKAMAX = Library(
                "pallas_mgpu.RefType", "pallas_mgpu.dynamic_scheduling_loop"),
     cases=(
         Case("ragged_dot gmm (Mosaic TPU)", f"{TK}.ragged_dot.pallas_mosaic_tpu_kernel",
-             _gmm_inputs, _tk_gmm),
+             _gmm_inputs, _tk_gmm, reference=_gmm_reference),
         Case("ragged_dot tgmm (Mosaic TPU)", f"{TK}.ragged_dot.pallas_mosaic_tpu_kernel",
              _tgmm_inputs, _tk_tgmm),
         Case("gmm_v2 (experimental, Mosaic TPU)", f"{TK}.experimental.gmm_v2.gmm_v2",
@@ -377,7 +408,8 @@ TOKAMAX = Library(
              _lsce_inputs, _tk_lsce),
         Case("ragged_dot sm90 (Mosaic GPU)", f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm90",
              _mgpu_ragged_inputs, _tk_mgpu_ragged, kind="mgpu", modes=("interpret", "cuda"),
-             rtol=2e-2, returns={"backend.get_default_device": _H100}),
+             rtol=2e-2, returns={"backend.get_default_device": _H100},
+             reference=_gmm_reference, ref_rtol=2e-2),
         Case("gated linear unit (Triton)", f"{TK}.gated_linear_unit.pallas_triton",
              _glu_inputs, _tk_triton_glu, kind="gpu", modes=("cuda",),
              returns={"grid.jax.devices": [_H100]}),

@@ -49,8 +49,8 @@ def _library(lib, res: dict) -> list[str]:
     for mode, m in s["modes"].items():
         lines.append(f"- {MODES.get(mode, mode)}: kernels tried {m['tried']}, working under "
                      f"JAX {m['jax']}, **under ours {m['ours']} of those**.")
-    lines += ["", "| kernel | file | mode | JAX | ours | rel | missing piece / note |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "| kernel | file | mode | JAX | ours | rel | NumPy (JAX / ours) | "
+              "missing piece / note |", "|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         rel = "" if r.get("rel") is None else f"{r['rel']:.1e}"
         if r["jax"]["status"] != "ok":
@@ -65,8 +65,10 @@ def _library(lib, res: dict) -> list[str]:
             p = r["probe"]
             note += f" — with stand-ins: {p['status']}" + (f", {p['error']}" if p.get(
                 "error") else "")
+        ref = " / ".join("" if r.get(f"ref_{s}") is None else f"{r[f'ref_{s}']:.1e}"
+                         for s in ("jax", "ours")) if "ref_jax" in r or "ref_ours" in r else ""
         lines.append(f"| {r['case']} | `{r['module']}` | {r['mode']} | {r['jax']['status']} | "
-                     f"{r['ours']['status']} | {rel} | {_cell(note)[:500]} |")
+                     f"{r['ours']['status']} | {rel} | {ref} | {_cell(note)[:500]} |")
     if res.get("stand_ins"):
         lines += ["", "\"With stand-ins\": a second run of ours in which each of "
                   + ", ".join(f"`{n}`" for n in res["stand_ins"]) + " (names the library "
@@ -103,7 +105,9 @@ def write(out: Path, catalog, results: dict) -> None:
         "interpret mode (ours: the plugin's), `v5e` compiles ahead of time for one TPU v5e chip "
         "with libtpu, `cuda` lowers for an NVIDIA GPU without one, `H100` compiles that for "
         "an H100 without one (XLA:GPU). `rel`: the max difference of "
-        "ours from JAX's output, relative to the largest magnitude of JAX's. No library code is "
+        "ours from JAX's output, relative to the largest magnitude of JAX's; `NumPy`: the "
+        "same for each side against a float64 NumPy reference, for the kernels that have one "
+        "(past its tolerance a side counts as wrong). No library code is "
         "kept in this repository: the check takes each library's source from `--src NAME=PATH` "
         "or its environment variable, and skips a library whose source is absent. A full run: "
         "`python tools/ecosystem.py --src tokamax=PATH --src tpu-inference=PATH --h100 --out "

@@ -251,6 +251,13 @@ def test_wgmma_accumulator_load_and_transpose_ref(api, rng):
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
 
 
+def test_wgmma_accumulator_load_lowers_for_cuda_as_jax():
+    s = jax.ShapeDtypeStruct((64, 64), jnp.float16)
+    (ours,), (theirs,) = (_modules(_acc_load_kernel(P, gpu), s, s)
+                          for P, gpu in ((pl, plgpu), (jax_pl, jax_plgpu)))
+    assert ours.count("wgmma") == theirs.count("wgmma") > 0
+
+
 def test_wgmma_accumulator_load_refuses_a_plain_ref():
     @functools.partial(plgpu.kernel, out_type=jax.ShapeDtypeStruct((64, 64), F32),
                        interpret=plgpu.InterpretGPUParams())

@@ -297,6 +297,20 @@ def _tk_gmm_v2(mod, args, run):
                       preferred_element_type=jnp.float32)
 
 
+def _tk_triton_ragged(mod, args, run):
+    import importlib
+
+    import jax
+    base = importlib.import_module(f"{TK}.ragged_dot.base")
+    p = jax.lax.Precision.DEFAULT
+    out, _ = mod.PallasTritonRaggedDot()._fwd(
+        args[0], args[1], group_sizes=args[2],
+        ragged_dot_dimension_numbers=base.DEFAULT_RAGGED_DOT_DIM_NUMS, precision=(p, p),
+        preferred_element_type=None, return_residuals=False, maybe_quantize_lhs=False,
+        config=mod.Config(block_m=32, block_n=32, block_k=32, num_stages=2))
+    return out
+
+
 def _lsce_inputs(rng):
     b, h, v = 256, 256, 512
     return _normal(rng, b, h), rng.integers(0, v, size=b).astype(np.int32), _normal(rng, h, v)
@@ -415,6 +429,8 @@ TOKAMAX = Library(
              returns={"grid.jax.devices": [_H100]}),
         Case("layer norm (Triton)", f"{TK}.normalization.pallas_triton",
              _norm_inputs, _tk_triton_norm, kind="gpu", modes=("cuda",)),
+        Case("ragged_dot (Triton)", f"{TK}.ragged_dot.pallas_triton", _gmm_inputs,
+             _tk_triton_ragged, kind="gpu", modes=("cuda",)),
         Case("flash attention (Triton)", f"{TK}.attention.pallas_triton",
              _triton_attn_inputs, _tk_triton_attention, kind="gpu", modes=("cuda",)),
         Case("gated linear unit sm90 (Mosaic GPU)",

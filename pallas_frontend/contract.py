@@ -223,7 +223,7 @@ class KernelIR:
     input_output_aliases: tuple[tuple[int, int], ...] = ()
     compiler_params: Any = None
     cost_estimate: Any = None
-    metadata: tuple[tuple[str, str], ...] = ()
+    metadata: tuple[tuple[str, str | int | float], ...] = ()
     debug: bool = False
     api_version: tuple[int, int] = API_VERSION
     function_name: str = ""              # the kernel function's __name__ (API 1.5)

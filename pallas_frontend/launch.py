@@ -56,7 +56,7 @@ def pallas_call(
     name: str | None = None,
     compiler_params: Any = None,
     cost_estimate: CostEstimate | None = None,
-    metadata: dict[str, str] | None = None,
+    metadata: dict[str, str | int | float] | None = None,
     backend: str | None = None,
 ) -> Callable[..., Any]:
     """Returns a function that runs ``kernel`` once per point of ``grid``.
@@ -79,9 +79,11 @@ def pallas_call(
         raise TypeError(
             f"compiler_params must be a backend's CompilerParams dataclass (e.g. "
             f"pallas_triton.CompilerParams(...)), got {compiler_params!r}.")
-    if metadata is not None and not all(isinstance(k, str) and isinstance(v, str)
+    # JAX's kernels (tokamax's gmm_v2) pass numbers as values too; JAX keeps them as given
+    if metadata is not None and not all(isinstance(k, str) and isinstance(v, (str, int, float))
                                         for k, v in metadata.items()):
-        raise TypeError("metadata must be a dict[str, str].")
+        raise TypeError(f"metadata must map str keys to str, int or float values, got "
+                        f"{metadata!r}.")
     registry.check_interpret_arguments(interpret, compiler_params, backend)
     aliases = dict(input_output_aliases or {})
     normalize_out_shape(out_shape)   # bad shapes are refused here, before any call

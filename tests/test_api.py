@@ -355,6 +355,16 @@ def test_compiler_params_and_cost_estimate_and_metadata(rng, capsys):
     assert "KernelIR v%d.%d 'doubler'" % API_VERSION in printed and "backend: interpret" in printed
 
 
+def test_metadata_takes_numbers_as_jax_does(rng):
+    # tokamax's gmm_v2 passes int and float values; a list is refused before anything runs
+    x = rand(rng, 16)
+    out = run1(lambda a, o: o.__setitem__(..., a[...] + 1.0), x,
+               metadata={"tile_m": 128, "scale": 0.5, "owner": "tests"})
+    np.testing.assert_allclose(out, x.astype(np.float64) + 1.0, rtol=1e-6)
+    with pytest.raises(TypeError, match="str, int or float values"):
+        run1(lambda a, o: o.__setitem__(..., a[...]), x, metadata={"tiles": [1, 2]})
+
+
 def test_interpret_true_runs_the_reference_interpreter(rng):
     x = rand(rng, 32)
     out = run1(lambda a, o: o.__setitem__(..., jnp.tanh(a[...])), x, interpret=True)

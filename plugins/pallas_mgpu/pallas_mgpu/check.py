@@ -101,18 +101,14 @@ def _check_mapping(kernel: KernelIR, m):
 
 
 def _check_dot(kernel: KernelIR, eqn):
-    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
-    shapes = [v.aval.shape for v in eqn.invars]
-    if lb or rb or any(len(s) != 2 for s in shapes):
-        _fail(kernel, _where(eqn, kernel), f"a batched or non-2-D matmul {shapes}",
-              "WGMMA multiplies 2-D tiles; loop over the batch dim.")
-    m = shapes[0][1 - lc[0]]
-    n = shapes[1][1 - rc[0]]
-    if m % 64 or n % 8:
-        _fail(kernel, _where(eqn, kernel), f"a matmul of {shapes} (m={m}, n={n})",
-              "WGMMA tiles are 64 rows by a multiple of 8 columns: make the block's m a "
-              "multiple of 64 and n a multiple of 8, or run with "
-              "interpret=pallas_mgpu.InterpretParams().")
+    from pallas_mgpu import dot_paths
+    plan = dot_paths.plan_eqn(eqn)
+    if plan.path is None:
+        shapes = [tuple(v.aval.shape) for v in eqn.invars]
+        _fail(kernel, _where(eqn, kernel),
+              f"a {plan.dtype} matmul of {shapes} (m={plan.m}, n={plan.n}, k={plan.k})",
+              f"No Hopper matmul instruction maps it: {plan.reason}. Reshape the blocks, or run "
+              "with interpret=pallas_mgpu.InterpretParams().")
 
 
 # What only the Mosaic GPU compiler refuses (interpret mode runs it): checked
@@ -142,11 +138,6 @@ def check_compiled(kernel: KernelIR) -> None:
         if name == "dot_general":
             # JAX's GPU interpreter multiplies any shapes; only WGMMA has tiles
             _check_dot(kernel, eqn)
-            (lc, rc), _ = eqn.params["dimension_numbers"]
-            if any(np.dtype(v.aval.dtype) == np.float32 for v in eqn.invars) and tuple(rc) == (0,):
-                _fail(kernel, _where(eqn, kernel), "a float32 matmul with a (k, n) right operand",
-                      "Mosaic GPU's float32 (tf32) WGMMA needs the right operand K-major "
-                      "(jnp.dot(x, w.T) with w blocks of shape (n, k)); or use float16/bfloat16.")
         if name.startswith("reduce_") and eqn.invars and len(eqn.invars[0].aval.shape) == 2:
             shape = eqn.invars[0].aval.shape
             if layouts.tile_layout(shape) is None:

@@ -219,7 +219,7 @@ def _swap(eqn, invals):
     idx = _index(indexer, ref.shape)
     if _layout_hints["on"]:
         from pallas_mgpu import layouts
-        val = layouts.cast_stored_vector(val)
+        val = layouts.cast_stored(val)
     old = ref[idx] if _has_uses(eqn) else None
     ref[idx] = val
     return old if old is not None else val

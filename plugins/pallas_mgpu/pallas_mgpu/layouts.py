@@ -67,10 +67,14 @@ def vector_layout(n: int):
                               lane_dims=lanes, vector_dim=-1)
 
 
-def cast_stored_vector(value):
-    """A 1-D value stored to a Ref, with a layout if the default has none."""
+def cast_stored(value):
+    """A value stored to a Ref, with a layout: a 1-D one if the default has
+    none, a 2-D tile its tile's (else a constant stored whole, e.g. zeros,
+    leaves Mosaic GPU's layout search to try every layout it knows: minutes)."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
     shape = getattr(value, "shape", ())
+    if len(shape) == 2:
+        return cast_tile(value)
     if len(shape) != 1 or shape[0] % 128 == 0:
         return value
     return plgpu.layout_cast(value, vector_layout(shape[0]))

@@ -1,7 +1,8 @@
 """Matmuls in portable kernels: ``jnp.dot`` of two blocks read whole from
-SMEM becomes a WGMMA (``plgpu.wgmma`` into a scoped register accumulator),
-the only matmul Mosaic GPU has on Hopper. Other matmuls are left to JAX
-(fine in interpret mode; Mosaic GPU's compiler refuses them)."""
+SMEM becomes a WGMMA (``plgpu.wgmma`` into a scoped register accumulator)
+where its 64-row tiles fit (``dot_paths.py``); when compiling, the rest that
+``mma.sync`` tiles goes to ``mma_dot.py``. Other matmuls are left to JAX
+(fine in interpret mode; ``check.py`` refuses them before compiling)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from pallas_mgpu import evaluate
+from pallas_mgpu import dot_paths, evaluate, mma_dot
 
 WGMMA_DTYPES = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 _state = {"interpreting": False}
@@ -40,12 +41,16 @@ def _dot_general(eqn, invals):
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
     out = eqn.outvars[0].aval
-    dtypes = {np.dtype(v.dtype) for v in invals}
-    # In interpret mode float32 stays an exact float32 dot (WGMMA would be tf32).
-    use_wgmma = dtypes <= set(WGMMA_DTYPES) or (
-        dtypes == {np.dtype(np.float32)} and not _state["interpreting"])
+    plan = dot_paths.plan_eqn(eqn)
+    # In interpret mode float32 stays an exact float32 dot (WGMMA would be tf32),
+    # and JAX's GPU interpreter has no mma.sync.
+    use_wgmma = plan.path == "wgmma" and (plan.dtype != "float32" or not _state["interpreting"])
     operands = _wgmma_operands(eqn, invals) if use_wgmma else None
     if operands is None:
+        (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+        if (not _state["interpreting"] and plan.path is not None and tuple(lc) == (1,)
+                and tuple(rc) == (0,) and dot_paths.mma_fits(plan.m, plan.n, plan.k)):
+            return mma_dot.dot(invals, plan, out.dtype)
         return eqn.primitive.bind(*invals, **eqn.params)
     a_ref, b_ref = operands
     acc_dtype = jnp.int32 if jnp.issubdtype(out.dtype, jnp.integer) else jnp.float32

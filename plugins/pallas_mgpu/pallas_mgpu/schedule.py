@@ -13,6 +13,7 @@ import pallas_frontend as pf
 from pallas_frontend import backend_api
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 
+from pallas_mgpu import dot_paths
 from pallas_mgpu.memory import SwizzleTransform, TilingTransform, is_gmem
 from pallas_mgpu.params import CompilerParams
 
@@ -208,7 +209,8 @@ def _dot_operand_mappings(kernel: KernelIR) -> set[int]:
             read_from[eqn.outvars[0]] = operand_of[eqn.invars[0]]
     used = set()
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
+        # mma.sync operands are loaded from plain (unswizzled) SMEM
+        if eqn.primitive.name == "dot_general" and dot_paths.plan_eqn(eqn).path == "wgmma":
             used |= {read_from[v] for v in eqn.invars if v in read_from}
     return used
 

@@ -23,6 +23,7 @@ from pallas_tpu.params import (
     reset_tpu_interpret_mode_state, set_tpu_interpret_mode)
 from pallas_tpu.buffered_ref import BufferedRef, BufferType
 from pallas_tpu.pipeline import emit_pipeline, emit_pipeline_with_allocations
+from pallas_tpu.pipeline_schedule import PipelineStep
 from pallas_tpu.primitives import (
     AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
     make_async_remote_copy, prng_random_bits, prng_seed, reciprocal, store, sync_copy)
@@ -40,7 +41,7 @@ __all__ = [
     "PrefetchScalarGridSpec", "SEMAPHORE", "SMEM", "SUBCORE_PARALLEL", "SemaphoreType",
     "SideEffectType", "TpuBackend", "VMEM", "__version__", "async_copy", "async_remote_copy",
     "BufferType", "BufferedRef", "bitcast", "einshape", "emit_pipeline",
-    "emit_pipeline_with_allocations", "force_tpu_interpret_mode", "load", "make_async_copy",
+    "emit_pipeline_with_allocations", "PipelineStep", "force_tpu_interpret_mode", "load", "make_async_copy",
     "make_async_remote_copy", "prng_random_bits", "prng_seed", "reciprocal", "roll",
     "set_tpu_interpret_mode", "stateful_bernoulli", "stateful_bits", "stateful_normal",
     "stateful_uniform", "store", "sync_copy",

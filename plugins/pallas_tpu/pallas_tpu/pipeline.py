@@ -54,8 +54,8 @@ def _trace_index_map(spec: pf.BlockSpec, n_grid: int, dims):
         for v, d in zip(out, dims):
             if isinstance(d, pf.BoundedSlice):
                 if not (hasattr(v, "start") and hasattr(v, "size")):
-                    raise ValueError("emit_pipeline: the index map must return pl.ds(start, "
-                                     f"size) for a BoundedSlice dim, got {v!r}.")
+                    raise ValueError("emit_pipeline: Must return a pl.ds from the index_map "
+                                     f"for a BoundedSlice dimension (start, size), got {v!r}.")
                 leaves += [jnp.asarray(v.start, jnp.int32), jnp.asarray(v.size, jnp.int32)]
             else:
                 leaves.append(jnp.asarray(v, jnp.int32))
@@ -124,7 +124,8 @@ def _static_or_traced(grid):
     for g in grid:
         if isinstance(g, (int, np.integer)):
             if g <= 0:
-                raise ValueError(f"emit_pipeline grid sizes must be positive, got {tuple(grid)}")
+                raise ValueError("emit_pipeline: All elements in the grid must be strictly "
+                                 f"positive, but got grid={tuple(grid)}")
             static.append(int(g))
         else:
             static.append(None)
@@ -135,13 +136,16 @@ def _static_or_traced(grid):
 def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=None,
                   core_axis=None, core_axis_name=None,
                   dimension_semantics: Sequence[str] | None = None, trace_scopes: bool = True,
-                  no_pipelining: bool = False, output_wait_read_only: bool = False):
+                  no_pipelining: bool = False, output_wait_read_only: bool = False,
+                  _explicit_indices: bool = False):
     """Returns ``pipeline(*in_refs, *out_refs)`` that runs ``body(*in_blocks,
     *out_blocks)`` over ``grid``, double-buffering the blocks the BlockSpecs
     select between the given (HBM/ANY) Refs, or views of them, and VMEM.
 
     Grid sizes may be traced int32 scalars. The keywords after ``out_specs``
-    are JAX's, passed to its ``emit_pipeline`` when the kernel is rebuilt."""
+    are JAX's; with ``_explicit_indices`` the body takes a ``PipelineStep``
+    first (and ``pl.program_id`` stays the kernel's, as in JAX). ``in_specs``
+    and ``out_specs`` may be pytrees matching the (pytree) operands."""
     static_grid, _ = _static_or_traced(grid)     # validates before any tracing
     if core_axis is not None and core_axis_name is not None:
         raise ValueError("emit_pipeline: pass core_axis or core_axis_name, not both.")
@@ -150,9 +154,12 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
     options = (("tiling", tiling), ("core_axis", core_axis),
                ("core_axis_name", core_axis_name), ("trace_scopes", bool(trace_scopes)),
                ("no_pipelining", bool(no_pipelining)),
-               ("output_wait_read_only", bool(output_wait_read_only)))
+               ("output_wait_read_only", bool(output_wait_read_only)),
+               ("_explicit_indices", bool(_explicit_indices)))
 
     def pipeline(*refs, allocations=None, scratches=None):
+        if not all(isinstance(sp, pf.BlockSpec) for sp in specs):
+            return _flattened(refs, allocations, scratches)
         if allocations is not None or scratches is not None:
             return _with_allocations(refs, allocations, scratches)
         if len(refs) != len(specs):
@@ -172,13 +179,19 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
 
         n_grid = len(static_grid)
 
+        n_index = n_grid + int(_explicit_indices)
+
         def flat_body(*args):
             # the body's pl.program_id is the pipeline's: its indices are inputs
-            # of the body jaxpr, fed from JAX's pl.program_id at replay
-            with backend_api.nested_grid(args[:n_grid], tuple(grid)):
-                body(*args[n_grid:])
+            # of the body jaxpr, fed from JAX's pl.program_id (or PipelineStep) at replay
+            if _explicit_indices:
+                body(pipeline_schedule.PipelineStep(tuple(args[:n_grid]), args[n_grid]),
+                     *args[n_index:])
+            else:
+                with backend_api.nested_grid(args[:n_grid], tuple(grid)):
+                    body(*args[n_grid:])
             return []
-        index_avals = [jax.core.ShapedArray((), jnp.int32)] * n_grid
+        index_avals = [jax.core.ShapedArray((), jnp.int32)] * n_index
         body_jaxpr, consts = backend_api.trace_body(flat_body, index_avals + block_avals,
                                                        traced_for="emit_pipeline body")
         index_maps = tuple(_trace_index_map(s, len(static_grid), d) for s, d in zip(specs, dims))
@@ -208,7 +221,8 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
                 "core axis) and run one pipeline per core.")
         scratches = () if scratches is None else tuple(scratches)
         run = functools.partial(pipeline_schedule.run_pipeline, body, grid,
-                                scratches=scratches, no_pipelining=bool(no_pipelining))
+                                scratches=scratches, no_pipelining=bool(no_pipelining),
+                                explicit_indices=bool(_explicit_indices))
         if allocations is None:
             allocations = ()
         allocations = tuple(allocations)
@@ -224,6 +238,27 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
             return pf.run_scoped(lambda more: run(refs, (*allocations, *more)), missing)
         raise TypeError(f"emit_pipeline: {len(allocations)} allocations for {len(refs)} "
                         f"operands; pass one BufferedRef per operand (or none).")
+    def _flattened(refs, allocations, scratches):
+        # pytrees of specs and operands: one pipeline over their leaves, whose
+        # body rebuilds the trees
+        is_spec = lambda x: isinstance(x, pf.BlockSpec)
+        ins, outs = tuple(_spec_list(in_specs)), tuple(_spec_list(out_specs))
+        leaves, tree = jax.tree.flatten((ins, outs), is_leaf=is_spec)
+        ref_leaves = tree.flatten_up_to((tuple(refs[:len(ins)]), tuple(refs[len(ins):])))
+        n_in_leaves = len(jax.tree.leaves(ins, is_leaf=is_spec))
+        lead = int(_explicit_indices)
+
+        def flat_body(*args):
+            blocks = args[lead:lead + len(leaves)]
+            bi, bo = jax.tree.unflatten(tree, blocks)
+            body(*args[:lead], *bi, *bo, *args[lead + len(leaves):])
+        flat = emit_pipeline(
+            flat_body, grid=grid, in_specs=leaves[:n_in_leaves], out_specs=leaves[n_in_leaves:],
+            tiling=tiling, core_axis=core_axis, core_axis_name=core_axis_name,
+            dimension_semantics=dimension_semantics, trace_scopes=trace_scopes,
+            no_pipelining=no_pipelining, output_wait_read_only=output_wait_read_only,
+            _explicit_indices=_explicit_indices)
+        return flat(*ref_leaves, allocations=allocations, scratches=scratches)
     return pipeline
 
 
@@ -262,7 +297,11 @@ def replay_emit_pipeline(eqn, invals):
              for dims, im in zip(p["block_dims"], p["index_maps"])]
 
     def inner(*blocks):
-        ids = [pl.program_id(a) for a in range(len(grid))]
+        if dict(p["options"]).get("_explicit_indices"):
+            step, blocks = blocks[0], blocks[1:]
+            ids = [*step.index, step.local_index]
+        else:
+            ids = [pl.program_id(a) for a in range(len(grid))]
         evaluate.eval_jaxpr(p["body"], (), *consts, *ids, *blocks)
     kwargs = {k: v for k, v in p["options"] if v is not None}
     sem = p["dimension_semantics"]

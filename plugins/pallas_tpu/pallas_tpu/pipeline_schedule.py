@@ -34,6 +34,15 @@ from pallas_tpu.buffered_ref import BufferedRef, BufferType, source_space
 _SLOTS = ("copy_in_slot", "wait_in_slot", "copy_out_slot", "wait_out_slot", "next_fetch")
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class PipelineStep:
+    """What a body made with ``_explicit_indices=True`` gets first: the grid
+    indices of this step and its position in the (per-core) loop."""
+    index: tuple
+    local_index: object
+
+
 def _or(a, b):
     if a is True or b is True:
         return True
@@ -101,7 +110,7 @@ def _active(bref) -> bool:
     return bref.is_buffered and not bref.is_trivial_windowing
 
 
-def _step(grid: _Grid, s, brefs, refs, body, scratches, no_pipelining):
+def _step(grid: _Grid, s, brefs, refs, body, scratches, no_pipelining, explicit_indices):
     """One pipeline step; returns the brefs with their slot counters advanced.
     As in JAX, every fetch is started before any wait, and every write-back
     before waiting on earlier ones."""
@@ -126,8 +135,12 @@ def _step(grid: _Grid, s, brefs, refs, body, scratches, no_pipelining):
         arrived = True if no_pipelining else \
             _or(first, grid.changed(b, s - 1, s)) & (s >= b.prefetched_count)
         _when(arrived, functools.partial(b.wait_in, r, idx))
-    with nested_grid(idx, grid.grid):
-        body(*[b.current_ref for b in brefs], *scratches)
+    blocks = [b.current_ref for b in brefs]
+    if explicit_indices:     # as in JAX, pl.program_id then stays the kernel's
+        body(PipelineStep(idx, jnp.asarray(s, jnp.int32)), *blocks, *scratches)
+    else:
+        with nested_grid(idx, grid.grid):
+            body(*blocks, *scratches)
     moving = {k: _or(last, grid.changed(brefs[k], s, s + 1)) for k in set(ins) | set(outs)}
     for k in outs:
         b, r = brefs[k], refs[k]
@@ -185,7 +198,8 @@ def pf_sync_copy(src, dst):
     sync_copy(src, dst)
 
 
-def run_pipeline(body, grid, refs, allocations, *, scratches=(), no_pipelining=False):
+def run_pipeline(body, grid, refs, allocations, *, scratches=(), no_pipelining=False,
+                 explicit_indices=False):
     """Runs ``body`` over ``grid`` with ``allocations`` (BufferedRefs, one per ref)."""
     alloc_leaves, tree = jax.tree.flatten(
         tuple(allocations), is_leaf=lambda x: isinstance(x, BufferedRef) or x is None)
@@ -203,7 +217,7 @@ def run_pipeline(body, grid, refs, allocations, *, scratches=(), no_pipelining=F
 
         def loop(s, slots):
             cur = [dataclasses.replace(b, **dict(zip(_SLOTS, st))) for b, st in zip(bs, slots)]
-            cur = _step(g, s, cur, ref_leaves, body, scratches, no_pipelining)
+            cur = _step(g, s, cur, ref_leaves, body, scratches, no_pipelining, explicit_indices)
             return [tuple(getattr(b, f) for f in _SLOTS) for b in cur]
         slots = [tuple(getattr(b, f) for f in _SLOTS) for b in bs]
         slots = jax.lax.fori_loop(0, g.num_steps, loop, slots)

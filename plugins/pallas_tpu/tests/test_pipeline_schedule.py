@@ -192,3 +192,36 @@ def test_program_id_in_recorded_pipelines(case, aot_compile):
     _, text = aot_compile(functools.partial(call, compiler_params=pltpu.CompilerParams()),
                           jnp.zeros(x.shape, jnp.float32))
     assert "tpu_custom_call" in text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pytree_specs_and_explicit_indices(mode):
+    """JAX's non-flat args: specs and operands as matching pytrees; and a body
+    that takes a PipelineStep first (``_explicit_indices``)."""
+    rng = np.random.default_rng()
+    x, y, z = (rng.standard_normal((512,)).astype(np.float32) for _ in range(3))
+    spec = pl.BlockSpec((256,), lambda i: (i,))
+
+    def body(step, ins, outs):
+        (xb,), (yb, zb) = ins[0], ins[2]
+        scale = (step.index[0] + 1).astype(jnp.float32) + step.local_index.astype(jnp.float32)
+        outs[0][...] = (xb[...] + yb[...]) * scale
+        outs[1][...] = zb[...]
+
+    def kernel(x_ref, y_ref, z_ref, o1, o2):
+        pltpu.emit_pipeline(body, grid=(2,), in_specs=([(spec,), (), (spec, spec)],),
+                            out_specs=([spec, spec],), _explicit_indices=True)(
+            [(x_ref,), (), (y_ref, z_ref)], [o1, o2])
+
+    o1, o2 = pl.pallas_call(
+        kernel, out_shape=[jax.ShapeDtypeStruct((512,), jnp.float32)] * 2,
+        in_specs=[ANY_SPEC] * 3, out_specs=[ANY_SPEC] * 2,
+        interpret=_interpret(mode))(*map(jnp.asarray, (x, y, z)))
+    want = (x.astype(np.float64) + y) * np.repeat([1.0, 3.0], 256)   # index + 1 + step
+    np.testing.assert_allclose(np.asarray(o1), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(o2), z)
+
+
+def test_empty_grid_is_refused_with_jaxs_words():
+    with pytest.raises(ValueError, match="All elements in the grid must be strictly positive"):
+        pltpu.emit_pipeline(lambda o: None, grid=(0,), out_specs=[pl.BlockSpec((8, 128))])

@@ -130,6 +130,7 @@ def check_compiled(kernel: KernelIR) -> None:
                   "On the GPU the write would change the caller's array. Widen the block, or "
                   "keep the state in an output or a scratch buffer.")
     _check_tma_boxes(kernel)
+    _check_smem(kernel)
     for eqn in kernel.iter_equations():
         name = eqn.primitive.name
         if name in _NO_COMPILED_LOWERING:
@@ -168,3 +169,14 @@ def _check_tma_boxes(kernel: KernelIR) -> None:
                   f"({schedule.MAX_TMA_BOX} elements a dim)",
                   "WGMMA reads its operands from swizzled SMEM tiles, which only box-sized TMA "
                   f"copies fill: keep the block dims of matmul operands at most {schedule.MAX_TMA_BOX}.")
+
+
+def _check_smem(kernel: KernelIR) -> None:
+    use = schedule.smem_use(kernel)
+    total = sum(b for b, _ in use)
+    if total > schedule.SMEM_BYTES:
+        parts = ", ".join(f"{what}: {b // 1024} KiB" for b, what in sorted(use, reverse=True))
+        _fail(kernel, kernel.source,
+              f"its SMEM blocks need {total // 1024} KiB ({parts})",
+              f"A CTA has at most {schedule.SMEM_BYTES // 1024} KiB of SMEM on an H100. Use smaller "
+              "blocks, or CompilerParams(max_concurrent_steps=1) to keep one slot per streamed input.")

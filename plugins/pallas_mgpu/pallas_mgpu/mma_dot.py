@@ -17,68 +17,78 @@ import numpy as np
 
 from pallas_mgpu import dot_paths, evaluate, layouts
 
-K_SLICE = 64     # the k of the operand slices held in registers at once
-
-
 def dot(invals, plan: dot_paths.DotPlan, out_dtype):
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
     split = plan.dtype == "float32"
     op_dtype = jnp.bfloat16 if split else jnp.dtype(plan.dtype)
     warps = dot_paths.m_warps(plan.m, plan.n)
-    shapes = ((plan.m, plan.k), (plan.k, plan.n))
+    step = int(np.gcd(plan.k, K_SLICE_SPLIT if split else K_SLICE))
     whole = [evaluate.ref_read_whole(v) for v in invals]
-    refs = [None if split else r for r in whole]
+    # how each operand reaches the MMA: "ref" (its SMEM block, as is), "slice"
+    # (from its SMEM block, converted one k slice at a time), "value" (staged once)
+    how = ["slice" if split and r is not None else "ref" if r is not None else "value"
+           for r in whole]
+    pieces = 2 if split else 1
     scratch = []
-    for shape, ref in zip(shapes, refs):
-        if ref is None:
-            scratch += [plgpu.SMEM(shape, op_dtype)] * (2 if split else 1)
-    scratch.append(plgpu.SMEM((plan.m, plan.n), jnp.float32))
+    for h, shape, sliced in zip(how, ((plan.m, plan.k), (plan.k, plan.n)),
+                                ((plan.m, step), (step, plan.n))):
+        if h != "ref":
+            scratch += [plgpu.SMEM(shape if h == "value" else sliced, op_dtype)] * pieces
+    acc_layout = plgpu.Layout.MMA_ACC(op_dtype, m_warps=warps)
+    tile = layouts.tile_layout((plan.m, plan.n))
+    # the result goes through SMEM when the rest of the kernel lays the tile out otherwise
+    park = tile is None or acc_layout.to_mgpu() != tile.to_mgpu()
+    if park:
+        scratch.append(plgpu.SMEM((plan.m, plan.n), jnp.float32))
 
     def scope(*bufs):
         bufs = list(bufs)
-        result_buf = bufs.pop()
+        parked = bufs.pop() if park else None
         parts = []                     # per operand: its SMEM pieces (hi[, lo])
-        for value, ref, source in zip(invals, refs, whole):
-            if ref is not None:
-                parts.append([ref])
+        for value, h, source in zip(invals, how, whole):
+            if h == "ref":
+                parts.append([source])
                 continue
-            targets = [bufs.pop(0) for _ in range(2 if split else 1)]
-            _stage(value, source, targets, op_dtype)
+            targets = [bufs.pop(0) for _ in range(pieces)]
+            if h == "value":
+                _convert(value, targets, (slice(None), slice(None)), op_dtype)
             parts.append(targets)
         lhs_layout = plgpu.Layout.MMA_LHS(op_dtype, m_warps=warps)
         rhs_layout = plgpu.Layout.MMA_RHS(op_dtype, m_warps=warps)
-        acc = plgpu.layout_cast(jnp.zeros((plan.m, plan.n), jnp.float32),
-                                plgpu.Layout.MMA_ACC(op_dtype, m_warps=warps))
+        acc = plgpu.layout_cast(jnp.zeros((plan.m, plan.n), jnp.float32), acc_layout)
         # float32: the small cross terms first, then hi * hi
         products = ((1, 0), (0, 1), (0, 0)) if split else ((0, 0),)
-        step = int(np.gcd(plan.k, K_SLICE))
         for k0 in range(0, plan.k, step):
-            lhs = [plgpu.layout_cast(r[:, pl.ds(k0, step)], lhs_layout) for r in parts[0]]
-            rhs = [plgpu.layout_cast(r[pl.ds(k0, step), :], rhs_layout) for r in parts[1]]
+            window = ((slice(None), pl.ds(k0, step)), (pl.ds(k0, step), slice(None)))
+            for i, (h, source) in enumerate(zip(how, whole)):
+                if h == "slice":
+                    _convert(layouts.cast_tile(source[window[i]]), parts[i],
+                             (slice(None), slice(None)), op_dtype)
+            lhs = [plgpu.layout_cast(r[window[0] if how[0] != "slice" else ...], lhs_layout)
+                   for r in parts[0]]
+            rhs = [plgpu.layout_cast(r[window[1] if how[1] != "slice" else ...], rhs_layout)
+                   for r in parts[1]]
             for i, j in products:
                 acc = plgpu.mma(acc, lhs[i], rhs[j])
-        result_buf[...] = acc
-        return layouts.cast_tile(result_buf[...])
+        if parked is None:
+            return acc
+        parked[...] = acc
+        return layouts.cast_tile(parked[...])
 
     result = pl.run_scoped(scope, *scratch)
     return result.astype(out_dtype) if result.dtype != out_dtype else result
 
 
-STAGE_ROWS = 32      # rows of a float32 operand converted at once (register pressure)
+K_SLICE = 64          # the k of the operand slices held in registers at once
+K_SLICE_SPLIT = 32    # float32: the k of the slices converted to bfloat16 at once
 
 
-def _stage(value, source, targets, op_dtype):
-    """Writes ``value`` into ``targets`` in ``op_dtype`` (float32: its high
-    and low bfloat16 parts); from its SMEM ``source`` a few rows at a time
-    when it was read whole from one (then only those rows are in registers)."""
-    from jax.experimental import pallas as pl
-    rows = value.shape[0]
-    step = int(np.gcd(rows, STAGE_ROWS)) if source is not None else rows
-    for r0 in range(0, rows, step):
-        window = (pl.ds(r0, step), slice(None))
-        part = layouts.cast_tile(source[window] if source is not None else value)
-        hi = part.astype(op_dtype)
-        targets[0][window] = hi
-        if len(targets) > 1:
-            targets[1][window] = (part - hi.astype(jnp.float32)).astype(op_dtype)
+def _convert(value, targets, window, op_dtype):
+    """Writes ``value`` into ``targets[window]`` in ``op_dtype`` (two targets:
+    its high and low bfloat16 parts)."""
+    value = layouts.cast_tile(value)
+    hi = value.astype(op_dtype)
+    targets[0][window] = hi
+    if len(targets) > 1:
+        targets[1][window] = (value - hi.astype(jnp.float32)).astype(op_dtype)

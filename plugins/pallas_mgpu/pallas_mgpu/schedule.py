@@ -264,3 +264,29 @@ def written_mask(kernel: KernelIR, m: BlockMapping):
 
 def grid_points(kernel: KernelIR) -> int:
     return int(np.prod(kernel.grid)) if kernel.grid else 1
+
+
+SMEM_BYTES = 232448    # the most SMEM a CTA may use on an H100 (227 KiB)
+
+
+def smem_use(kernel: KernelIR) -> list[tuple[int, str]]:
+    """The SMEM the rebuilt kernel holds for its blocks and scratch, as
+    ``(bytes, what)``: a streamed input once per pipeline slot, an output or a
+    written input once, scratch as declared."""
+    params = kernel.compiler_params
+    steps = params.max_concurrent_steps if isinstance(params, CompilerParams) else 2
+    plan = plan_grid(kernel)
+    slots = max(1, min(steps, plan.num_steps))
+    written = set(written_inputs(kernel))
+    use = []
+    for k, m in enumerate(kernel.mappings):
+        if is_whole(m):
+            continue
+        size = int(np.prod(m.block_shape)) * np.dtype(m.dtype).itemsize
+        n = slots if k < len(kernel.in_mappings) and k not in written else 1
+        use.append((size * n, f"{m.origin} block {m.block_shape} x{n}"))
+    for a in kernel.scratch_avals:
+        shape, dtype = a.inner_aval.shape, a.inner_aval.dtype
+        if not is_gmem(a.memory_space):
+            use.append((int(np.prod(shape)) * np.dtype(dtype).itemsize, f"scratch {tuple(shape)}"))
+    return use

@@ -398,9 +398,8 @@ TOKAMAX = Library(
                                                                                 "yet",
     },
     gaps={
-        "gmm_v2 (experimental, Mosaic TPU)": "`pallas_call(metadata=...)` with int and float "
-                                             "values (ours takes str values only; JAX "
-                                             "passes them on)",
+        "gmm_v2 (experimental, Mosaic TPU)": "`pltpu.emit_pipeline` with `core_axis_name` "
+                                             "and scratch allocations (pallas_tpu)",
         "linear softmax cross-entropy fwd (Mosaic TPU)": "`pltpu.emit_pipeline` with "
                                                          "`core_axis_name` and scratch "
                                                          "allocations (pallas_tpu)",

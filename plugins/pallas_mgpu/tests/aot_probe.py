@@ -31,10 +31,33 @@ def _cases():
         "matmul_f16": (K.blocked_matmul(256, 256, 512, 64, 128, 64, **cp),
                        [S((256, 512), jnp.float16), S((512, 256), jnp.float16)]),
         "softmax": (K.softmax(256, 128, 64, **cp), [S((256, 128), jnp.float32)]),
+        # block shapes past Mosaic GPU's native tiles (issue 25; test_block_shapes.py)
+        "add_block_1024": (K.vector_add(3000, 1024, **cp), [S((3000,), jnp.float32)] * 2),
+        "add_8_no_grid": (_small_add(8, cp), [S((8,), jnp.float32)] * 2),
+        "softmax_rows_8": (K.softmax(128, 64, 8, **cp), [S((128, 64), jnp.float32)]),
+        "layer_norm_rows_8": (K.layer_norm(128, 128, 8, 1e-5, **cp),
+                              [S((128, 128), jnp.float32), S((128,), jnp.float32), S((128,), jnp.float32)]),
+        "layer_norm_rows_64": (K.layer_norm(128, 128, 64, 1e-5, **cp),
+                               [S((128, 128), jnp.float32), S((128,), jnp.float32), S((128,), jnp.float32)]),
+        "matmul_rows_32_f16": (K.blocked_matmul(256, 256, 512, 32, 128, 128, **cp),
+                               [S((256, 512), jnp.float16), S((512, 256), jnp.float16)]),
+        "matmul_rows_32_f32": (K.blocked_matmul(256, 256, 512, 32, 128, 128, **cp),
+                               [S((256, 512), jnp.float32), S((512, 256), jnp.float32)]),
         "hopper_matmul": ("examples:hopper_matmul:matmul", [S((256, 256), jnp.float16)] * 2),
         "flash_attention": ("examples:flash_attention:attention",
                             [S((2, 256, 64), jnp.float16)] * 3),
     }
+
+
+def _small_add(n, cp):
+    import jax
+    import jax.numpy as jnp
+
+    import pallas_frontend as pl
+
+    def body(x, y, o):
+        o[...] = x[...] + y[...]
+    return pl.pallas_call(body, jax.ShapeDtypeStruct((n,), jnp.float32), **cp)
 
 
 def _ptxas_report(text: str) -> dict:
@@ -72,6 +95,7 @@ def main(argv=None):
         texts = {f: open(os.path.join(dump, f), errors="replace").read() for f in os.listdir(dump)}
         result["ptx_files"] = ptx
         result["wgmma_in_ptx"] = any("wgmma.mma_async" in texts[f] for f in ptx)
+        result["mma_sync_in_ptx"] = any("mma.sync" in texts[f] for f in ptx)
         result["sm90a"] = any(".target sm_90a" in texts[f] for f in ptx)
         result["ptxas"] = _ptxas_report("\n".join(texts.values()))
         print(json.dumps(result), flush=True)

@@ -29,7 +29,9 @@ def _python():
     pytest.skip("no jax-cuda12-plugin here (tox -e mgpu-cuda-aot, or set PALLAS_MGPU_CUDA_PYTHON)")
 
 
-CASES = ("add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul", "flash_attention")
+CASES = ("add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul", "flash_attention",
+         "add_block_1024", "add_8_no_grid", "softmax_rows_8", "layer_norm_rows_8",
+         "layer_norm_rows_64", "matmul_rows_32_f16", "matmul_rows_32_f32")
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +73,9 @@ def test_compiles_device_less_for_h100(probe, case):
 @pytest.mark.parametrize("case", ["matmul_f16", "hopper_matmul", "flash_attention"])
 def test_f16_matmul_ptx_has_wgmma(probe, case):
     assert probe[case]["wgmma_in_ptx"]
+
+
+@pytest.mark.parametrize("case", ["matmul_rows_32_f16", "matmul_rows_32_f32"])
+def test_32_row_matmul_ptx_has_mma_sync(probe, case):
+    # WGMMA tiles are 64 rows: 32-row blocks take the warp-level mma.sync
+    assert probe[case]["mma_sync_in_ptx"]

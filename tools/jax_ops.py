@@ -250,7 +250,8 @@ def main(argv=None) -> int:
         cells = jax_ops_aot.compile_columns(cases, a.sizes, targets, jobs=a.jobs, log=_log_cell)
         bad += sum(c["jax"]["status"] == "ok" and c["ours"]["status"] != "ok"
                    for by_key in cells.values() for c in by_key.values())
-        jax_ops_page.merge_aot(results, cells, time.perf_counter() - t0, a.jobs, full)
+        jax_ops_page.merge_aot(results, cells, time.perf_counter() - t0, a.jobs,
+                               full and set(targets) == set(jax_ops_aot.TARGETS))
     if a.results is not None:
         jax_ops_page.save(a.results, results)
     if a.out is not None:

@@ -6,7 +6,8 @@ operands out for it, ``check.py`` refuses what has none, ``matmul.py`` emits it)
   of 64 rows by a multiple of 8 columns; float16/bfloat16, or float32 (tf32)
   with the right operand K-major.
 - ``mma``: the warp-level ``mma.sync`` (``plgpu.mma``) on register operands
-  loaded from plain SMEM, for what WGMMA cannot tile: rows a multiple of 16
+  loaded from plain SMEM (the right one as (k, n) or (n, k)), for what WGMMA
+  cannot tile: rows a multiple of 16
   (down to one warp per 16 rows), float16/bfloat16, and float32 as three
   bfloat16 products (hi*hi + hi*lo + lo*hi, about 16 mantissa bits: closer to
   float32 than tf32's 10).
@@ -54,10 +55,9 @@ def plan(lhs_shape, rhs_shape, lhs_dtype, rhs_dtype, dimension_numbers) -> DotPl
                        "bfloat16 or float32")
     if m % 64 == 0 and n % 8 == 0 and (lhs_dtype in HALF or tuple(rc) == (1,)):
         return DotPlan("wgmma", m, n, k, lhs_dtype)
-    if tuple(lc) != (1,) or tuple(rc) != (0,):
-        return DotPlan(None, m, n, k, lhs_dtype, "the warp-level MMA fallback takes the "
-                       "operands as (m, k) @ (k, n) only (a transposed operand needs WGMMA's "
-                       "64-row tiles)")
+    if tuple(lc) != (1,):
+        return DotPlan(None, m, n, k, lhs_dtype, "the warp-level MMA fallback takes the left "
+                       "operand as (m, k) only (a transposed one needs WGMMA's 64-row tiles)")
     if not mma_fits(m, n, k):
         return DotPlan(None, m, n, k, lhs_dtype, f"WGMMA tiles are 64 rows by a multiple of 8 "
                        f"columns, and the warp-level MMA fallback needs m a multiple of 16, n of "

@@ -17,7 +17,9 @@ import numpy as np
 
 from pallas_mgpu import dot_paths, evaluate, layouts
 
-def dot(invals, plan: dot_paths.DotPlan, out_dtype):
+def dot(invals, plan: dot_paths.DotPlan, out_dtype, rhs_transposed: bool = False):
+    """``invals[0] @ invals[1]`` (``invals[1].T`` when ``rhs_transposed``: the
+    right operand given as (n, k), loaded through a transposed SMEM view)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
     split = plan.dtype == "float32"
@@ -31,8 +33,9 @@ def dot(invals, plan: dot_paths.DotPlan, out_dtype):
            for r in whole]
     pieces = 2 if split else 1
     scratch = []
-    for h, shape, sliced in zip(how, ((plan.m, plan.k), (plan.k, plan.n)),
-                                ((plan.m, step), (step, plan.n))):
+    rhs_shape, rhs_slice = ((plan.n, plan.k), (plan.n, step)) if rhs_transposed else \
+        ((plan.k, plan.n), (step, plan.n))
+    for h, shape, sliced in zip(how, ((plan.m, plan.k), rhs_shape), ((plan.m, step), rhs_slice)):
         if h != "ref":
             scratch += [plgpu.SMEM(shape if h == "value" else sliced, op_dtype)] * pieces
     acc_layout = plgpu.Layout.MMA_ACC(op_dtype, m_warps=warps)
@@ -60,15 +63,17 @@ def dot(invals, plan: dot_paths.DotPlan, out_dtype):
         # float32: the small cross terms first, then hi * hi
         products = ((1, 0), (0, 1), (0, 0)) if split else ((0, 0),)
         for k0 in range(0, plan.k, step):
-            window = ((slice(None), pl.ds(k0, step)), (pl.ds(k0, step), slice(None)))
+            window = ((slice(None), pl.ds(k0, step)),
+                      (slice(None), pl.ds(k0, step)) if rhs_transposed else
+                      (pl.ds(k0, step), slice(None)))
             for i, (h, source) in enumerate(zip(how, whole)):
                 if h == "slice":
                     _convert(layouts.cast_tile(source[window[i]]), parts[i],
                              (slice(None), slice(None)), op_dtype)
             lhs = [plgpu.layout_cast(r[window[0] if how[0] != "slice" else ...], lhs_layout)
                    for r in parts[0]]
-            rhs = [plgpu.layout_cast(r[window[1] if how[1] != "slice" else ...], rhs_layout)
-                   for r in parts[1]]
+            rhs = [plgpu.layout_cast(_rhs_view(r, window[1] if how[1] != "slice" else None,
+                                               rhs_transposed), rhs_layout) for r in parts[1]]
             for i, j in products:
                 acc = plgpu.mma(acc, lhs[i], rhs[j])
         if parked is None:
@@ -92,3 +97,11 @@ def _convert(value, targets, window, op_dtype):
     targets[0][window] = hi
     if len(targets) > 1:
         targets[1][window] = (value - hi.astype(jnp.float32)).astype(op_dtype)
+
+
+def _rhs_view(ref, window, transposed: bool):
+    """The right operand's (k, n) slice read from ``ref``: a window of it (or
+    all of it), through a transposed view when ``ref`` holds (n, k)."""
+    if window is not None:
+        ref = ref.at[window]
+    return ref.T[...] if transposed else ref[...]

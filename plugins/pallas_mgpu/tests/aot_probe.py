@@ -41,6 +41,8 @@ def _cases():
                                [S((128, 128), jnp.float32), S((128,), jnp.float32), S((128,), jnp.float32)]),
         "matmul_rows_32_f16": (K.blocked_matmul(256, 256, 512, 32, 128, 128, **cp),
                                [S((256, 512), jnp.float16), S((512, 256), jnp.float16)]),
+        "matmul_rows_32_rhs_nk_f16": (_matmul_rhs_nk(64, 128, 128, 32, cp),
+                                      [S((64, 128), jnp.float16), S((128, 128), jnp.float16)]),
         "matmul_rows_32_f32": (K.blocked_matmul(256, 256, 512, 32, 128, 128, **cp),
                                [S((256, 512), jnp.float32), S((512, 256), jnp.float32)]),
         "hopper_matmul": ("examples:hopper_matmul:matmul", [S((256, 256), jnp.float16)] * 2),
@@ -58,6 +60,22 @@ def _small_add(n, cp):
     def body(x, y, o):
         o[...] = x[...] + y[...]
     return pl.pallas_call(body, jax.ShapeDtypeStruct((n,), jnp.float32), **cp)
+
+
+def _matmul_rhs_nk(m, n, k, bm, cp):
+    """x @ w.T with w blocks given as (n, k), 32-row blocks (test_block_shapes.py)."""
+    import jax
+    import jax.numpy as jnp
+
+    import pallas_frontend as pl
+
+    def body(x, w, o):
+        o[...] = jax.lax.dot_general(x[...], w[...], (((1,), (1,)), ((), ())),
+                                     preferred_element_type=jnp.float32)
+    return pl.pallas_call(body, jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(m // bm,),
+                          in_specs=[pl.BlockSpec((bm, k), lambda i: (i, 0)),
+                                    pl.BlockSpec((n, k), lambda i: (0, 0))],
+                          out_specs=pl.BlockSpec((bm, n), lambda i: (i, 0)), **cp)
 
 
 def _ptxas_report(text: str) -> dict:

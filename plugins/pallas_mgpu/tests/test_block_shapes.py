@@ -28,6 +28,17 @@ def small_add(n: int, **call):
     return pl.pallas_call(body, S((n,), jnp.float32), **call)
 
 
+def matmul_rhs_nk(m, n, k, bm, **call):
+    """x @ w.T with w blocks given as (n, k) (an attention's q @ k.T)."""
+    def body(x, w, o):
+        o[...] = jax.lax.dot_general(x[...], w[...], (((1,), (1,)), ((), ())),
+                                     preferred_element_type=jnp.float32)
+    return pl.pallas_call(body, S((m, n), jnp.float32), grid=(m // bm,),
+                          in_specs=[pl.BlockSpec((bm, k), lambda i: (i, 0)),
+                                    pl.BlockSpec((n, k), lambda i: (0, 0))],
+                          out_specs=pl.BlockSpec((bm, n), lambda i: (i, 0)), **call)
+
+
 def _f32(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 
@@ -54,6 +65,10 @@ CASES = {
     "matmul_rows_32_f32": (lambda **c: K.blocked_matmul(64, 256, 256, 32, 128, 128, **c),
                            [((64, 256), "float32"), ((256, 256), "float32")],
                            lambda x, y: np.asarray(x, np.float64) @ np.asarray(y, np.float64), 1e-5),
+    "matmul_rows_32_rhs_nk_f16": (lambda **c: matmul_rhs_nk(64, 128, 128, 32, **c),
+                                  [((64, 128), "float16"), ((128, 128), "float16")],
+                                  lambda x, w: np.asarray(x, np.float64) @ np.asarray(w, np.float64).T,
+                                  1e-3),
 }
 
 

@@ -31,7 +31,8 @@ def _python():
 
 CASES = ("add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul", "flash_attention",
          "add_block_1024", "add_8_no_grid", "softmax_rows_8", "layer_norm_rows_8",
-         "layer_norm_rows_64", "matmul_rows_32_f16", "matmul_rows_32_f32")
+         "layer_norm_rows_64", "matmul_rows_32_f16", "matmul_rows_32_f32",
+         "matmul_rows_32_rhs_nk_f16")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,8 @@ def test_f16_matmul_ptx_has_wgmma(probe, case):
     assert probe[case]["wgmma_in_ptx"]
 
 
-@pytest.mark.parametrize("case", ["matmul_rows_32_f16", "matmul_rows_32_f32"])
+@pytest.mark.parametrize("case", ["matmul_rows_32_f16", "matmul_rows_32_f32",
+                                  "matmul_rows_32_rhs_nk_f16"])
 def test_32_row_matmul_ptx_has_mma_sync(probe, case):
     # WGMMA tiles are 64 rows: 32-row blocks take the warp-level mma.sync
     assert probe[case]["mma_sync_in_ptx"]

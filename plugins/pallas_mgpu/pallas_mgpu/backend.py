@@ -32,7 +32,7 @@ class MosaicGpuBackend(Backend):
     capabilities = frozenset({
         "grid", "blocked", "squeezed", "scratch", "aliasing", "run_scoped",
         "collective_run_scoped", "pipeline", "barriers", "tma", "wgmma", "loops", "vmap",
-        "jvp", "debug_print", "interpret_mode", "compile_only",
+        "jvp", "debug_print", "interpret_mode", "compile_only", "semaphores",
     })
     conformance_unsupported = manifest.UNSUPPORTED
     conformance_xfail = manifest.XFAIL

@@ -7,15 +7,17 @@ import numpy as np
 import pallas_frontend as pf
 from pallas_frontend.backend_api import BackendCapabilityError, KernelIR, primitive_owner
 
-from pallas_mgpu import layouts, schedule
+from pallas_mgpu import layouts, multi_gpu, schedule
 
 DTYPES = frozenset({"float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16",
                     "int32", "uint32", "bool", "float8_e4m3fn", "float8_e5m2"})
+_NOT_A_SEMAPHORE = ("a Mosaic GPU semaphore is a pallas_mgpu.SemaphoreType scratch (GMEM), not "
+                    "a buffer of another memory space; allocate it with "
+                    "scratch_types=[plgpu.SemaphoreType.REGULAR]")
 # Frontend primitives Mosaic GPU has no counterpart for (or JAX 0.12 cannot replay).
 _REFUSED_FRONTEND = {
-    "semaphore_read": "TPU-style semaphores; use pallas_mgpu barriers or semaphore_signal_parallel",
-    "semaphore_signal": "TPU-style semaphores; use pallas_mgpu barriers or semaphore_signal_parallel",
-    "semaphore_wait": "TPU-style semaphores; use pallas_mgpu barriers",
+    "semaphore_read": _NOT_A_SEMAPHORE, "semaphore_signal": _NOT_A_SEMAPHORE,
+    "semaphore_wait": _NOT_A_SEMAPHORE,
     "debug_check": "JAX 0.12's Mosaic GPU has no runtime checks",
 }
 TMA_MIN_BYTES = schedule.TMA_MIN_BYTES
@@ -53,7 +55,8 @@ def check_kernel(kernel: KernelIR) -> None:
         _check_written_inputs(kernel)
     for eqn in kernel.iter_equations():
         name = eqn.primitive.name
-        if primitive_owner(eqn.primitive) is not None and name in _REFUSED_FRONTEND:
+        if primitive_owner(eqn.primitive) is not None and name in _REFUSED_FRONTEND \
+                and not multi_gpu.is_semaphore_op(eqn):
             _fail(kernel, _where(eqn, kernel), f"primitive '{name}'", _REFUSED_FRONTEND[name] + ".")
 
 
@@ -161,8 +164,9 @@ def _check_tma_boxes(kernel: KernelIR) -> None:
             continue
         if not schedule.is_contiguous_block(m):
             _fail(kernel, m.index_map_source,
-                  f"block {m.block_shape} of {m.origin} (array {m.array_shape}) is wider than a "
-                  f"TMA box ({schedule.MAX_TMA_BOX} elements a dim) and not contiguous in the array",
+                  f"block {m.block_shape} of {m.origin} (array {m.array_shape}) is wider than "
+                  f"a TMA box ({schedule.MAX_TMA_BOX} elements a dim) and not contiguous in the "
+                  "array",
                   "A larger block moves by one bulk copy only when it is one contiguous run of the "
                   "array (whole trailing dims). Keep each block dim at most "
                   f"{schedule.MAX_TMA_BOX}, or make the trailing dims whole.")
@@ -171,7 +175,8 @@ def _check_tma_boxes(kernel: KernelIR) -> None:
                   f"block {m.block_shape} of {m.origin} is a matmul operand wider than a TMA box "
                   f"({schedule.MAX_TMA_BOX} elements a dim)",
                   "WGMMA reads its operands from swizzled SMEM tiles, which only box-sized TMA "
-                  f"copies fill: keep the block dims of matmul operands at most {schedule.MAX_TMA_BOX}.")
+                  "copies fill: keep the block dims of matmul operands at most "
+                  f"{schedule.MAX_TMA_BOX}.")
 
 
 def _check_smem(kernel: KernelIR) -> None:
@@ -181,5 +186,6 @@ def _check_smem(kernel: KernelIR) -> None:
         parts = ", ".join(f"{what}: {b // 1024} KiB" for b, what in sorted(use, reverse=True))
         _fail(kernel, kernel.source,
               f"its SMEM blocks need {total // 1024} KiB ({parts})",
-              f"A CTA has at most {schedule.SMEM_BYTES // 1024} KiB of SMEM on an H100. Use smaller "
-              "blocks, or CompilerParams(max_concurrent_steps=1) to keep one slot per streamed input.")
+              f"A CTA has at most {schedule.SMEM_BYTES // 1024} KiB of SMEM on an H100. Use "
+              "smaller blocks, or CompilerParams(max_concurrent_steps=1) to keep one slot per "
+              "streamed input.")

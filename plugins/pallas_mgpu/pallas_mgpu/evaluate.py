@@ -48,10 +48,10 @@ def reset() -> None:
     _whole_reads.clear()
 
 
-def eval_jaxpr(jaxpr, consts, *args):
+def eval_jaxpr(jaxpr, consts, *args, keep_columns: bool = False):
     env = dict(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
-    return _eval_from(jaxpr, 0, env)
+    return _eval_from(jaxpr, 0, env, keep_columns)
 
 
 def eval_closed(closed, *args):
@@ -66,13 +66,13 @@ def eval_closed(closed, *args):
 _used_vars: list[set] = []
 
 
-def _eval_from(jaxpr, start: int, env: dict):
+def _eval_from(jaxpr, start: int, env: dict, keep_columns: bool = False):
     used = {v for e in jaxpr.eqns for v in e.invars if isinstance(v, jex.Var)}
     used.update(v for v in jaxpr.outvars if isinstance(v, jex.Var))
     _used_vars.append(used)
     try:
         outs = replay_equations(jaxpr, env, _replay_equation, start=start, open_scope=_open_scope)
-        if _layout_hints["on"]:
+        if _layout_hints["on"] and not keep_columns:
             from pallas_mgpu import keepdims
             outs = [keepdims.materialize(x) for x in outs]
         return outs
@@ -86,7 +86,8 @@ def _replay_equation(eqn, invals):
         kept = keepdims.replay(eqn, invals)
         if kept is not None:
             return kept
-        invals = [keepdims.materialize(x) for x in invals]
+        if eqn.primitive.name != "scan":     # a loop carries columns as vectors (_replay_scan)
+            invals = [keepdims.materialize(x) for x in invals]
     name = eqn.primitive.name
     if name in _TYPE_ONLY:
         return invals if eqn.primitive.multiple_results else invals[0]
@@ -305,12 +306,23 @@ def _replay_scan(eqn, invals):
         n, c = p["num_consts"], p["num_carry"]
         consts, init, xs = invals[:n], invals[n:n + c], invals[n + c:]
     ncarry = len(init)
-    if not xs and not p["reverse"]:
-        # a loop without scanned operands: a fori_loop, which Mosaic GPU lowers natively
+    from pallas_mgpu import keepdims
+    consts, xs = ([keepdims.materialize(x) for x in g] for g in (consts, xs))
+    if not xs and not p["reverse"] and len(eqn.outvars) == ncarry:
+        # a loop without scanned operands: a fori_loop, which Mosaic GPU lowers
+        # natively; keepdims columns are carried as their vectors
+        shapes = [x.shape if isinstance(x, keepdims.Column) else None for x in init]
+
         def body(i, carry):
-            return tuple(eval_closed(p["jaxpr"], *consts, *carry)[:ncarry])
-        if len(eqn.outvars) == ncarry:
-            return list(lax.fori_loop(0, p["length"], body, tuple(init)))
+            carry = [keepdims.Column(c, sh) if sh else c for c, sh in zip(carry, shapes)]
+            closed = p["jaxpr"]
+            outs = eval_jaxpr(closed.jaxpr, closed.consts, *consts, *carry, keep_columns=True)
+            return tuple(keepdims.as_vector(o, sh) if sh else keepdims.materialize(o)
+                         for o, sh in zip(outs[:ncarry], shapes))
+        outs = lax.fori_loop(0, p["length"], body, tuple(
+            x.vector if sh else x for x, sh in zip(init, shapes)))
+        return [keepdims.Column(o, sh) if sh else o for o, sh in zip(outs, shapes)]
+    init = [keepdims.materialize(x) for x in init]
 
     def step(carry, x):
         outs = eval_closed(p["jaxpr"], *consts, *carry, *x)

@@ -41,6 +41,13 @@ def materialize(x):
     return x
 
 
+def as_vector(x, shape):
+    """The ``(R,)`` vector of a column (a loop carries columns so)."""
+    if isinstance(x, Column):
+        return x.vector
+    return lax.reshape(x, shape[:1])
+
+
 def _is_column_shape(shape) -> bool:
     return len(shape) == 2 and shape[1] == 1 and layouts.tile_layout((shape[0], 8)) is not None
 
@@ -67,6 +74,8 @@ def replay(eqn, invals):
         if not is_col[0]:
             if dims == (0,) and np.ndim(x) == 1 and _is_column_shape(out_shape):
                 return Column(x, out_shape)
+            if dims == () and np.ndim(x) == 0 and _is_column_shape(out_shape):
+                return Column(lax.broadcast_in_dim(x, out_shape[:1], ()), out_shape)
             return None
         if dims == (0, 1) and len(out_shape) == 2 and out_shape[0] == x.shape[0]:
             return _spread(x, out_shape) if out_shape[1] != 1 else x

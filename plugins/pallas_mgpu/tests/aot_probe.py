@@ -25,6 +25,8 @@ def _cases():
     from pallas_frontend.testing import kernels as K
     cp = {"compiler_params": plgpu.CompilerParams()}
     S = jax.ShapeDtypeStruct
+    B = _block_shapes()
+    ln_args = [S((128, 128), jnp.float32), S((128,), jnp.float32), S((128,), jnp.float32)]
     return {
         "add": (K.vector_add(1024, 128, **cp), [S((1024,), jnp.float32)] * 2),
         "ragged_add": (K.vector_add(1000, 128, **cp), [S((1000,), jnp.float32)] * 2),
@@ -33,15 +35,17 @@ def _cases():
         "softmax": (K.softmax(256, 128, 64, **cp), [S((256, 128), jnp.float32)]),
         # block shapes past Mosaic GPU's native tiles (issue 25; test_block_shapes.py)
         "add_block_1024": (K.vector_add(3000, 1024, **cp), [S((3000,), jnp.float32)] * 2),
-        "add_8_no_grid": (_small_add(8, cp), [S((8,), jnp.float32)] * 2),
+        "add_8_no_grid": (B.small_add(8, **cp), [S((8,), jnp.float32)] * 2),
         "softmax_rows_8": (K.softmax(128, 64, 8, **cp), [S((128, 64), jnp.float32)]),
-        "layer_norm_rows_8": (K.layer_norm(128, 128, 8, 1e-5, **cp),
-                              [S((128, 128), jnp.float32), S((128,), jnp.float32), S((128,), jnp.float32)]),
-        "layer_norm_rows_64": (K.layer_norm(128, 128, 64, 1e-5, **cp),
-                               [S((128, 128), jnp.float32), S((128,), jnp.float32), S((128,), jnp.float32)]),
+        "layer_norm_rows_8": (K.layer_norm(128, 128, 8, 1e-5, **cp), ln_args),
+        "layer_norm_rows_64": (K.layer_norm(128, 128, 64, 1e-5, **cp), ln_args),
         "matmul_rows_32_f16": (K.blocked_matmul(256, 256, 512, 32, 128, 128, **cp),
                                [S((256, 512), jnp.float16), S((512, 256), jnp.float16)]),
-        "matmul_rows_32_rhs_nk_f16": (_matmul_rhs_nk(64, 128, 128, 32, cp),
+        "flash_attention_portable_f16": (B.flash_attention(256, 64, 64, 64, jnp.float16, **cp),
+                                         [S((256, 64), jnp.float16)] * 3),
+        "flash_attention_portable_f32": (B.flash_attention(256, 64, 64, 64, jnp.float32, **cp),
+                                         [S((256, 64), jnp.float32)] * 3),
+        "matmul_rows_32_rhs_nk_f16": (B.matmul_rhs_nk(64, 128, 128, 32, **cp),
                                       [S((64, 128), jnp.float16), S((128, 128), jnp.float16)]),
         "matmul_rows_32_f32": (K.blocked_matmul(256, 256, 512, 32, 128, 128, **cp),
                                [S((256, 512), jnp.float32), S((512, 256), jnp.float32)]),
@@ -51,31 +55,11 @@ def _cases():
     }
 
 
-def _small_add(n, cp):
-    import jax
-    import jax.numpy as jnp
-
-    import pallas_frontend as pl
-
-    def body(x, y, o):
-        o[...] = x[...] + y[...]
-    return pl.pallas_call(body, jax.ShapeDtypeStruct((n,), jnp.float32), **cp)
-
-
-def _matmul_rhs_nk(m, n, k, bm, cp):
-    """x @ w.T with w blocks given as (n, k), 32-row blocks (test_block_shapes.py)."""
-    import jax
-    import jax.numpy as jnp
-
-    import pallas_frontend as pl
-
-    def body(x, w, o):
-        o[...] = jax.lax.dot_general(x[...], w[...], (((1,), (1,)), ((), ())),
-                                     preferred_element_type=jnp.float32)
-    return pl.pallas_call(body, jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(m // bm,),
-                          in_specs=[pl.BlockSpec((bm, k), lambda i: (i, 0)),
-                                    pl.BlockSpec((n, k), lambda i: (0, 0))],
-                          out_specs=pl.BlockSpec((bm, n), lambda i: (i, 0)), **cp)
+def _block_shapes():
+    """The kernels of test_block_shapes.py (next to this file)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import test_block_shapes
+    return test_block_shapes
 
 
 def _ptxas_report(text: str) -> dict:

@@ -39,6 +39,45 @@ def matmul_rhs_nk(m, n, k, bm, **call):
                           out_specs=pl.BlockSpec((bm, n), lambda i: (i, 0)), **call)
 
 
+def flash_attention(seq: int, d: int, bq: int, bkv: int, dtype, **call):
+    """The seed API's attention: one query block per grid point, an in-kernel
+    loop over KV blocks with the running max and sum as (bq, 1) carries and
+    q @ k.T as a dot_general contracting both minor dims."""
+    def body(q, k, v, o):
+        qv = (q[...].astype(jnp.float32) * (1.0 / np.sqrt(d))).astype(dtype)
+
+        def step(j, carry):
+            acc, m, l = carry
+            kb, vb = k[pl.ds(j * bkv, bkv), :], v[pl.ds(j * bkv, bkv), :]
+            s = jax.lax.dot_general(qv, kb, (((1,), (1,)), ((), ())),
+                                    preferred_element_type=jnp.float32)
+            m_new = jnp.maximum(m, s.max(axis=1, keepdims=True))
+            p = jnp.exp(s - m_new)
+            alpha = jnp.exp(m - m_new)
+            pv = jnp.dot(p.astype(dtype), vb, preferred_element_type=jnp.float32)
+            return acc * alpha + pv, m_new, l * alpha + p.sum(axis=1, keepdims=True)
+        init = (jnp.zeros((bq, d), jnp.float32), jnp.full((bq, 1), -jnp.inf, jnp.float32),
+                jnp.zeros((bq, 1), jnp.float32))
+        acc, _, l = jax.lax.fori_loop(0, seq // bkv, step, init)
+        o[...] = acc / l
+    return pl.pallas_call(body, S((seq, d), jnp.float32), grid=(seq // bq,),
+                          in_specs=[pl.BlockSpec((bq, d), lambda i: (i, 0)),
+                                    pl.BlockSpec((seq, d), lambda i: (0, 0)),
+                                    pl.BlockSpec((seq, d), lambda i: (0, 0))],
+                          out_specs=pl.BlockSpec((bq, d), lambda i: (i, 0)), **call)
+
+
+def attention_ref(q, k, v):
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    s = q @ k.T / np.sqrt(q.shape[1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True) @ v
+
+
+def _mm_ref(x, y):
+    return np.asarray(x, np.float64) @ np.asarray(y, np.float64)
+
+
 def _f32(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 
@@ -61,14 +100,17 @@ CASES = {
                            lambda x, w, b: K.layer_norm_ref(x, w, b, 1e-5), 1e-4),
     "matmul_rows_32_f16": (lambda **c: K.blocked_matmul(64, 256, 256, 32, 128, 128, **c),
                            [((64, 256), "float16"), ((256, 256), "float16")],
-                           lambda x, y: np.asarray(x, np.float64) @ np.asarray(y, np.float64), 1e-3),
+                           _mm_ref, 1e-3),
     "matmul_rows_32_f32": (lambda **c: K.blocked_matmul(64, 256, 256, 32, 128, 128, **c),
                            [((64, 256), "float32"), ((256, 256), "float32")],
-                           lambda x, y: np.asarray(x, np.float64) @ np.asarray(y, np.float64), 1e-5),
+                           _mm_ref, 1e-5),
     "matmul_rows_32_rhs_nk_f16": (lambda **c: matmul_rhs_nk(64, 128, 128, 32, **c),
                                   [((64, 128), "float16"), ((128, 128), "float16")],
-                                  lambda x, w: np.asarray(x, np.float64) @ np.asarray(w, np.float64).T,
-                                  1e-3),
+                                  lambda x, w: _mm_ref(x, np.asarray(w).T), 1e-3),
+    "flash_attention_f16": (lambda **c: flash_attention(256, 64, 64, 64, jnp.float16, **c),
+                            [((256, 64), "float16")] * 3, attention_ref, 1e-2),
+    "flash_attention_f32": (lambda **c: flash_attention(256, 64, 64, 64, jnp.float32, **c),
+                            [((256, 64), "float32")] * 3, attention_ref, 1e-4),
 }
 
 
@@ -101,7 +143,8 @@ def test_block_past_the_tma_box_that_is_not_contiguous_is_refused():
 
 def test_tile_rows_not_a_multiple_of_8_are_refused():
     f = K.softmax(32, 64, 4, **CP)
-    with pytest.raises(BackendCapabilityError, match=r"reduction over a \(4, 64\) tile.*kernels.py"):
+    with pytest.raises(BackendCapabilityError,
+                       match=r"reduction over a \(4, 64\) tile.*kernels.py"):
         aot.lower_for_cuda(f, S((32, 64), jnp.float32))
 
 

@@ -32,7 +32,8 @@ def _python():
 CASES = ("add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul", "flash_attention",
          "add_block_1024", "add_8_no_grid", "softmax_rows_8", "layer_norm_rows_8",
          "layer_norm_rows_64", "matmul_rows_32_f16", "matmul_rows_32_f32",
-         "matmul_rows_32_rhs_nk_f16")
+         "matmul_rows_32_rhs_nk_f16", "flash_attention_portable_f16",
+         "flash_attention_portable_f32")
 
 
 @pytest.fixture(scope="module")

@@ -72,10 +72,12 @@ def _member_problems(cls, where: str) -> list[str]:
         if name.startswith("_"):
             continue
         fn = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
+        # autodoc shows a property's own doc (``property(f, doc=...)``), else its getter's
+        own_doc = fn.__doc__ if isinstance(fn, property) else None
         fn = fn.fget if isinstance(fn, property) else fn
         if not inspect.isroutine(fn) or (isinstance(cls, enum.EnumType) and isinstance(value, cls)):
             continue                     # fields, enum members, constants
-        if fn.__doc__ and _own(fn):
+        if (own_doc or fn.__doc__) and _own(fn):
             continue
         # autodoc shows the docstring of the method it overrides: fine when that one is ours
         base = next((b.__dict__[name] for b in cls.__mro__[1:] if name in b.__dict__), None)

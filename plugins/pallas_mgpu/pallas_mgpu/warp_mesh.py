@@ -59,6 +59,7 @@ class WarpMesh:
 
     @property
     def core_type(self) -> str:
+        """``"gpu"``: what JAX's ``mpmd_map`` asks of a mesh's cores."""
         return "gpu"
 
     @contextlib.contextmanager

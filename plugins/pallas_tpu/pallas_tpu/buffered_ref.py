@@ -34,10 +34,12 @@ class BufferType(enum.Enum):
 
     @property
     def is_input(self) -> bool:
+        """Whether operands of this type are read."""
         return self in (BufferType.INPUT, BufferType.INPUT_OUTPUT)
 
     @property
     def is_output(self) -> bool:
+        """Whether operands of this type are written."""
         return self in (BufferType.OUTPUT, BufferType.INPUT_OUTPUT)
 
 
@@ -165,10 +167,12 @@ class BufferedRef:
 
     @classmethod
     def input(cls, spec, dtype_or_type, buffer_count=2, **kwargs):
+        """A buffer that fetches ``spec``'s blocks in (``create`` with ``BufferType.INPUT``)."""
         return cls.create(spec, dtype_or_type, BufferType.INPUT, buffer_count, **kwargs)
 
     @classmethod
     def output(cls, spec, dtype_or_type, buffer_count=2, **kwargs):
+        """A buffer that writes ``spec``'s blocks back (``BufferType.OUTPUT``)."""
         return cls.create(spec, dtype_or_type, BufferType.OUTPUT, buffer_count, **kwargs)
 
     @classmethod
@@ -177,28 +181,42 @@ class BufferedRef:
         return cls.create(spec, dtype_or_type, BufferType.INPUT_OUTPUT, buffer_count, **kwargs)
 
     # --- what it is ----------------------------------------------------------------
-    spec = property(lambda self: self._spec)
-    buffer_type = property(lambda self: self._buffer_type)
-    in_buffer_count = property(lambda self: self._in_buffer_count)
-    out_buffer_count = property(lambda self: self._out_buffer_count)
-    is_input = property(lambda self: self._buffer_type.is_input)
-    is_output = property(lambda self: self._buffer_type.is_output)
-    is_input_output = property(lambda self: self._buffer_type is BufferType.INPUT_OUTPUT)
-    is_manual = property(lambda self: self._buffer_type is BufferType.MANUAL)
-    use_lookahead = property(lambda self: self._grid_rank is not None)
-    block_shape = property(lambda self: self._spec.block_shape)
-    compute_index = property(lambda self: self._spec.index_map)
+    spec = property(lambda self: self._spec,
+        doc='The block spec whose blocks this buffers.')
+    buffer_type = property(lambda self: self._buffer_type,
+        doc='Read, written, both, or manual (a ``BufferType``).')
+    in_buffer_count = property(lambda self: self._in_buffer_count,
+        doc='How many slots fetch blocks in (0 for an output or an unbuffered view).')
+    out_buffer_count = property(lambda self: self._out_buffer_count,
+        doc='How many slots write blocks back (0 for an input or an unbuffered view).')
+    is_input = property(lambda self: self._buffer_type.is_input,
+        doc='Whether blocks are fetched in.')
+    is_output = property(lambda self: self._buffer_type.is_output,
+        doc='Whether blocks are written back.')
+    is_input_output = property(lambda self: self._buffer_type is BufferType.INPUT_OUTPUT,
+        doc='Whether blocks are fetched in and written back.')
+    is_manual = property(lambda self: self._buffer_type is BufferType.MANUAL,
+        doc='Whether the caller moves the blocks itself.')
+    use_lookahead = property(lambda self: self._grid_rank is not None,
+        doc='Whether fetch indices are tracked ahead of the step (``next_fetch``).')
+    block_shape = property(lambda self: self._spec.block_shape,
+        doc="The spec's block shape.")
+    compute_index = property(lambda self: self._spec.index_map,
+        doc="The spec's index map: grid indices to block indices.")
 
     @property
     def is_buffered(self) -> bool:
+        """Whether it owns slots (False for a view of an operand already in place)."""
         return self._in_buffer_count > 0 or self._out_buffer_count > 0
 
     @property
     def has_indirect(self) -> bool:
+        """Whether a block dim is ``pl.Indirect``."""
         return any(isinstance(d, pf.Indirect) for d in (self.block_shape or ()))
 
     @property
     def buffer_count(self) -> int:
+        """The number of slots (an input-output buffer shares one)."""
         if not self.is_buffered:
             raise ValueError("BufferedRef: an unbuffered view has no buffer count.")
         return (self._in_buffer_count + self._out_buffer_count
@@ -209,22 +227,32 @@ class BufferedRef:
         assert count is not None, "initialize_slots() first"
         return jax.lax.rem(count, jnp.int32(self.buffer_count))
 
-    cumulative_copy_in = property(lambda self: self.copy_in_slot)
-    cumulative_wait_in = property(lambda self: self.wait_in_slot)
-    cumulative_copy_out = property(lambda self: self.copy_out_slot)
-    cumulative_wait_out = property(lambda self: self.wait_out_slot)
-    current_copy_in_slot = property(lambda self: self._slot(self.copy_in_slot))
-    current_wait_in_slot = property(lambda self: self._slot(self.wait_in_slot))
-    current_copy_out_slot = property(lambda self: self._slot(self.copy_out_slot))
-    current_wait_out_slot = property(lambda self: self._slot(self.wait_out_slot))
+    cumulative_copy_in = property(lambda self: self.copy_in_slot,
+        doc='DMAs started into the buffer so far (an int32 scalar).')
+    cumulative_wait_in = property(lambda self: self.wait_in_slot,
+        doc='DMAs into the buffer awaited so far.')
+    cumulative_copy_out = property(lambda self: self.copy_out_slot,
+        doc='Write-backs started so far.')
+    cumulative_wait_out = property(lambda self: self.wait_out_slot,
+        doc='Write-backs awaited so far.')
+    current_copy_in_slot = property(lambda self: self._slot(self.copy_in_slot),
+        doc='The slot the next fetch goes to.')
+    current_wait_in_slot = property(lambda self: self._slot(self.wait_in_slot),
+        doc='The slot the next wait on a fetch is for.')
+    current_copy_out_slot = property(lambda self: self._slot(self.copy_out_slot),
+        doc='The slot the next write-back reads.')
+    current_wait_out_slot = property(lambda self: self._slot(self.wait_out_slot),
+        doc='The slot the next wait on a write-back is for.')
 
     @property
     def next_fetch_indices(self):
+        """The grid indices of the next block to fetch (with ``use_lookahead``)."""
         if not self.use_lookahead:
             raise ValueError("BufferedRef: fetch indices exist only with use_lookahead.")
         return self.next_fetch
 
     def initialize_slots(self):
+        """This buffer with every slot counter at zero (before the pipeline's first step)."""
         if self.window_ref is None and self.prefetched_count > 0:
             raise ValueError(
                 "Expected external window buffer to be bound for prefetched input "
@@ -246,28 +274,36 @@ class BufferedRef:
         return dataclasses.replace(self, **{name: new})
 
     def advance_copy_in_slot(self, predicate=True):
+        """This buffer with the copy-in counter advanced where ``predicate`` holds."""
         return self._advance("copy_in_slot", self.is_input, predicate)
 
     def advance_wait_in_slot(self, predicate=True):
+        """This buffer with the wait-in counter advanced where ``predicate`` holds."""
         return self._advance("wait_in_slot", self.is_input, predicate)
 
     def advance_copy_out_slot(self, predicate=True):
+        """This buffer with the copy-out counter advanced where ``predicate`` holds."""
         return self._advance("copy_out_slot", self.is_output, predicate)
 
     def advance_wait_out_slot(self, predicate=True):
+        """This buffer with the wait-out counter advanced where ``predicate`` holds."""
         return self._advance("wait_out_slot", self.is_output, predicate)
 
     def with_spec(self, spec):
+        """This buffer for another block spec."""
         return dataclasses.replace(self, _spec=spec)
 
     def with_next_fetch(self, next_fetch=None):
+        """This buffer with its lookahead fetch indices replaced."""
         return dataclasses.replace(self, next_fetch=next_fetch)
 
     def with_window_ref(self, window_ref):
+        """This buffer over another window buffer (e.g. one prefetched by the caller)."""
         return dataclasses.replace(self, window_ref=window_ref)
 
     def with_slot_index(self, copy_in_slot=None, copy_out_slot=None, wait_in_slot=None,
                         wait_out_slot=None):
+        """This buffer with the given slot counters replaced (None keeps one)."""
         given = dict(copy_in_slot=copy_in_slot, copy_out_slot=copy_out_slot,
                      wait_in_slot=wait_in_slot, wait_out_slot=wait_out_slot)
         return dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
@@ -346,6 +382,7 @@ class BufferedRef:
         return dataclasses.replace(self, window_ref=window_ref.at[self.compute_slice(indices)])
 
     def unbind_refs(self):
+        """An unbuffered view with its operand view dropped (buffers are kept)."""
         if self.is_buffered or self.has_allocated_buffer:
             return self
         return dataclasses.replace(self, window_ref=None)

@@ -31,10 +31,7 @@ pytestmark = pytest.mark.jax_ops
 
 # Cells where JAX compiles and ours does not (yet), with the cause and owner; each must
 # come out of this list the day it compiles.
-KNOWN_AOT = {
-    "gpu.all_gather_mgpu": "pallas_mgpu has no plgpu.SemaphoreType (multi-GPU; pallas_mgpu)",
-    "gpu.reduce_scatter_mgpu": "pallas_mgpu has no plgpu.SemaphoreType (multi-GPU; pallas_mgpu)",
-}
+KNOWN_AOT: dict[str, str] = {}
 
 
 class _Device:

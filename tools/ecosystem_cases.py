@@ -172,16 +172,16 @@ TPU_INFERENCE = Library(
         "v3 hd64": "their modules import vllm (a logger, tuned block tables); they run where "
                    "vllm is installed once they get a row",
         "ragged_paged_attention v2 kv_cache_update": "its module imports torch",
-        "collectives: hierrs_sc": "a SparseCore collective; not given a row yet",
-        "sparse_core kernels, hierrs_sc": "TPU SparseCore (`tpu_sc`) kernels: a v5e has no "
-                                          "SparseCore, and ours lacks the names listed below",
+        "sparse_core kernels, collectives/hierrs_sc":
+            "TPU SparseCore (`tpu_sc`) kernels: a v5e has no SparseCore, and ours lacks the "
+            "names listed below",
         "mla v1/v2, gdn v1/v3, structured_sparse_matmul, experimental (batched_rpa, "
         "stacked_rpa, rpa_v3_cp, deepseek_v4, fused_moe gmm)": "not given a row yet",
     },
     gaps={
         "ragged_paged_attention v3": "`ref.reshape(...)` views (JAX's `ReshapeTransform`) of "
                                      "an HBM Ref handed to DMAs (pallas_tpu)",
-        "gated delta rule decode (gdn v2)": "no missing name: pallas_tpu's `evaluate."
+        "gated delta rule decode (gdn v2)": "nothing (a pallas_tpu bug): its `evaluate."
                                             "_replay_cache` is keyed by the `id()` of jaxprs "
                                             "it does not keep alive, so after other kernels "
                                             "in the same process a new jaxpr can reuse an id "
@@ -395,8 +395,8 @@ TOKAMAX = Library(
         "attention: Mosaic TPU (splash-based), Mosaic GPU sm100, the VJP kernels; "
         "flex_attention (Triton)": "not given a row yet (their calls take the op's whole "
                                    "argument set: masks, paging, residuals)",
-        "gated linear unit (Mosaic GPU sm80/sm100), ragged_dot (Triton, Mosaic TPU v2, "
-        "Mosaic GPU sm100 and the quantized variants)": "not given a row yet",
+        "gated linear unit (Mosaic GPU sm80/sm100), ragged_dot (Mosaic TPU v2, Mosaic GPU "
+        "sm100 and the quantized variants)": "not given a row yet",
         "ragged_gather, ragged_scatter, ragged_gather_reduce, experimental topk":
             "TPU SparseCore (`tpu_sc`) kernels: a v5e has no SparseCore, and ours lacks the "
             "names listed below",

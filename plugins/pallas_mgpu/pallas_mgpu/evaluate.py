@@ -46,6 +46,7 @@ def frontend_rule(name: str):
 
 def reset() -> None:
     _whole_reads.clear()
+    _pending.clear()
 
 
 def eval_jaxpr(jaxpr, consts, *args, keep_columns: bool = False):
@@ -72,6 +73,7 @@ def _eval_from(jaxpr, start: int, env: dict, keep_columns: bool = False):
     _used_vars.append(used)
     try:
         outs = replay_equations(jaxpr, env, _replay_equation, start=start, open_scope=_open_scope)
+        outs = [x.force() if isinstance(x, Deferred) else x for x in outs]
         if _layout_hints["on"] and not keep_columns:
             from pallas_mgpu import keepdims
             outs = [keepdims.materialize(x) for x in outs]
@@ -82,6 +84,7 @@ def _eval_from(jaxpr, start: int, env: dict, keep_columns: bool = False):
 
 def _replay_equation(eqn, invals):
     if _layout_hints["on"]:
+        invals = _settle_deferred(eqn, invals)
         from pallas_mgpu import keepdims
         kept = keepdims.replay(eqn, invals)
         if kept is not None:
@@ -176,12 +179,62 @@ def _get(eqn, invals):
     ref, indexer, _ = _split(eqn, invals, 1)
     if _is_accumulator(ref):
         return ref[...]
+    whole = indexer is None or all(isinstance(ix, type(slice(None))) or _full(ix, n)
+                                   for ix, n in zip(indexer.indices, ref.shape))
+    if _layout_hints["on"] and whole and _defer(ref):
+        later = Deferred(ref)
+        _whole_reads[id(later)] = (later, ref)
+        _pending.append(later)
+        return later
     value = ref[_index(indexer, ref.shape)]
     value = _with_register_layout(value)
     if indexer is None or all(isinstance(ix, type(slice(None))) or _full(ix, n)
                               for ix, n in zip(indexer.indices, ref.shape)):
         _whole_reads[id(value)] = (value, ref)
     return value
+
+
+# --- reads of big tiles, deferred to their first use (compiling only) -----------------
+# ``o[...] += jnp.dot(x, y)`` reads o before the matmul: with a 128x128 float32
+# tile that is 128 registers a thread held across the WGMMA's 128-register
+# accumulator, and ptxas spills. A whole read of a big tile is done where its
+# value is first used instead; before anything that may write a Ref, every
+# pending read is done (so it still sees the Ref as the kernel read it).
+
+DEFER_ELEMENTS = 64 * 128      # tiles from this size on (64 registers a thread and up)
+
+
+class Deferred:
+    """A whole read of ``ref`` not done yet."""
+    __slots__ = ("ref", "value")
+
+    def __init__(self, ref):
+        self.ref, self.value = ref, None
+
+    def force(self):
+        if self.value is None:
+            self.value = _with_register_layout(self.ref[...])
+            _whole_reads[id(self.value)] = (self.value, self.ref)
+        return self.value
+
+
+_pending: list[Deferred] = []
+
+
+def _defer(ref) -> bool:
+    shape = getattr(ref, "shape", ())
+    return len(shape) == 2 and shape[0] * shape[1] >= DEFER_ELEMENTS
+
+
+def _settle_deferred(eqn, invals):
+    name = eqn.primitive.name
+    if name != "get" and (name in ("swap", "addupdate") or any(_is_ref(x) for x in invals)):
+        for d in _pending:            # a Ref may be written: do the reads still pending
+            d.force()
+        _pending.clear()
+    if name == "dot_general":         # matmul.py reads the operands' Refs itself
+        return invals
+    return [x.force() if isinstance(x, Deferred) else x for x in invals]
 
 
 _layout_hints = {"on": False}
@@ -191,6 +244,7 @@ def set_layout_hints(on: bool) -> None:
     """When compiling, 2-D tiles read from SMEM get the WGMMA register layout,
     which Mosaic GPU's layout inference needs for row reductions."""
     _layout_hints["on"] = on
+    _pending.clear()
 
 
 def _with_register_layout(value):

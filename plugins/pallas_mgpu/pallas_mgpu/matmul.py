@@ -51,6 +51,7 @@ def _dot_general(eqn, invals):
         if (not _state["interpreting"] and plan.path is not None and tuple(lc) == (1,)
                 and dot_paths.mma_fits(plan.m, plan.n, plan.k)):
             return mma_dot.dot(invals, plan, out.dtype, rhs_transposed=tuple(rc) == (1,))
+        invals = [v.force() if isinstance(v, evaluate.Deferred) else v for v in invals]
         return eqn.primitive.bind(*invals, **eqn.params)
     a_ref, b_ref = operands
     acc_dtype = jnp.int32 if jnp.issubdtype(out.dtype, jnp.integer) else jnp.float32

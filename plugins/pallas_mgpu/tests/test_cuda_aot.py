@@ -33,7 +33,7 @@ CASES = ("add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul", "flash_a
          "add_block_1024", "add_8_no_grid", "softmax_rows_8", "layer_norm_rows_8",
          "layer_norm_rows_64", "matmul_rows_32_f16", "matmul_rows_32_f32",
          "matmul_rows_32_rhs_nk_f16", "flash_attention_portable_f16",
-         "flash_attention_portable_f32")
+         "flash_attention_portable_f32", "matmul_rows_128_f16", "matmul_rows_128_f32")
 
 
 @pytest.fixture(scope="module")

@@ -317,6 +317,35 @@ def _tk_triton_ragged(mod, args, run):
     return out
 
 
+def _splash_inputs(rng):
+    return tuple(_normal(rng, 1, 256, 2, 128) for _ in range(3))
+
+
+def _causal_attention_reference(args):
+    q, k, v = (np.asarray(a, np.float64) for a in args)        # [B, T, H, D]
+    logits = np.einsum("bthd,bshd->bhts", q, k) * q.shape[-1] ** -0.5
+    t = q.shape[1]
+    logits = np.where(np.tril(np.ones((t, t), bool)), logits, -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    return [np.einsum("bhts,bshd->bthd", w / w.sum(-1, keepdims=True), v)]
+
+
+def _tk_splash_attention(mod, args, run):
+    import jax
+    import jax.numpy as jnp
+    p = jax.lax.Precision.DEFAULT
+    layout = mod.splash.QKVLayout.HEAD_DIM_MINOR
+    out, _ = mod.PallasMosaicTpuFlashAttention()._fwd(
+        *args, precision=((p, p), (p, p)), logits_dtype=jnp.dtype("float32"),
+        logits_scale=args[0].shape[-1] ** -0.5, bias=None, logits_soft_cap=None,
+        mask=mod.base.Mask(is_causal=True), dropout_mask=None, dropout_rate=0.0,
+        paging_info=None, q_indices=None, k_indices=None, normalize_output=True,
+        return_residuals=False,
+        config=mod.Config(block_q=128, block_kv=128, block_kv_compute=128, q_layout=layout,
+                          k_layout=layout, v_layout=layout, use_experimental_scheduler=False))
+    return out
+
+
 def _lsce_inputs(rng):
     b, h, v = 256, 256, 512
     return _normal(rng, b, h), rng.integers(0, v, size=b).astype(np.int32), _normal(rng, h, v)
@@ -392,7 +421,7 @@ TOKAMAX = Library(
              "rich), typeguard 2.13.3, immutabledict, tqdm, xprof (etils, fire, termcolor, six, "
              "protobuf)",
     not_run={
-        "attention: Mosaic TPU (splash-based), Mosaic GPU sm100, the VJP kernels; "
+        "attention: Mosaic GPU sm100, the VJP kernels; "
         "flex_attention (Triton)": "not given a row yet (their calls take the op's whole "
                                    "argument set: masks, paging, residuals)",
         "gated linear unit (Mosaic GPU sm80/sm100), ragged_dot (Mosaic TPU v2, Mosaic GPU "
@@ -422,6 +451,8 @@ TOKAMAX = Library(
              _tgmm_inputs, _tk_tgmm),
         Case("gmm_v2 (experimental, Mosaic TPU)", f"{TK}.experimental.gmm_v2.gmm_v2",
              _gmm_v2_inputs, _tk_gmm_v2, rtol=2e-2),
+        Case("flash attention (Mosaic TPU, splash)", f"{TK}.attention.pallas_mosaic_tpu",
+             _splash_inputs, _tk_splash_attention, reference=_causal_attention_reference),
         Case("linear softmax cross-entropy fwd (Mosaic TPU)",
              f"{TK}.linear_softmax_cross_entropy_loss.pallas_mosaic_tpu_kernel",
              _lsce_inputs, _tk_lsce),

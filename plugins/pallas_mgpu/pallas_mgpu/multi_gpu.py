@@ -137,6 +137,20 @@ def multimem_load_reduce(ref, *, collective_axes, reduction_op: str):
                 reduction_op=reduction_op, out_avals=(aval_of(ref),))[0]
 
 
+# --- peer memory ------------------------------------------------------------------------------
+
+def remote_ref(ref, device_id, device_id_type=None):
+    """``ref`` (GMEM) as it lives on the device ``device_id`` (mesh coordinates:
+    an int for a 1-D mesh, a tuple, or a dict by axis name): reads, writes and
+    TMA copies through it reach that device's buffer."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    # JAX's view (its transform is lowered by JAX's Mosaic GPU rules on replay);
+    # the built-in interpreter and JAX's GPU interpreter both refuse it.
+    if device_id_type is None:
+        return plgpu.remote_ref(ref, device_id)
+    return plgpu.remote_ref(ref, device_id, device_id_type)
+
+
 # --- the frontend's pl.semaphore_* on this backend's semaphores -----------------------------
 
 def is_semaphore_op(eqn) -> bool:
@@ -162,7 +176,8 @@ def _replay_signal(eqn, invals):
     kw = {}
     if p["device_id_tree"] is not None:
         kw["device_id"] = jax.tree.unflatten(p["device_id_tree"], dev)
-        kw["device_id_type"] = getattr(pl.DeviceIdType, p["device_id_type"].upper())
+        if p["device_id_type"] != "mesh":      # JAX's default; naming it is deprecated
+            kw["device_id_type"] = getattr(pl.DeviceIdType, p["device_id_type"].upper())
     if p["core_index"] is not None:
         kw["core_index"] = p["core_index"]
     pl.semaphore_signal(_semaphore(ref, idx), inc, **kw)

@@ -1,6 +1,6 @@
 """Semaphores (``plgpu.SemaphoreType`` scratch, ``pl.semaphore_*``) and the
 multi-GPU operations (``semaphore_signal_multicast``, ``multimem_store``,
-``multimem_load_reduce``, remote ``semaphore_signal``), lowered for cuda over
+``multimem_load_reduce``, remote ``semaphore_signal``, ``remote_ref``), lowered for cuda over
 an abstract mesh of two H100s and compared with JAX's lowering of the same
 kernels: the same GPU, NVVM and LLVM operations, as often, and the same
 inline PTX (the multimem and remote-atomic instructions are inline PTX)."""
@@ -90,6 +90,35 @@ def test_remote_semaphore_signal_and_wait_lower_as_jax():
     theirs = _lowered_ops(_remote_signal_kernel(jplgpu, jpl), (256,), jnp.float32, P("x"))
     assert ours == theirs
     assert any("atom" in s or "red" in s for s in ours[1]), ours[1]
+
+
+def _remote_copy_kernel(plgpu, pl):
+    """Each device copies its input (via SMEM, TMA) into its peer's output,
+    then signals the peer and waits for its own signal."""
+    def body(x_ref, o_ref, smem, sem, bar):
+        peer = 1 - jax.lax.axis_index("x")
+        plgpu.copy_gmem_to_smem(x_ref, smem, bar)
+        plgpu.barrier_wait(bar)
+        plgpu.copy_smem_to_gmem(smem, plgpu.remote_ref(o_ref, peer))
+        plgpu.wait_smem_to_gmem(0)
+        pl.semaphore_signal(sem, device_id=peer)
+        pl.semaphore_wait(sem, 1)
+
+    def call(x):
+        return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                            grid=(1,), grid_names=("blocks",),
+                            scratch_types=[plgpu.SMEM(x.shape, x.dtype),
+                                           plgpu.SemaphoreType.REGULAR, plgpu.Barrier()])(x)
+    return call
+
+
+def test_tma_copy_to_a_remote_ref_lowers_as_jax():
+    from jax.experimental import pallas as jpl
+    from jax.experimental.pallas import mosaic_gpu as jplgpu
+    ours = _lowered_ops(_remote_copy_kernel(pallas_mgpu, pf), (64, 128), jnp.float32, P("x"))
+    theirs = _lowered_ops(_remote_copy_kernel(jplgpu, jpl), (64, 128), jnp.float32, P("x"))
+    assert ours == theirs
+    assert any("cp.async.bulk.global.shared" in s for s in ours[1]), ours[1]
 
 
 def test_semaphore_ops_on_a_non_semaphore_buffer_are_refused():

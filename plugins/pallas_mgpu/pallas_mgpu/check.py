@@ -137,6 +137,7 @@ def check_compiled(kernel: KernelIR) -> None:
         # the rebuilt grid's blocks (a pallas_mgpu.kernel allocates its own SMEM)
         _check_tma_boxes(kernel)
         _check_smem(kernel)
+        _check_tiled_arrays(kernel)
     for eqn in kernel.iter_equations():
         name = eqn.primitive.name
         if name in _NO_COMPILED_LOWERING:
@@ -189,3 +190,29 @@ def _check_smem(kernel: KernelIR) -> None:
               f"A CTA has at most {schedule.SMEM_BYTES // 1024} KiB of SMEM on an H100. Use "
               "smaller blocks, or CompilerParams(max_concurrent_steps=1) to keep one slot per "
               "streamed input.")
+
+
+def _check_tiled_arrays(kernel: KernelIR) -> None:
+    """A 2-D block read into registers as a tile is kept in SMEM in swizzled
+    8-row tiles (Mosaic GPU's choice for the tile's register layout), and the
+    TMA that fills them needs the array's own dims to be whole tiles."""
+    for m in kernel.mappings:
+        shape = m.block_shape
+        if schedule.is_whole(m) or len(shape) != 2 or len(m.array_shape) < 2:
+            continue
+        if layouts.tile_layout(shape) is None:
+            continue
+        item = np.dtype(m.dtype).itemsize
+        swizzle = next((s for s in (128, 64, 32) if (shape[-1] * item) % s == 0), None)
+        if swizzle is None:
+            continue
+        rows, cols = m.array_shape[-2], m.array_shape[-1]
+        tile = (8, swizzle // item)
+        if rows % tile[0] or cols % tile[1]:
+            _fail(kernel, m.index_map_source,
+                  f"{m.origin} has shape {m.array_shape}, whose last two dims are not whole "
+                  f"{tile} tiles for its block {shape}",
+                  f"Mosaic GPU keeps a 2-D block read into registers in SMEM as {swizzle}-byte "
+                  f"swizzled tiles of {tile}, and its TMA needs the array's dims to be multiples "
+                  "of the tile. Pad the array (and slice the result), or run with "
+                  "interpret=pallas_mgpu.InterpretParams().")

@@ -160,3 +160,12 @@ def test_blocks_past_the_smem_of_a_cta_are_refused():
     s = [S((512, 512), jnp.float32)] * 2
     with pytest.raises(BackendCapabilityError, match=r"SMEM blocks need \d+ KiB.*args\[0\]"):
         aot.lower_for_cuda(f, *s)
+
+
+def test_2d_array_that_is_not_whole_tiles_is_refused():
+    # position_ragged runs in interpret mode (conformance suite); compiled, the
+    # swizzled SMEM tiles' TMA needs the array's dims to be multiples of (8, 32)
+    f = K.position_ragged(100, 200, 64, 128, **CP)
+    with pytest.raises(BackendCapabilityError,
+                       match=r"args\[0\] has shape \(100, 200\).*\(8, 32\) tiles.*kernels.py"):
+        aot.lower_for_cuda(f, S((100, 200), jnp.float32))

@@ -7,6 +7,9 @@ module alone. Other modules import from here, never from ``jax._src``.
 
 from __future__ import annotations
 
+import os
+import sys
+
 from jax.sharding import PartitionSpec
 
 from jax._src import api_util
@@ -59,9 +62,25 @@ def trace_kernel_jaxpr(fun, in_avals, *, traced_for: str):
     return jaxpr.with_consts(consts), out_avals
 
 
+# Library code that a kernel's "line" must not point into: the frontend, and each
+# loaded backend's package (added by discovery). JAX skips its own frames already.
+_library_dirs: set[str] = {os.path.dirname(os.path.abspath(__file__)) + os.sep}
+
+
+def add_library_package(module_name: str) -> None:
+    """Frames in ``module_name``'s top-level package are library code, not the user's."""
+    top = sys.modules.get(module_name.split(".")[0])
+    for path in getattr(top, "__path__", None) or ():
+        _library_dirs.add(os.path.abspath(path) + os.sep)
+
+
 def jaxpr_source_line(eqn) -> str:
-    """``file:line`` of the user code that produced a jaxpr equation, or ''."""
-    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    """``file:line`` of the user code that produced a jaxpr equation, or '': the
+    innermost frame outside JAX and this project's packages (else JAX's choice)."""
+    skip = tuple(_library_dirs)
+    frames = list(source_info_util.user_frames(eqn.source_info.traceback))
+    frame = next((f for f in frames if not os.path.abspath(f.file_name).startswith(skip)),
+                 frames[0] if frames else None)
     if frame is None:
         return ""
     return f"{frame.file_name}:{frame.start_line}"

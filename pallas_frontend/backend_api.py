@@ -28,8 +28,8 @@ from pallas_frontend.backend_base import (Backend, LoweringContext, check_capabi
 from pallas_frontend.backend_helpers import (def_pure_primitive, gathered_ref_accesses,
                                              interpretable, kernel_primitive, nested_grid,
                                              parallel_grid_axes, primitive_owner, ref_effects,
-                                             register_interpret_rule, trace_body,
-                                             tracing_kernel)
+                                             register_interpret_rule, source_line,
+                                             trace_body, tracing_kernel)
 from pallas_frontend.contract import (_iter_equations, BackendCapabilityError,  # noqa: F401
                                       BackendUnavailableError, BlockMapping, KernelIR,
                                       ScopedAllocation, scoped_allocation_of)
@@ -43,7 +43,7 @@ from pallas_frontend.kernel_arrays import (block_window, kernel_body_fn, replay_
 #: block_window, scratch_structs, CAPABILITY_TAGS; 1.4: ScopedAllocation,
 #: capability collective_run_scoped; 1.5: dynamic grids, gathered_ref_accesses,
 #: KernelIR.function_name / name_and_src_info; 1.6: replay_equations; 1.7:
-#: Backend.adopt_foreign_params; 1.8: nested_grid, tracing_kernel.
+#: Backend.adopt_foreign_params; 1.8: nested_grid, tracing_kernel, source_line.
 API_VERSION = _contract.API_VERSION
 #: The pluggy project name that hook markers and the plugin manager share.
 PROJECT_NAME = _contract.PROJECT_NAME
@@ -80,5 +80,5 @@ __all__ = [
     "gathered_ref_accesses", "hookimpl", "hookspec", "interpretable", "kernel_body_fn",
     "kernel_primitive", "nested_grid", "parallel_grid_axes", "primitive_owner", "ref_effects",
     "register_interpret_rule", "replay_equations", "required_capabilities",
-    "scoped_allocation_of", "scratch_structs", "trace_body", "tracing_kernel",
+    "scoped_allocation_of", "scratch_structs", "source_line", "trace_body", "tracing_kernel",
 ]

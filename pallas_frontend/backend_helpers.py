@@ -139,3 +139,12 @@ def tracing_kernel() -> bool:
     """Whether a ``pallas_call`` / ``pl.kernel`` body is being traced on this thread
     (so a backend's public function can tell a call inside a kernel from one outside)."""
     return _grid.current_grid() is not None
+
+
+# --- where in the user's code ---------------------------------------------------
+
+def source_line(eqn) -> str:
+    """``file:line`` of the user's code that traced a kernel equation ('' if unknown):
+    the innermost frame outside JAX, the frontend and every loaded backend's package,
+    so a refusal names the user's call, not the library function that bound it."""
+    return jc.jaxpr_source_line(eqn)

@@ -39,7 +39,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 
-from pallas_frontend import backend_api, env_config
+from pallas_frontend import _jax_compat as jc, backend_api, env_config
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 from pallas_frontend.backend_metadata import INFO_GROUP, Declared, parse_declarations
 from pallas_frontend.load_timeout import PluginImportTimeout, call_with_timeout, import_timeout
@@ -283,6 +283,7 @@ def _load_one(cand: Candidate, found: Discovered) -> None:
             continue
         if b.distribution is None:
             b.distribution = origin.distribution
+        jc.add_library_package(type(b).__module__)   # its frames are not the user's line
         found.backends[name] = b
         found.origins[name] = origin
 

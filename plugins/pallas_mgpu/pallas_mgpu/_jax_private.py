@@ -43,13 +43,6 @@ def interpret_effects() -> frozenset:
     return frozenset(params.get_interpret_effects())
 
 
-def source_line(eqn) -> str:
-    """``file:line`` of the user code that traced ``eqn`` ('' if unknown)."""
-    from jax._src import source_info_util
-    frame = source_info_util.user_frame(eqn.source_info.traceback)
-    return f"{frame.file_name}:{frame.start_line}" if frame is not None else ""
-
-
 def allow_effect_in_kernels(effect_type) -> None:
     """Lets ``effect_type`` appear inside loops, branches and custom
     derivatives of a kernel body (JAX refuses unknown effects there)."""

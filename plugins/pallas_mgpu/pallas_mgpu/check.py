@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 import pallas_frontend as pf
-from pallas_frontend.backend_api import BackendCapabilityError, KernelIR, primitive_owner
+from pallas_frontend.backend_api import (BackendCapabilityError, KernelIR, primitive_owner,
+                                          source_line)
 
 from pallas_mgpu import layouts, multi_gpu, schedule
 
@@ -24,8 +25,7 @@ TMA_MIN_BYTES = schedule.TMA_MIN_BYTES
 
 
 def _where(eqn, kernel: KernelIR) -> str:
-    from pallas_mgpu import _jax_private
-    return _jax_private.source_line(eqn) or kernel.source
+    return source_line(eqn) or kernel.source
 
 
 def _fail(kernel: KernelIR, where: str, what: str, fix: str):

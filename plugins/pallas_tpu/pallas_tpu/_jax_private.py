@@ -66,17 +66,3 @@ def def_linear(prim, transpose_rule):
     transpose hook)."""
     from jax.interpreters import ad
     ad.deflinear2(prim, transpose_rule)
-
-
-def equation_source_line(eqn) -> str:
-    """``file:line`` of the user code behind a jaxpr equation (the innermost
-    frame outside JAX, the frontend and this plugin), or ''."""
-    import os
-    import pallas_frontend
-    from jax._src import source_info_util
-    ours = tuple(os.path.dirname(m.__file__) + os.sep
-                 for m in (pallas_frontend, __import__("pallas_tpu")))
-    for frame in source_info_util.user_frames(eqn.source_info.traceback):
-        if not frame.file_name.startswith(ours):
-            return f"{frame.file_name}:{frame.start_line}"
-    return ""

@@ -16,9 +16,8 @@ from __future__ import annotations
 from jax.extend.core import Literal, jaxprs_in_params
 
 import pallas_frontend as pf
-from pallas_frontend.backend_api import KernelIR
+from pallas_frontend.backend_api import KernelIR, source_line
 
-from pallas_tpu import _jax_private
 
 # Uses of a semaphore that never raise its count.
 _WAITS = frozenset({"semaphore_wait", "tpu_dma_wait"})
@@ -65,7 +64,7 @@ def check(kernel: KernelIR) -> None:
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             if name == "empty_ref" and _is_semaphore(eqn.outvars[0].aval):
-                where = _jax_private.equation_source_line(eqn) or kernel.source
+                where = source_line(eqn) or kernel.source
                 alias[eqn.outvars[0]] = f"the run_scoped semaphore allocated at {where}"
             used = {alias[v] for v in eqn.invars if not isinstance(v, Literal) and v in alias}
             bodies = _bodies(eqn)
@@ -86,7 +85,7 @@ def check(kernel: KernelIR) -> None:
     for root, eqn in waits.items():
         if root in signalled:
             continue
-        where = _jax_private.equation_source_line(eqn) or kernel.source
+        where = source_line(eqn) or kernel.source
         what = "a DMA wait" if eqn.primitive.name == "tpu_dma_wait" else "pl.semaphore_wait"
         raise pf.SemaphoreDeadlockError(
             f"Kernel {kernel.name_and_src_info} would wait forever: {what} at {where} waits on "

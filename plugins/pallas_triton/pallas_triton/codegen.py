@@ -30,7 +30,7 @@ from pallas_triton.jaxpr_text import padding_literal, tl_dtype
 from pallas_triton.refs import BlockRef, RegisterRef, mul_expr
 from pallas_triton.writer import KernelWriter
 from pallas_triton.jaxpr_text import (  # noqa: F401  (re-exported for plugins' callers)
-    is_float, is_pow2, literal, source_line, used_vars)
+    is_float, is_pow2, literal, used_vars)
 
 
 # --- the kernel --------------------------------------------------------------------------

@@ -8,7 +8,6 @@ without importing one another in a cycle.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from jax.extend.core import Literal
@@ -72,18 +71,5 @@ def padding_literal(dtype) -> str:
     if np.issubdtype(dtype, np.integer):
         return str(int(np.iinfo(dtype).min))
     return "False"
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def source_line(eqn) -> str:
-    tb = getattr(eqn.source_info, "traceback", None)
-    frames = getattr(tb, "frames", None) if tb is not None else None
-    for f in frames or ():
-        if "/jax/" not in f.file_name and "pallas_frontend" not in f.file_name and \
-                not f.file_name.startswith(_PACKAGE_DIR):      # our own API wrappers
-            return f"{f.file_name}:{f.line_num}"
-    return ""
 
 

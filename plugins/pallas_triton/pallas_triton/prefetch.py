@@ -28,9 +28,9 @@ from __future__ import annotations
 from jax.extend.core import Literal
 
 import pallas_frontend as pl
-from pallas_frontend.backend_api import KernelIR
+from pallas_frontend.backend_api import KernelIR, source_line
 from pallas_triton.errors import TritonCapabilityError
-from pallas_triton.jaxpr_text import source_line, used_vars
+from pallas_triton.jaxpr_text import used_vars
 
 # what the generated source imports to check data-dependent block indices (interpreter only)
 CHECK_IMPORT = "from pallas_triton.prefetch import check_block_index as _pallas_check_block"

@@ -31,8 +31,8 @@ from jax.extend.core import Literal, jaxprs_in_params
 
 import pallas_frontend as pl
 from pallas_frontend import backend_api
-from pallas_frontend.backend_api import KernelIR
-from pallas_triton.jaxpr_text import source_line, used_vars
+from pallas_frontend.backend_api import KernelIR, source_line
+from pallas_triton.jaxpr_text import used_vars
 
 ACCESS_PRIMITIVES = {"get": 1, "swap": 2, "addupdate": 2}     # -> number of leading operands
 CALL_PRIMITIVES = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",

@@ -186,7 +186,7 @@ def _empty_ref(w, eqn, ins):
     """A ``pl.run_scoped`` buffer: a tensor in registers, like scratch (whole reads and
     writes only; a sliced access is refused when the kernel is checked)."""
     from pallas_triton.codegen import padding_block
-    from pallas_triton.jaxpr_text import source_line
+    from pallas_frontend.backend_api import source_line
     aval = eqn.outvars[0].aval
     inner = getattr(aval, "inner_aval", aval)
     where = source_line(eqn) or w.kernel.source

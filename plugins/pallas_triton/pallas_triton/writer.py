@@ -14,9 +14,9 @@ import re
 import numpy as np
 from jax.extend.core import Literal
 
-from pallas_frontend.backend_api import KernelIR
+from pallas_frontend.backend_api import KernelIR, source_line
 from pallas_triton.emitters import EMITTERS, broadcast_expr
-from pallas_triton.jaxpr_text import is_float, literal, source_line, tl_dtype, used_vars
+from pallas_triton.jaxpr_text import is_float, literal, tl_dtype, used_vars
 from pallas_triton.reductions import helper_source
 # the modules that register emitters beyond emitters.py's
 from pallas_triton import dots, joins, math_library, padding, widening, xla_numerics  # noqa: F401

@@ -63,7 +63,7 @@ class TritonBackend(backend_api.Backend):
     compiler_params_type = CompilerParams
     interpret_params_type = InterpretParams
     pip_extra = "triton"
-    api_version = (1, 1)            # needs backend_api.parallel_grid_axes
+    api_version = (1, 8)            # source_line (1.1: parallel_grid_axes)
     # Tags the base check keys on: "aliasing", "vmap", "float64" are supported (the
     # generated kernel is indifferent to them); "scratch" is, for whole reads and writes
     # (kept in registers; check() refuses the rest); "semaphores" is not (see

@@ -39,6 +39,7 @@ class SemaphoreType(enum.Enum):
         return self(()).get_ref_aval()
 
     def get_array_aval(self):
+        """The value a semaphore reads as: an int32 scalar count."""
         import jax
         return jax.core.ShapedArray((), np.dtype(np.int32))
 

@@ -15,6 +15,7 @@ lives a little longer than the user asked, which only costs memory.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import jax
@@ -48,18 +49,20 @@ def _needs_replay(eqn) -> bool:
             or primitive_owner(prim) == FRONTEND_OWNER)
 
 
-_replay_cache: dict[int, bool] = {}
+# Keyed by the jaxpr itself, weakly: an id() key outlives its jaxpr, and a later
+# jaxpr at the same address was then told it needed no replay.
+_replay_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def jaxpr_needs_replay(jaxpr) -> bool:
     """Whether ``jaxpr`` (or a body nested in it) holds a substituted primitive."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    key = id(jaxpr)
-    if key not in _replay_cache:
-        _replay_cache[key] = any(
+    found = _replay_cache.get(jaxpr)
+    if found is None:
+        found = _replay_cache[jaxpr] = any(
             _needs_replay(e) or any(jaxpr_needs_replay(j) for j in jex.jaxprs_in_params(e.params))
             for e in jaxpr.eqns)
-    return _replay_cache[key]
+    return found
 
 
 def eval_jaxpr(jaxpr, consts, *args):

@@ -181,12 +181,6 @@ TPU_INFERENCE = Library(
     gaps={
         "ragged_paged_attention v3": "`ref.reshape(...)` views (JAX's `ReshapeTransform`) of "
                                      "an HBM Ref handed to DMAs (pallas_tpu)",
-        "gated delta rule decode (gdn v2)": "nothing (a pallas_tpu bug): its `evaluate."
-                                            "_replay_cache` is keyed by the `id()` of jaxprs "
-                                            "it does not keep alive, so after other kernels "
-                                            "in the same process a new jaxpr can reuse an id "
-                                            "and its TPU primitives (`tpu_dma_start`) are not "
-                                            "replayed; the row passes in a fresh process",
     },
     cases=(
         Case("ragged_paged_attention v3", f"{RPA}.v3.kernel", _rpa_v3_inputs, _rpa_v3,

@@ -30,9 +30,7 @@ import importlib
 import importlib.util
 import json
 import os
-import queue
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,10 +38,11 @@ import time
 import types
 from pathlib import Path
 
+import worker_rows
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 CATALOG = HERE / "ecosystem_cases.py"
-ROW_TIMEOUT_S = 900
 _NO_ATTR = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
 _NO_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 # a plugin's refusal: "pallas_tpu: Ref view transform ReshapeTransform(...) is not supported"
@@ -270,46 +269,11 @@ def run_side(catalog: Path, lib, side: str, root: Path, out: Path, seed: int, ke
         import jax_ops_aot
         env["PYTHONPATH"] = jax_ops_aot._worker_env("cuda").get("PYTHONPATH",
                                                                env.get("PYTHONPATH", ""))
-    done: dict = {}
-    todo = list(keys)
-    while todo:
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker",
-                                 str(catalog), lib.name, side, str(root), str(out), str(seed),
-                                 *todo], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env, cwd=str(out))
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] + [lines.put(None)],
-                         daemon=True).start()
-        err: list[str] = []
-        threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
-        current = None
-        while True:
-            try:
-                line = lines.get(timeout=ROW_TIMEOUT_S)
-            except queue.Empty:
-                proc.kill()
-                done[current or todo[0]] = {"status": "fail",
-                                            "error": f"no result in {ROW_TIMEOUT_S} s"}
-                break
-            if line is None:
-                break
-            if line.startswith("START "):
-                current = line[6:].strip()
-            elif line.startswith("ROW "):
-                key, cell = json.loads(line[4:])
-                done[key] = cell
-                current = None
-                log(lib.name, side, key, cell)
-        proc.wait()
-        tail = ([ln.strip() for ln in err if ln.strip()][-1:] or [f"exit {proc.returncode}"])[0]
-        if current is not None and current not in done:
-            done[current] = {"status": "fail", "error": f"the worker died (exit "
-                             f"{proc.returncode}): {tail[:200]}"}
-        elif proc.returncode and len(done) < len(keys):    # before any row: every row fails
-            for k in todo:
-                done.setdefault(k, {"status": "fail", "error": f"worker failed: {tail[:200]}"})
-        todo = [k for k in keys if k not in done]
-    return done
+    argv = lambda todo: [sys.executable, str(Path(__file__).resolve()), "--worker",  # noqa: E731
+                         str(catalog), lib.name, side, str(root), str(out), str(seed), *todo]
+    return worker_rows.run_rows(argv, list(keys), env=env, cwd=str(out),
+                                log=lambda k, c: log(lib.name, side, k, c),
+                                cannot_start="worker failed")
 
 
 def _compare(case, mode: str, out: Path, row: dict, side: str = "ours") -> None:

@@ -23,13 +23,14 @@ import dataclasses
 import importlib.util
 import json
 import os
-import queue
 import re
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+import worker_rows
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,7 +42,6 @@ TARGETS = {"v5e": ("tpu", ("tpu",)), "H100": ("cuda", ("gpu", "mgpu", "mgpu_mult
 _EXTRA_CONFIGS = {"B200": HERE / "gpu_target_configs" / "NVIDIA_B200.txtpb"}
 TPU_TOPOLOGY = "v5e:2x2"
 _KERNEL_CALL = re.compile(r"custom_call @(tpu_custom_call|__gpu\$xla\.gpu\.triton|mosaic_gpu\w*)")
-ROW_TIMEOUT_S = 900
 _INSTALL = threading.Lock()     # the GPU targets' workers start at once: one install
 
 
@@ -158,51 +158,11 @@ def _worker_main(target_name: str, side: str, keys: list[str]) -> int:
 
 def _run_worker(target: str, side: str, keys: list[str], log) -> dict:
     """{key: cell} for ``keys``; restarts the worker past a row that killed it."""
-    env = _worker_env(TARGETS[target][0])
-    out, todo = {}, list(keys)
-    while todo:
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker",
-                                 target, side, *todo], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=str(HERE.parent))
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] + [lines.put(None)],
-                         daemon=True).start()
-        err: list[str] = []
-        reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
-        reader.start()
-        current = None
-        while True:
-            try:
-                line = lines.get(timeout=ROW_TIMEOUT_S)
-            except queue.Empty:
-                proc.kill()
-                for key in [current] if current else todo:
-                    out[key] = {"status": "fail", "error": f"no result in {ROW_TIMEOUT_S} s"}
-                current = None
-                break
-            if line is None:
-                break
-            if line.startswith("START "):
-                current = line[6:].strip()
-            elif line.startswith("ROW "):
-                key, cell = json.loads(line[4:])
-                out[key] = cell
-                current = None
-                log(target, side, key, cell)
-        proc.wait()
-        reader.join(timeout=10)
-        if current is not None and current not in out:     # the process died in this row
-            tail = [ln.strip() for ln in err if ln.strip()][-1:] or [f"exit {proc.returncode}"]
-            out[current] = {"status": "fail",
-                            "error": f"the compiling process died (exit {proc.returncode}): "
-                                     f"{tail[0][:200]}"}
-        elif current is None and proc.returncode:    # it could not start (no libtpu, ...)
-            tail = [ln.strip() for ln in err if ln.strip()][-1:] or [f"exit {proc.returncode}"]
-            for key in todo:
-                out.setdefault(key, {"status": "fail", "error": f"no compile-only {target} "
-                                     f"here: {tail[0][:200]}"})
-        todo = [k for k in keys if k not in out]
-    return out
+    argv = lambda todo: [sys.executable, str(Path(__file__).resolve()), "--worker",  # noqa: E731
+                         target, side, *todo]
+    return worker_rows.run_rows(argv, keys, env=_worker_env(TARGETS[target][0]),
+                                cwd=str(HERE.parent), log=lambda k, c: log(target, side, k, c),
+                                cannot_start=f"no compile-only {target} here")
 
 
 def rows_key(name: str, size: str, grad: bool) -> str:

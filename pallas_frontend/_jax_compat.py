@@ -30,6 +30,13 @@ from jax._src.state import types as state_types
 
 AbstractRef = state_types.AbstractRef
 ShapedArray = core.ShapedArray
+
+
+def kernel_aval(shape, dtype) -> core.ShapedArray:
+    """A kernel's block, scratch or grid-index type, on the context mesh (replicated),
+    as JAX's Pallas makes them: values the body builds (``jnp.zeros``) carry that
+    mesh, and JAX's sharding rules refuse an op mixing it with a mesh-less Ref."""
+    return core.ShapedArray(shape, dtype, sharding=core.get_cur_mesh_sharding())
 Jaxpr = core.Jaxpr
 Primitive = core.Primitive
 Literal = core.Literal

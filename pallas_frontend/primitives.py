@@ -183,14 +183,14 @@ def ref_aval_of(t: Any, what: str) -> jc.AbstractRef:
     """The Ref type for a scratch/scoped type: a ``MemoryRef``, a
     ``jax.ShapeDtypeStruct``, or a backend type with ``get_ref_aval()``."""
     if isinstance(t, MemoryRef):
-        return jc.AbstractRef(jc.ShapedArray(t.shape, t.dtype), memory_space=t.memory_space)
+        return jc.AbstractRef(jc.kernel_aval(t.shape, t.dtype), memory_space=t.memory_space)
     if hasattr(t, "get_ref_aval"):
         aval = t.get_ref_aval()
         if not isinstance(aval, jc.AbstractRef):
             raise TypeError(f"{what}: get_ref_aval() of {t!r} returned {aval!r}, not a Ref type.")
         return aval
     if hasattr(t, "shape") and hasattr(t, "dtype"):
-        return jc.AbstractRef(jc.ShapedArray(check_dims(t.shape, what), np.dtype(t.dtype)))
+        return jc.AbstractRef(jc.kernel_aval(check_dims(t.shape, what), np.dtype(t.dtype)))
     raise TypeError(f"{what}: {t!r} is not a scratch type. Use pl.MemorySpace.X(shape, dtype), "
                     "a backend memory space such as pallas_tpu.VMEM(shape, dtype), or "
                     "jax.ShapeDtypeStruct.")

@@ -149,7 +149,7 @@ def kernel_ref_aval(m: BlockMapping) -> jc.AbstractRef:
     # Without a memory space the Ref is in the backend's default one (printed
     # Ref<default>{...}, as JAX prints it).
     space = m.memory_space if m.memory_space is not None else MemorySpace.DEFAULT
-    return jc.AbstractRef(jc.ShapedArray(m.block_shape, m.dtype), memory_space=space)
+    return jc.AbstractRef(jc.kernel_aval(m.block_shape, m.dtype), memory_space=space)
 
 
 # --- the kernel body ----------------------------------------------------------------
@@ -184,7 +184,7 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
                 f"{jax.tree.map(lambda x: _type_str(x) if hasattr(x, 'dtype') else x, out)}.")
         return []
 
-    in_avals = [jc.ShapedArray((), jnp.int32)] * num_index + list(ref_avals)
+    in_avals = [jc.kernel_aval((), jnp.int32)] * num_index + list(ref_avals)
     # the names stay bound for the whole trace: JAX checks axis_index's type
     # when it closes the jaxpr, after the body has returned
     named = [(n, g) for n, g in zip(grid_names or (), grid) if g is not None]
@@ -269,7 +269,7 @@ GRID_SIZES_OPERAND = "pallas_frontend.grid_sizes_operand"
 
 def grid_sizes_aval(grid) -> jc.AbstractRef:
     """The Ref of the traced sizes of ``grid`` (its ``None`` entries), in axis order."""
-    return jc.AbstractRef(jc.ShapedArray((sum(g is None for g in grid),), jnp.int32))
+    return jc.AbstractRef(jc.kernel_aval((sum(g is None for g in grid),), jnp.int32))
 
 
 def grid_sizes_operand(ir: KernelIR) -> int | None:

@@ -152,3 +152,26 @@ def test_ptx_version_accepted_by_every_local_ptxas():
                          np.zeros(1024, np.float32), np.zeros(1024, np.float32))
     ptx = pt.compile_for_target(ir, target=("cuda", 90))["ptx"]
     assert f".version {picked // 10}.{picked % 10}" in ptx
+
+
+def test_lowers_under_a_mesh_with_an_explicit_axis():
+    # tokamax's Triton flash attention pattern: a fori_loop accumulator from jnp.zeros,
+    # stored with a mask. Lowered under an abstract H100 mesh with an Explicit axis, the
+    # body's values carry that mesh; the kernel's Refs must too (as in JAX), or the store's
+    # discharge mixes shardings (ShardingTypeError) where JAX lowers the kernel.
+    def kernel(x_ref, o_ref):
+        def body(j, acc):
+            return acc + pt.load(x_ref.at[pl.ds(j * 8, 8), :])
+        acc = jax.lax.fori_loop(0, 2, body, jnp.zeros((8, 128), jnp.float32))
+        pt.store(o_ref.at[pl.ds(0, 8), :], acc, mask=(jnp.arange(128) < 100)[None, :])
+
+    f = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32), grid=(4,),
+        in_specs=[pl.BlockSpec((16, 128), lambda i: (0, 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), compiler_params=pt.CompilerParams())
+    gpu = jax.sharding.AbstractDevice(device_kind="NVIDIA H100", num_cores=132, platform="gpu")
+    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=gpu,
+                                     axis_types=(jax.sharding.AxisType.Explicit,))
+    with jax.sharding.use_abstract_mesh(mesh):
+        text = jax.jit(f).trace(_s(16, 128)).lower(lowering_platforms=("cuda",)).as_text()
+    assert "__gpu$xla.gpu.triton" in text

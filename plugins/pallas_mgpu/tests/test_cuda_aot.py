@@ -9,25 +9,12 @@ The interpreter: this one when it has the CUDA plugin (tox env
 import json
 import os
 import subprocess
-import sys
 
 import pytest
-
-from pallas_mgpu import aot
 
 # one worker holds the module (its probe fixture runs once): xdist --dist loadfile
 pytestmark = pytest.mark.cuda_aot
 EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "mgpu"))
-
-
-def _python():
-    if aot.has_cuda_plugin():
-        return sys.executable
-    other = os.environ.get("PALLAS_MGPU_CUDA_PYTHON")
-    if other:
-        return other
-    pytest.skip("no jax-cuda12-plugin here (tox -e mgpu-cuda-aot, or set PALLAS_MGPU_CUDA_PYTHON)")
-
 
 CASES = ("add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul", "flash_attention",
          "add_block_1024", "add_8_no_grid", "softmax_rows_8", "layer_norm_rows_8",
@@ -37,12 +24,12 @@ CASES = ("add", "ragged_add", "matmul_f16", "softmax", "hopper_matmul", "flash_a
 
 
 @pytest.fixture(scope="module")
-def probe(tmp_path_factory):
+def probe(tmp_path_factory, cuda_python):
     dump = tmp_path_factory.mktemp("mosaic_dump")
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     # two probes at once, half the cases each: a compile is one busy core
     procs = [subprocess.Popen(
-        [_python(), os.path.join(os.path.dirname(__file__), "aot_probe.py"), *CASES[half::2],
+        [cuda_python, os.path.join(os.path.dirname(__file__), "aot_probe.py"), *CASES[half::2],
          "--dump", str(dump), "--examples", EXAMPLES],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for half in (0, 1)]
     results, errors = {}, []

@@ -27,18 +27,9 @@ if not (TOOLS / "jax_ops_copy.py").exists():
 CASES = ("hopper_matmul", "attention", "attention_causal", "attention_grad", "ragged_dot")
 
 
-def _python():
-    if aot.has_cuda_plugin():
-        return sys.executable
-    other = os.environ.get("PALLAS_MGPU_CUDA_PYTHON")
-    if other:
-        return other
-    pytest.skip("no jax-cuda12-plugin here (tox -e mgpu-cuda-aot, or set PALLAS_MGPU_CUDA_PYTHON)")
-
-
 @pytest.mark.cuda_aot
-def test_jax_mosaic_gpu_files_compile_for_h100_as_jax():
-    proc = subprocess.run([_python(), str(HERE / "jax_files_probe.py"), *CASES],
+def test_jax_mosaic_gpu_files_compile_for_h100_as_jax(cuda_python):
+    proc = subprocess.run([cuda_python, str(HERE / "jax_files_probe.py"), *CASES],
                           capture_output=True, text=True, timeout=1500,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
     rows = {(r["case"], r["side"]): r for r in map(json.loads, (

@@ -43,26 +43,17 @@ def _neutral_padding(w, eqn, x, kind, axes):
     return padding.fill_padding(w, x, aval.shape, axes, padding.neutral(kind, aval.dtype))
 
 
-@register("reduce_sum")
-def _reduce_sum(w, eqn, ins):
-    x = _neutral_padding(w, eqn, ins[0], "add", eqn.params["axes"])
-    return [reduce_expr(w, x, eqn.params["axes"], "add")]
+_REDUCTION_KINDS = {"reduce_sum": "add", "reduce_max": "max", "reduce_min": "min",
+                    "reduce_and": "and", "reduce_or": "or"}
 
 
-@register("reduce_max")
-def _reduce_max(w, eqn, ins):
-    x = _neutral_padding(w, eqn, ins[0], "max", eqn.params["axes"])
-    if is_float(in_aval(eqn).dtype):
-        return [_float_extremum(w, eqn, x, "max")]
-    return [reduce_expr(w, x, eqn.params["axes"], "max")]
-
-
-@register("reduce_min")
-def _reduce_min(w, eqn, ins):
-    x = _neutral_padding(w, eqn, ins[0], "min", eqn.params["axes"])
-    if is_float(in_aval(eqn).dtype):
-        return [_float_extremum(w, eqn, x, "min")]
-    return [reduce_expr(w, x, eqn.params["axes"], "min")]
+@register(*_REDUCTION_KINDS)
+def _reduce(w, eqn, ins):
+    kind, axes = _REDUCTION_KINDS[eqn.primitive.name], eqn.params["axes"]
+    x = _neutral_padding(w, eqn, ins[0], kind, axes)
+    if kind in ("max", "min") and is_float(in_aval(eqn).dtype):
+        return [_float_extremum(w, eqn, x, kind)]
+    return [reduce_expr(w, x, axes, kind)]
 
 
 @register("cumsum", "cumprod", "cummax", "cummin")
@@ -76,18 +67,6 @@ def _cumulative(w, eqn, ins):
         return [ins[0]]
     x = _neutral_padding(w, eqn, ins[0], kind, (axis,))
     return [f"tl.associative_scan({x}, {axis}, {combine_fn(w, kind)}, reverse={reverse})"]
-
-
-@register("reduce_and")
-def _reduce_and(w, eqn, ins):
-    x = _neutral_padding(w, eqn, ins[0], "and", eqn.params["axes"])
-    return [reduce_expr(w, x, eqn.params["axes"], "and")]
-
-
-@register("reduce_or")
-def _reduce_or(w, eqn, ins):
-    x = _neutral_padding(w, eqn, ins[0], "or", eqn.params["axes"])
-    return [reduce_expr(w, x, eqn.params["axes"], "or")]
 
 
 @register("argmax", "argmin")

@@ -253,14 +253,14 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
     for eqn in kernel.iter_equations():
         name = eqn.primitive.name
         tag = "semaphores" if name.startswith("semaphore_") else _PRIMITIVE_TAGS.get(name)
-        if tag is not None:
-            need.setdefault(tag, jc.jaxpr_source_line(eqn) or kernel.source)
-        if scoped_allocation_of(eqn) is not None:
+        if tag is not None and tag not in need:     # the first use names the line
+            need[tag] = jc.jaxpr_source_line(eqn) or kernel.source
+        if scoped_allocation_of(eqn) is not None and "collective_run_scoped" not in need:
             line = jc.jaxpr_source_line(eqn)
             # the allocation is traced inside pl.run_scoped: point at the kernel instead
             if not line or "pallas_frontend" in line:
                 line = kernel.source
-            need.setdefault("collective_run_scoped", line)
+            need["collective_run_scoped"] = line
     return need
 
 

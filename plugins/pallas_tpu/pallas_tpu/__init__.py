@@ -31,6 +31,7 @@ from pallas_tpu.spaces import with_memory_space_constraint
 from pallas_tpu import dma_interpret as _dma_interpret  # noqa: F401  (interpret=True rules)
 from pallas_tpu.random import (
     stateful_bernoulli, stateful_bits, stateful_normal, stateful_uniform)
+from pallas_tpu.keyed_random import sample_block, to_pallas_key
 
 __all__ = [
     "ChipVersion", "Tiling", "TpuInfo", "get_tpu_info", "get_tpu_info_for_chip", "is_tpu_device",
@@ -46,5 +47,5 @@ __all__ = [
     "set_tpu_interpret_mode", "stateful_bernoulli", "stateful_bits", "stateful_normal",
     "stateful_uniform", "store", "sync_copy",
     "VMEM_SHARED", "core_barrier", "get_barrier_semaphore", "run_on_first_core",
-    "with_memory_space_constraint",
+    "with_memory_space_constraint", "sample_block", "to_pallas_key",
 ]

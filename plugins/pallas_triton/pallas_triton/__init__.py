@@ -22,8 +22,21 @@ from pallas_triton.primitives import (  # noqa: E402
     max_contiguous, store)
 from pallas_triton.gpu_launch import CUSTOM_CALL as CUSTOM_CALL_TARGET_NAME  # noqa: E402
 
-__all__ = ["CUSTOM_CALL_TARGET_NAME", "Autotuner", "CompilerParams", "Config", "autotune", "InterpretParams", "PrefetchScalarGridSpec", "TritonBackend", "compile_for_target",
+__all__ = ["GpuInfo", "GpuVersion", "get_gpu_info", "get_gpu_info_from_version",
+           "is_gpu_device", "CUSTOM_CALL_TARGET_NAME", "Autotuner", "CompilerParams", "Config", "autotune", "InterpretParams", "PrefetchScalarGridSpec", "TritonBackend", "compile_for_target",
            "generate_source", "kernel_ir_of", "__version__", "approx_tanh", "atomic_add",
            "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub",
            "atomic_xchg", "atomic_xor", "debug_barrier", "dot", "elementwise_inline_asm", "load",
            "max_contiguous", "store"]
+
+# JAX's GPU queries (pallas_triton.gpu_info), loaded on first use: they import
+# JAX's Triton Pallas modules (a quarter of a second), which kernels never need.
+_GPU_INFO = frozenset({"GpuInfo", "GpuVersion", "get_gpu_info", "get_gpu_info_from_version",
+                       "is_gpu_device"})
+
+
+def __getattr__(name):
+    if name in _GPU_INFO:
+        from pallas_triton import gpu_info
+        return getattr(gpu_info, name)
+    raise AttributeError(f"module 'pallas_triton' has no attribute {name!r}")

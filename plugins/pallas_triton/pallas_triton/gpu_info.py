@@ -1,0 +1,17 @@
+"""What a GPU offers (version, architecture name, compute capability):
+host-side queries, the same objects as JAX's ``jax.experimental.pallas.triton``.
+
+They read only the device JAX sees (or take a ``GpuVersion``), nothing of a
+kernel, so JAX's own objects serve this backend unchanged: e.g.
+``CompilerParams(compute_capability=get_gpu_info_from_version(GpuVersion.H100)
+.compute_capability)`` names the target of a device-less compile.
+``get_gpu_info()`` on a host without a GPU raises, as JAX's does.
+"""
+
+from __future__ import annotations
+
+from jax.experimental.pallas.triton import (
+    GpuInfo, GpuVersion, get_gpu_info, get_gpu_info_from_version, is_gpu_device)
+
+__all__ = ["GpuInfo", "GpuVersion", "get_gpu_info", "get_gpu_info_from_version",
+           "is_gpu_device"]

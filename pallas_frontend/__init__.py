@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 # public name -> the module (under pallas_frontend) that defines it
 _API = {
     "_jax_compat": ("Slice", "ds", "run_state"),
+    "autotuning": ("autotune",),
     "cost": ("estimate_cost",),
     "export": ("enable_poison_buffers", "lower_as_mlir", "pallas_export_experimental"),
     "backend_api": ("API_VERSION",),
@@ -91,6 +92,7 @@ def __dir__():
 
 if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
     from pallas_frontend._jax_compat import Slice, ds, run_state
+    from pallas_frontend.autotuning import autotune
     from pallas_frontend.cost import estimate_cost
     from pallas_frontend.export import (
         enable_poison_buffers, lower_as_mlir, pallas_export_experimental)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pallas_frontend import contract as _contract
 from pallas_frontend.backend_base import (Backend, LoweringContext, check_capabilities,
                                           check_dtypes, check_primitive_owners,
-                                          required_capabilities)
+                                          default_seconds_per_call, required_capabilities)
 from pallas_frontend.backend_helpers import (def_pure_primitive, gathered_ref_accesses,
                                              interpretable, kernel_primitive, nested_grid,
                                              parallel_grid_axes, primitive_owner, ref_effects,
@@ -43,7 +43,8 @@ from pallas_frontend.kernel_arrays import (block_window, kernel_body_fn, replay_
 #: block_window, scratch_structs, CAPABILITY_TAGS; 1.4: ScopedAllocation,
 #: capability collective_run_scoped; 1.5: dynamic grids, gathered_ref_accesses,
 #: KernelIR.function_name / name_and_src_info; 1.6: replay_equations; 1.7:
-#: Backend.adopt_foreign_params; 1.8: nested_grid, tracing_kernel, source_line.
+#: Backend.adopt_foreign_params; 1.8: nested_grid, tracing_kernel, source_line;
+#: 1.9: Backend.seconds_per_call, default_seconds_per_call.
 API_VERSION = _contract.API_VERSION
 #: The pluggy project name that hook markers and the plugin manager share.
 PROJECT_NAME = _contract.PROJECT_NAME
@@ -77,6 +78,7 @@ __all__ = [
     "CAPABILITY_TAGS", "ENTRY_POINT_GROUP", "FRONTEND_OWNER", "KernelIR", "LoweringContext",
     "PROJECT_NAME", "ScopedAllocation", "TRANSFORM_METADATA_KEY", "block_window",
     "check_capabilities", "check_dtypes", "check_primitive_owners", "def_pure_primitive",
+    "default_seconds_per_call",
     "gathered_ref_accesses", "hookimpl", "hookspec", "interpretable", "kernel_body_fn",
     "kernel_primitive", "nested_grid", "parallel_grid_axes", "primitive_owner", "ref_effects",
     "register_interpret_rule", "replay_equations", "required_capabilities",

@@ -167,6 +167,16 @@ class Backend:
         import jax
         return jax.jit(fn).lower(*args).compile()
 
+    def seconds_per_call(self, fn: Callable, args: Sequence[Any]) -> float:
+        """Seconds one call of ``fn(*args)`` takes on the device that holds
+        ``args`` (arrays); ``pl.autotune`` compares candidates by it. ``fn`` is
+        a pure JAX function. Default: measured in a device loop
+        (``pallas_frontend.device_timing``: ``n`` dependent calls inside one
+        jitted ``fori_loop``, per call ``(T(3n) - T(n)) / 2n``, so launch and
+        sync costs cancel). Override when your device has a better clock (a
+        profiler's kernel time). Never called while tracing. (API 1.9)"""
+        return default_seconds_per_call(fn, args)
+
     def describe(self) -> dict[str, Any]:
         """The backend as JSON-ready data: name, distribution, version, api
         version, platforms, priority, capabilities, and whether it is available
@@ -182,6 +192,12 @@ class Backend:
 
     def __repr__(self):
         return f"<Backend {self.name} {self.version} platforms={self.platforms}>"
+
+
+def default_seconds_per_call(fn: Callable, args: Sequence[Any]) -> float:
+    """``Backend.seconds_per_call``'s default: the device-loop time of ``fn(*args)``."""
+    from pallas_frontend import device_timing
+    return device_timing.time_per_call(fn, *args).seconds
 
 
 def check_primitive_owners(backend: Backend, kernel: KernelIR,

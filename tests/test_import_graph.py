@@ -36,7 +36,10 @@ CONTRACT_MAY_IMPORT = {
                                     "pallas_frontend.backend_helpers",
                                     "pallas_frontend.kernel_arrays", "pallas_frontend.hookspecs"},
     "pallas_frontend.backend_base": {"pallas_frontend.contract", "pallas_frontend.backend_helpers",
-                                     "pallas_frontend._jax_compat"},
+                                     "pallas_frontend._jax_compat",
+                                     "pallas_frontend.device_timing"},
+    # the default timing hook: jax and numpy only (a TPU host loads it by file path)
+    "pallas_frontend.device_timing": set(),
     "pallas_frontend.backend_helpers": {"pallas_frontend.contract", "pallas_frontend._jax_compat",
                                         "pallas_frontend.grid_analysis",
                                         "pallas_frontend.grid_context"},

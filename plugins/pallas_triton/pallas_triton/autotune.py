@@ -11,19 +11,26 @@ fastest per input signature.
 On a GPU with a launch path the candidates run compiled; elsewhere they run under
 Triton's interpreter, whose cost grows with the number of programs, so the choice
 there says little about a GPU. A candidate that fails (a block the backend refuses,
-a compile error) is recorded and skipped; if every one fails, the call raises.
+a compile error) is recorded and skipped, and so is one whose result differs from
+what the other candidates agree on; if every one fails, the call raises.
+
+A thin layer over ``pl.autotune`` (``pallas_frontend.autotuning``): the general
+tuner chooses, caches and checks results; the candidates are timed by the Triton
+backend's ``seconds_per_call`` hook (the frontend's device loop). Unlike
+``pl.autotune`` it times on every platform (the interpreter's times too) and keeps
+its choices in memory unless ``cache=`` names a file.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
 
+import pallas_frontend as pl
 from pallas_triton.backend import TritonBackend
 from pallas_triton.params import CompilerParams
 
@@ -41,18 +48,20 @@ class Config:
 
 @dataclasses.dataclass(frozen=True)
 class Trial:
-    """How one candidate did for one signature: best-of-``repeat`` seconds, or its error."""
+    """How one candidate did for one signature: seconds per call, or its error."""
     config: Config
     seconds: float | None
     error: str = ""
 
 
-def signature(args: Sequence[Any]) -> tuple:
+def signature(args: Sequence[Any]) -> str:
     """What a tuned choice depends on: the argument structure, and each array's
     shape and dtype (other leaves by value)."""
-    leaves, treedef = jax.tree.flatten(tuple(args))
-    return treedef, tuple((tuple(x.shape), str(x.dtype)) if hasattr(x, "shape") else x
-                          for x in leaves)
+    return _SIGNATURE.signature(*args)
+
+
+# pl.autotune's signature, reached through a tuner that is never called
+_SIGNATURE = pl.autotune(lambda *args: None, configs=[{}], name=__name__, cache=False)
 
 
 class Autotuner:
@@ -60,19 +69,23 @@ class Autotuner:
 
     ``build`` turns a ``Config`` into a JAX-traceable function of the call's
     arguments (typically a ``pallas_call`` made with ``**config.call_options()``);
-    the tuner jits it. ``cache`` maps signatures to winners, ``trials`` keeps
-    every timing, ``hits``/``misses`` count cache lookups.
+    the tuner jits it. ``cache`` maps cache keys (signature, device kind,
+    backend) to winners, ``trials`` keeps every timing, ``hits``/``misses``
+    count lookups. ``repeat`` is kept for compatibility: the backend's timing
+    hook decides how often it measures. ``cache_file``: a JSON file to keep the
+    choices in across processes (``pl.autotune``'s format); default memory only.
     """
 
     def __init__(self, build: Callable[[Config], Callable], configs: Sequence[Config], *,
-                 repeat: int = 3):
+                 repeat: int = 3, cache_file: str | Path | None = None):
         if not configs:
             raise ValueError("autotune needs at least one candidate Config")
         self.build, self.configs, self.repeat = build, tuple(configs), repeat
-        self.cache: dict[tuple, Config] = {}
-        self.trials: dict[tuple, list[Trial]] = {}
-        self.hits = self.misses = 0
         self._jitted: dict[int, Callable] = {}
+        name = f"{getattr(build, '__module__', '?')}.{getattr(build, '__qualname__', build)}"
+        self._tuner = pl.autotune(self._run, configs=[{"config": c} for c in self.configs],
+                                  name=name, backend=TritonBackend.name, measure=True,
+                                  cache=cache_file if cache_file is not None else False)
 
     def __call__(self, *args):
         return self._function(self.best_config(*args))(*args)
@@ -80,13 +93,31 @@ class Autotuner:
     def best_config(self, *args) -> Config:
         """The fastest config for arguments like ``args`` (same structure, shapes
         and dtypes): measured on the first call, cached afterwards."""
-        sig = signature(args)
-        if sig in self.cache:
-            self.hits += 1
-        else:
-            self.misses += 1
-            self.cache[sig] = self._tune(sig, args)
-        return self.cache[sig]
+        return self._tuner.best_config(*args)["config"]
+
+    @property
+    def cache(self) -> dict[str, Config]:
+        """Cache key -> the winning ``Config``."""
+        return {key: c["config"] for key, c in self._tuner.choices.items()}
+
+    @property
+    def trials(self) -> dict[str, list[Trial]]:
+        """Cache key -> each candidate's ``Trial``, in ``configs`` order."""
+        return {key: [Trial(t.config["config"], t.seconds, t.error) for t in trials]
+                for key, trials in self._tuner.trials.items()}
+
+    @property
+    def hits(self) -> int:
+        """Calls that found their winner cached."""
+        return self._tuner.hits
+
+    @property
+    def misses(self) -> int:
+        """Calls that measured the candidates."""
+        return self._tuner.misses
+
+    def _run(self, *args, config: Config):
+        return self._function(config)(*args)
 
     def _function(self, config: Config) -> Callable:
         # keyed by position: a Config holds a dict, so it is not hashable
@@ -95,29 +126,8 @@ class Autotuner:
             self._jitted[k] = jax.jit(self.build(config))
         return self._jitted[k]
 
-    def _tune(self, sig, args) -> Config:
-        trials = [self._time(config, args) for config in self.configs]
-        self.trials[sig] = trials
-        timed = [t for t in trials if t.seconds is not None]
-        if not timed:
-            failures = "\n".join(f"  {t.config}: {t.error}" for t in trials)
-            raise RuntimeError(f"autotune: every candidate failed:\n{failures}")
-        return min(timed, key=lambda t: t.seconds).config
 
-    def _time(self, config: Config, args) -> Trial:
-        try:
-            fn = self._function(config)
-            jax.block_until_ready(fn(*args))        # compiles, and warms caches
-        except Exception as e:  # noqa: BLE001  (a bad candidate is a result, not a crash)
-            return Trial(config, None, f"{type(e).__name__}: {str(e).splitlines()[0]}")
-        best = math.inf
-        for _ in range(self.repeat):
-            start = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            best = min(best, time.perf_counter() - start)
-        return Trial(config, best)
-
-
-def autotune(configs: Sequence[Config], *, repeat: int = 3) -> Callable[[Callable], Autotuner]:
+def autotune(configs: Sequence[Config], *, repeat: int = 3,
+             cache_file: str | Path | None = None) -> Callable[[Callable], Autotuner]:
     """Decorator form: ``@autotune(configs)`` over a ``build(config)`` function."""
-    return lambda build: Autotuner(build, configs, repeat=repeat)
+    return lambda build: Autotuner(build, configs, repeat=repeat, cache_file=cache_file)

@@ -309,3 +309,22 @@ def jax_dynamic_shapes_export_enabled() -> bool:
     import sys
     pcore = sys.modules.get("jax._src.pallas.core")   # never imported here: only read if loaded
     return bool(pcore is not None and pcore.dynamic_shapes_export_enabled())
+
+
+_in_jax_fuser: set = set()
+
+
+def register_elementwise_with_jax_fuser(prim) -> None:
+    """Gives ``prim`` (elementwise, one operand) JAX's fuser rules for
+    elementwise primitives (``jax.experimental.pallas.fuser``), once: code
+    written for JAX fuses ``pl.multiple_of``, and JAX's fuser keys its rules on
+    the primitive object. Imported on first use (about 0.1 s), not with the
+    frontend; without JAX's Pallas there is nothing to register with."""
+    if prim in _in_jax_fuser:
+        return
+    _in_jax_fuser.add(prim)
+    try:
+        from jax._src.pallas.fuser import block_spec as fuser
+    except ImportError:
+        return
+    fuser.register_eltwise_rule(prim)

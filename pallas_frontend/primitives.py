@@ -94,6 +94,7 @@ def_pure_primitive(
 def multiple_of(x, values: int | tuple[int, ...]):
     """Tells the compiler that ``x`` is a multiple of ``values``; the identity at run time."""
     values = tuple(values) if isinstance(values, (list, tuple)) else (int(values),)
+    jc.register_elementwise_with_jax_fuser(multiple_of_p)   # JAX's fuser sees the call
     return multiple_of_p.bind(x, values=values)
 
 

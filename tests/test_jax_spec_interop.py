@@ -102,3 +102,34 @@ def test_fuser_pushes_our_spec_through_an_epilogue():
     parts = fuser.push_block_spec(lambda v: jax.lax.split(v, (2, 10), axis=0), spec)(
         jax.ShapeDtypeStruct((12, 512), jnp.float32))
     assert [p.block_shape for p in parts] == [(2, pl.Blocked(128)), (10, pl.Blocked(128))]
+
+
+def test_fuser_takes_our_multiple_of():
+    """JAX's fuser has rules for JAX's multiple_of primitive; ours is another
+    primitive and gets the same (elementwise) rules: pulled through a prologue
+    into our pallas_call, and pushed through an epilogue."""
+    kx, kb = jax.random.split(jax.random.key(3))
+    x = jax.random.normal(kx, (64, 256), jnp.float32)
+    b = jax.random.normal(kb, (256,), jnp.float32)
+
+    def prologue():
+        return jnp.exp(pl.multiple_of(x, 8)) - b[None, :]
+
+    fn, values, prefetch = fuser.get_fusion_values(prologue)
+    out_spec = pl.BlockSpec((32, 128), lambda i, j: (i, j))
+    kernel_fn, (value_specs,), _ = fuser.pull_block_spec(
+        fn, out_spec, grid_len=2,
+        scalar_prefetch_handler=fuser.make_scalar_prefetch_handler())(values)
+
+    def kernel(value_refs, o_ref):
+        blocks = jax.tree.map(lambda r: r[...], value_refs)
+        o_ref[...] = kernel_fn((pl.program_id(0), pl.program_id(1)), prefetch, blocks)
+
+    out = pl.pallas_call(kernel, grid=(2, 2), in_specs=[value_specs], out_specs=out_spec,
+                         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(values)
+    want = np.exp(np.asarray(x, np.float64)) - np.asarray(b, np.float64)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+    pushed = fuser.push_block_spec(lambda v: pl.multiple_of(v, 128) * 2.0, out_spec)(
+        jax.ShapeDtypeStruct(x.shape, x.dtype))
+    assert pushed.block_shape == (32, 128) and pushed.index_map(1, 0) == (1, 0)

@@ -8,14 +8,18 @@ PATH is a JAX source checkout or a bare clone (then REV, default HEAD, names
 the revision to read). For each test file of ``tests/pallas/`` two copies are
 made: one as it stands ("jax") and one whose Pallas imports name
 ``pallas_frontend``, ``pallas_tpu``, ``pallas_triton`` and ``pallas_mgpu``
-("ours"). Helpers the tests import from ``jax._src`` that the installed jax
-no longer ships are replaced by small shims (``tools/jax_suite_shims``),
-identically in both copies. Each copy runs under pytest in its own process
-with a JUnit report; the page written to ``--out`` gives, per file, passed /
-failed / skipped for both, and every test that passes under JAX but not under
-ours with the first line of its failure. ``tools/jax_suite_reasons.json``
-maps such tests (``file::Class::test`` or a prefix ending in ``*``) to a
-reason, e.g. that the test inspects JAX internals.
+("ours"), private imports included where what they import is public in JAX
+(``from jax._src.pallas import primitives`` used only for ``multiple_of``
+becomes ``import pallas_frontend``): what a user porting the code would write
+(``rewrite_private_public``). Helpers the tests import from ``jax._src`` that
+the installed jax no longer ships are replaced by small shims
+(``tools/jax_suite_shims``), identically in both copies. Each copy runs under
+pytest in its own process with a JUnit report; the page written to ``--out``
+gives, per file, passed / failed / skipped for both, and every test that
+passes under JAX but not under ours with the first line of its failure.
+``tools/jax_suite_reasons.json`` maps such tests (``file::Class::test`` or a
+prefix ending in ``*``) to a reason, e.g. that the test inspects JAX
+internals.
 
 ``--files all`` (the default) takes every ``*_test.py`` of the revision. A
 file whose two copies are identical (no Pallas module it imports has a
@@ -39,7 +43,9 @@ import argparse
 import concurrent.futures
 import datetime
 import hashlib
+import importlib
 import importlib.util
+import inspect
 import json
 import os
 import platform
@@ -82,9 +88,6 @@ OUR_MODULES = {
     "jax.experimental.pallas.triton": "pallas_triton",
     "jax.experimental.pallas.mosaic_gpu": "pallas_mgpu",
     "jax.experimental.pallas": "pallas_frontend",
-    # A private module a test imports only for a name JAX exports publicly
-    # (`cost_estimate.estimate_cost` is `pl.estimate_cost`).
-    "jax._src.pallas.cost_estimate": "pallas_frontend",
 }
 
 # jax._src test helpers the tests import; replaced by a shim only where the
@@ -124,11 +127,69 @@ def _rewrite_module_imports(src: str, old: str, new: str) -> str:
     return src
 
 
+# Where a name JAX exports from several public Pallas modules is looked for first.
+PUBLIC_ORDER = ("jax.experimental.pallas", "jax.experimental.pallas.tpu",
+                "jax.experimental.pallas.triton", "jax.experimental.pallas.mosaic_gpu",
+                "jax.experimental.pallas.tpu_sc")
+
+_PRIVATE_FROM = re.compile(r"^(\s*)from (jax\._src\.pallas[\w.]*) import (\w+)(\s+as\s+(\w+))?[ \t]*$",
+                           re.M)
+
+
+def _public_homes(name: str, obj) -> list[str]:
+    """JAX's public Pallas modules exporting ``obj`` under ``name``, in PUBLIC_ORDER."""
+    homes = []
+    for module_name in PUBLIC_ORDER:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        # dir(): a deprecated or missing name may answer getattr with a fallback.
+        if name in dir(module) and getattr(module, name) is obj:
+            homes.append(module_name)
+    return homes
+
+
+def rewrite_private_public(source: str) -> tuple[str, list[str]]:
+    """Private imports (``from jax._src.pallas... import x``) of what JAX also
+    exports publicly, pointed at ours, as a user porting the code would write
+    them: a name -> ``from <ours> import name``; a module all of whose uses
+    (``alias.attr``) are public names of one public module -> ``import <ours>
+    as alias``. Anything else stays JAX's. Returns the text and what changed."""
+    changed = []
+
+    def repl(m):
+        indent, module_name, name, alias = m.group(1), m.group(2), m.group(3), m.group(5)
+        try:        # a submodule, or a name the module defines
+            obj = importlib.import_module(f"{module_name}.{name}")
+        except ImportError:
+            try:
+                obj = getattr(importlib.import_module(module_name), name)
+            except (ImportError, AttributeError):
+                return m.group(0)
+        alias = alias or name
+        if inspect.ismodule(obj):
+            attrs = set(re.findall(rf"(?<![\w.]){re.escape(alias)}\.(\w+)", source))
+            homes = [h for h in PUBLIC_ORDER
+                     if attrs and all(h in _public_homes(a, getattr(obj, a, None)) for a in attrs)]
+            if not homes:
+                return m.group(0)
+            changed.append(f"{module_name}.{name} ({', '.join(sorted(attrs))}) -> {homes[0]}")
+            return f"{indent}import {OUR_MODULES[homes[0]]} as {alias}"
+        homes = _public_homes(name, obj)
+        if not homes:
+            return m.group(0)
+        changed.append(f"{module_name}.{name} -> {homes[0]}")
+        return f"{indent}from {OUR_MODULES[homes[0]]} import {name} as {alias}"
+    return _PRIVATE_FROM.sub(repl, source), changed
+
+
 def make_copy(source: str, ours: bool, skewed: list[str]) -> str:
     for old in skewed:
         src_mod = SKEW_SHIMS[old]
         source = _rewrite_module_imports(source, old, src_mod)
     if ours:
+        source, _ = rewrite_private_public(source)
         for old, new in OUR_MODULES.items():
             source = _rewrite_module_imports(source, old, new)
     return source
@@ -282,7 +343,9 @@ def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
         "Generated by `tools/jax_suite.py` (do not edit by hand). Each file of JAX's",
         "`tests/pallas/` runs twice under pytest on CPU: as it stands (JAX's Pallas) and",
         "with only its Pallas imports changed to `pallas_frontend` / `pallas_tpu` /",
-        "`pallas_triton` / `pallas_mgpu`, the test helper's `pallas_call` pointing at ours.",
+        "`pallas_triton` / `pallas_mgpu`, the test helper's `pallas_call` pointing at ours;",
+        "a private import (`jax._src.pallas...`) changes too where all it brings in is",
+        "public in JAX, as a user porting the code would change it.",
         "Counted: every file with a Pallas import to change and at least one test passing",
         "under JAX on CPU.",
         "",

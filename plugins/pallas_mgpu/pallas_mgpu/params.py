@@ -173,7 +173,11 @@ def set_gpu_interpret_mode(params: InterpretParams | None = InterpretParams()) -
     params = adopt_interpret(params)
     if params is not None and not isinstance(params, InterpretParams):
         raise TypeError(f"set_gpu_interpret_mode takes pallas_mgpu.InterpretParams, got {params!r}")
+    from jax.experimental.pallas import mosaic_gpu as jax_plgpu
     _global_mode[0] = params
+    # JAX's own setting too: JAX's kernels called in the same program (its
+    # shipped ops) run in interpret mode as well, as under JAX's function.
+    jax_plgpu.set_gpu_interpret_mode(None if params is None else params.to_jax())
 
 
 @contextlib.contextmanager
@@ -184,10 +188,12 @@ def force_gpu_interpret_mode(params: InterpretParams | None = InterpretParams())
     params = adopt_interpret(params)
     if params is not None and not isinstance(params, InterpretParams):
         raise TypeError(f"force_gpu_interpret_mode takes pallas_mgpu.InterpretParams, got {params!r}")
+    from jax.experimental.pallas import mosaic_gpu as jax_plgpu
     prev = getattr(_local, "mode", _UNSET)
     _local.mode = params
     try:
-        yield
+        with jax_plgpu.force_gpu_interpret_mode(None if params is None else params.to_jax()):
+            yield   # see set_gpu_interpret_mode
     finally:
         _local.mode = prev
 

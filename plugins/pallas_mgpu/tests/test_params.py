@@ -77,6 +77,30 @@ def test_force_and_set_gpu_interpret_mode_route_compiler_params(rng):
         plgpu.set_gpu_interpret_mode(None)
 
 
+def test_our_interpret_modes_run_jax_kernels_too(rng):
+    """Code that calls JAX's own Mosaic GPU kernels (e.g. JAX's shipped ops)
+    next to ours, under our force/set_gpu_interpret_mode: JAX's run in its GPU
+    interpreter as under JAX's functions, not "Only interpret mode is supported
+    on CPU backend"."""
+    import jax.experimental.pallas as jpl
+    x = rng.standard_normal(256).astype(np.float32)
+    ref = x.astype(np.float64) * 2 + 1
+
+    def theirs(x):   # JAX's pallas_call reads the mode where it is called, as here
+        def body(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2.0 + 1.0
+        return jpl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    with plgpu.force_gpu_interpret_mode(plgpu.InterpretParams(detect_races=True)):
+        np.testing.assert_allclose(theirs(x), ref, rtol=1e-6)
+    plgpu.set_gpu_interpret_mode(plgpu.InterpretParams())
+    try:
+        np.testing.assert_allclose(jax.jit(theirs)(x), ref, rtol=1e-6)
+    finally:
+        plgpu.set_gpu_interpret_mode(None)
+    with pytest.raises(Exception, match="interpret mode"):   # off again: JAX's refusal on CPU
+        jax.jit(theirs)(x)
+
+
 def test_backend_is_discovered_and_lowers_compile_only():
     b = pl.get_backend("mgpu")
     assert b.is_available() == (True, "")              # no GPU needed to lower

@@ -66,3 +66,29 @@ def def_linear(prim, transpose_rule):
     transpose hook)."""
     from jax.interpreters import ad
     ad.deflinear2(prim, transpose_rule)
+
+
+def register_einshape_with_jax_fuser(prim) -> None:
+    """Lets JAX's fuser (``jax.experimental.pallas.fuser``) pull block specs
+    back through ``prim`` (this plugin's einshape; params ``equation`` and the
+    split ``sizes``) and evaluate it on one block, with the rules of JAX's own
+    einshape: code written for JAX fuses ``pltpu.einshape`` (JAX's fuser keys
+    its rules on the primitive object, and ours is another one)."""
+    from jax._src.pallas import einshape as jax_einshape
+    from jax._src.pallas.fuser import block_spec as fuser
+
+    def as_jax(aval, equation, sizes):
+        return jax_einshape.Einshape(aval, equation=equation, sizes=dict(sizes),
+                                     assert_is_tile_preserving=False)
+
+    def pull(ctx, out_block_spec, *, equation, sizes):
+        return as_jax(ctx.avals_in[0], equation, sizes).pull_block_spec_rule(
+            ctx, (out_block_spec,))
+
+    def evaluate(ctx, x, *, equation, sizes):
+        (out,) = as_jax(ctx.avals_in[0], equation, sizes).block_eval_rule(ctx, x)
+        return out
+
+    fuser.register_pull_block_spec_rule(prim)(pull)
+    fuser.register_eval_rule(prim)(evaluate)
+

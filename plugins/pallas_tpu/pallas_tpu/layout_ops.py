@@ -221,6 +221,7 @@ def _einshape_transpose(ct, x, *, equation, sizes):
 
 
 _jax_private.def_linear(einshape_p, _einshape_transpose)
+_jax_private.register_einshape_with_jax_fuser(einshape_p)
 
 
 def einshape(equation: str, x, **sizes: int):

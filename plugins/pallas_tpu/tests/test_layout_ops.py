@@ -266,3 +266,51 @@ def test_einshape_vjp_in_a_kernel_aot(aot_compile):
     compiled, text = aot_compile(fn, jnp.zeros((8, 256), jnp.float32),
                                  jnp.zeros((2, 1024), jnp.float32))
     assert compiled is not None and "tpu_custom_call" in text
+
+
+FUSED_EINSHAPES = [  # (equation, input shape, sizes, output block shape, NumPy reference)
+    ("a(bc)->bac", (16, 256), {"c": 128}, (1, 8, 128),
+     lambda x: x.reshape(16, 2, 128).transpose(1, 0, 2)),
+    ("(ab)c->abc", (32, 128), {"a": 4}, (2, 8, 128), lambda x: x.reshape(4, 8, 128)),
+    ("abc->(ab)c", (4, 8, 128), {}, (16, 128), lambda x: x.reshape(32, 128)),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", FUSED_EINSHAPES, ids=lambda c: c[0])
+def test_jax_fuser_pulls_block_specs_through_einshape(rng, mode, case):
+    """JAX's fuser (jax.experimental.pallas.fuser) takes pallas_tpu.einshape in a
+    prologue: the block spec it pulls back is the one it pulls through JAX's own
+    pltpu.einshape, and the fused kernel computes the reference block by block."""
+    from jax.experimental.pallas import fuser
+    from jax.experimental.pallas import tpu as jpltpu
+    equation, shape, sizes, block, reference = case
+    x = rng.standard_normal(shape).astype(np.float32)
+    want = reference(x.astype(np.float64)) * 2
+    grid = tuple(s // b for s, b in zip(want.shape, block))
+    out_spec = pl.BlockSpec(block, lambda *ids: ids)
+
+    def pulled(einshape):
+        fn, values, prefetch = fuser.get_fusion_values(lambda: einshape(equation, x, **sizes))
+        kernel_fn, (value_specs,), _ = fuser.pull_block_spec(
+            fn, out_spec, grid_len=len(grid),
+            scalar_prefetch_handler=fuser.make_scalar_prefetch_handler())(values)
+        return kernel_fn, values, prefetch, value_specs
+
+    kernel_fn, values, prefetch, value_specs = pulled(pltpu.einshape)
+    theirs = pulled(jpltpu.einshape)[3]
+    assert [s.block_shape for s in jax.tree.leaves(value_specs)] == \
+        [s.block_shape for s in jax.tree.leaves(theirs)]
+
+    def kernel(value_refs, o_ref):
+        blocks = jax.tree.map(lambda r: r[...], value_refs)
+        ids = tuple(pl.program_id(a) for a in range(len(grid)))
+        o_ref[...] = kernel_fn(ids, prefetch, blocks) * 2.0
+
+    interpret = MODES[mode]
+    got = pl.pallas_call(
+        kernel, grid=grid, in_specs=[value_specs], out_specs=out_spec,
+        out_shape=jax.ShapeDtypeStruct(want.shape, x.dtype),
+        compiler_params=None if interpret is True else pltpu.CompilerParams(),
+        interpret=interpret)(values)
+    np.testing.assert_array_equal(np.asarray(got), want.astype(np.float32))

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from pallas_frontend import autotune_cache
+from pallas_frontend.output_agreement import mismatch as _mismatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,12 +45,6 @@ class Trial:
     config: Mapping[str, Any]
     seconds: float | None
     error: str = ""
-
-
-# A candidate's output may differ from the reference's by this much, relative
-# to the reference's largest magnitude: other block sizes sum in another order.
-_TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}
-_LOW_PRECISION_TOLERANCE = 0.25      # float8 and the like
 
 
 def signature(args: Sequence[Any], kwargs: Mapping[str, Any] | None = None) -> str:
@@ -407,41 +402,6 @@ def _device_of(args, kwargs):
             except Exception:  # noqa: BLE001 - deleted or abstract arrays: look further
                 continue
     return jax.devices()[0]
-
-
-def _mismatch(out, expected, tolerance: float | None, same_dtype: bool = True) -> str:
-    """Why ``out`` is not ``expected`` (structure, shape, dtype unless not
-    ``same_dtype``, or values beyond the tolerance of ``out``'s dtype); "" when it is."""
-    import jax
-    import jax.numpy as jnp
-    got_leaves, got_tree = jax.tree.flatten(out)
-    want_leaves, want_tree = jax.tree.flatten(expected)
-    if got_tree != want_tree:
-        return f"output structure {got_tree} is not {want_tree}"
-    for i, (got, want) in enumerate(zip(got_leaves, want_leaves)):
-        got, want = np.asarray(got), np.asarray(want)
-        where = f"output {i}" if len(want_leaves) > 1 else "the output"
-        if got.shape != want.shape or (same_dtype and got.dtype != want.dtype):
-            return f"{where} is {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}"
-        if not jnp.issubdtype(got.dtype, jnp.inexact):
-            if not np.array_equal(got, want):
-                return f"{where} differs at {int(np.sum(got != want))} elements (exact dtype)"
-            continue
-        wide = np.complex128 if jnp.issubdtype(got.dtype, jnp.complexfloating) else np.float64
-        g, w = got.astype(wide), want.astype(wide)
-        same = (g == w) | (np.isnan(g) & np.isnan(w))     # equal infinities included
-        if same.all():
-            continue
-        error = np.abs(g[~same] - w[~same])
-        if not np.all(np.isfinite(error)):
-            return f"{where} has NaN or infinity where the expected output has not (or the reverse)"
-        scale = float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0))
-        allowed = tolerance if tolerance is not None else _TOLERANCE.get(
-            got.dtype.name, _LOW_PRECISION_TOLERANCE)
-        if error.max() > allowed * max(scale, np.finfo(np.float64).tiny):
-            return (f"{where} differs by {error.max():.3g} (largest magnitude {scale:.3g}, "
-                    f"tolerance {allowed:g} of it)")
-    return ""
 
 
 def _one_line(e: BaseException) -> str:

@@ -286,7 +286,7 @@ def test_disagreeing_candidates_without_reference_warn(rng, fake_timer):
 
 
 def test_tolerance_follows_the_dtype():
-    from pallas_frontend.autotuning import _mismatch
+    from pallas_frontend.output_agreement import mismatch as _mismatch
     ref = np.linspace(1, 2, 64).astype(jnp.bfloat16)
     one_ulp = (ref.astype(np.float32) * (1 + 2**-8)).astype(jnp.bfloat16)
     assert _mismatch(one_ulp, ref, None) == ""

@@ -118,3 +118,10 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
     from pallas_frontend.ref_checks import RefIndexError
     from pallas_frontend.tracing import PallasTypeError, PallasUsageError
     dslice = ds
+
+
+# A PALLAS_FRONTEND_* variable with a bad value (or a misspelt name) warns now,
+# not only when the code that reads it first runs (maybe deep inside a kernel call).
+from pallas_frontend import env_config as _env_config  # noqa: E402
+
+_env_config.warn_on_bad_settings()

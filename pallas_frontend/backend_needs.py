@@ -19,6 +19,8 @@ import os
 import shutil
 from collections.abc import Callable
 
+from pallas_frontend import install_hints, load_timeout
+
 
 @dataclasses.dataclass(frozen=True)
 class Need:
@@ -30,6 +32,8 @@ class Need:
 
 def _module(*names: str) -> Callable[[], bool]:
     def present() -> bool:
+        if load_timeout.import_lock_holder() is not None:
+            return True    # find_spec would wait for an abandoned import: claim nothing missing
         for name in names:
             try:
                 if importlib.util.find_spec(name) is not None:
@@ -52,22 +56,23 @@ def _ptxas() -> bool:
 
 
 def _cuda_plugin_at_jaxlib() -> str:
+    pip = install_hints.pip()
     try:
         version = importlib.metadata.version("jaxlib")
     except importlib.metadata.PackageNotFoundError:
-        return "pip install jax-cuda12-plugin jax-cuda12-pjrt (at jaxlib's version)"
-    return f"pip install jax-cuda12-plugin=={version} jax-cuda12-pjrt=={version}"
+        return f"{pip} install jax-cuda12-plugin jax-cuda12-pjrt (at jaxlib's version)"
+    return f"{pip} install jax-cuda12-plugin=={version} jax-cuda12-pjrt=={version}"
 
 
 _CUDA_PLUGIN = _module("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda12")
 
 NEEDS: dict[str, tuple[Need, ...]] = {
-    "tpu": (Need("libtpu", "tpu", lambda: "pip install 'pallas-tpu[libtpu]'",
+    "tpu": (Need("libtpu", "tpu", lambda: install_hints.extra_command("pallas-tpu", "libtpu"),
                  _module("libtpu")),),
     "mgpu": (Need("the CUDA PJRT plugin jax-cuda12-plugin", "cuda",
-                  lambda: "pip install 'pallas-mgpu[cuda]'", _CUDA_PLUGIN),
+                  lambda: install_hints.extra_command("pallas-mgpu", "cuda"), _CUDA_PLUGIN),
              Need("CUDA's ptxas", "cuda",
-                  lambda: "install the CUDA toolkit, or pip install nvidia-cuda-nvcc-cu12",
+                  lambda: f"install the CUDA toolkit, or {install_hints.pip()} install nvidia-cuda-nvcc-cu12",
                   _ptxas)),
     "triton": (Need("the XLA:GPU compiler jax-cuda12-plugin", "cuda", _cuda_plugin_at_jaxlib,
                     _CUDA_PLUGIN),),

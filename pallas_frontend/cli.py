@@ -1,22 +1,79 @@
-"""The ``pallas`` command: ``pallas backends`` and ``pallas doctor``."""
+"""The ``pallas`` command: ``pallas backends`` and ``pallas doctor``.
+
+Every PALLAS_FRONTEND_* setting is checked first (a bad one: exit status 2).
+Text that plugins provide (names, versions, exception messages, tracebacks)
+is printed with terminal control sequences escaped (``plain_text``). With
+``--json`` stdout carries the JSON alone: what plugins print while loading is
+moved to stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import sys
+import tempfile
+
+from pallas_frontend.plain_text import printable
+
+
+@contextlib.contextmanager
+def _stdout_for_json():
+    """Yields the stream for the JSON. Meanwhile anything else written to stdout
+    (a plugin's print on import, C code writing to file descriptor 1) is caught
+    and then shown on stderr; afterwards stdout writes of threads still running
+    (an abandoned import) go to stderr too."""
+    out = sys.stdout
+    out.flush()
+    try:
+        whole_process = out is sys.__stdout__ and out.fileno() == 1
+    except (AttributeError, OSError, ValueError):     # a replaced stream (tests)
+        whole_process = False
+    caught = tempfile.TemporaryFile(buffering=0)     # unbuffered: kept in the order written
+    saved = os.dup(1) if whole_process else None
+    if whole_process:
+        os.dup2(caught.fileno(), 1)
+    sys.stdout = io.TextIOWrapper(caught, encoding="utf-8", errors="replace",
+                                  write_through=True)
+    json_out = os.fdopen(saved, "w") if whole_process else out
+    try:
+        yield json_out
+    finally:
+        sys.stdout.flush()
+        sys.stdout.detach()
+        if whole_process:
+            os.dup2(2, 1)         # late writers: stderr, never the JSON
+            sys.stdout = sys.stderr
+        else:
+            sys.stdout = out
+        caught.seek(0)
+        text = caught.read().decode("utf-8", "replace")
+        caught.close()
+        if text.strip():
+            print("pallas: the plugins printed this on stdout while loading; it is shown here "
+                  "so that stdout holds only the JSON:\n" + printable(text).rstrip(),
+                  file=sys.stderr)
+        json_out.flush()
 
 
 def _backends(args) -> int:
     from pallas_frontend import diagnostics, discovery, registry
     if args.json:
-        print(json.dumps(diagnostics.backend_rows(), indent=2))
+        with _stdout_for_json() as out:
+            rows = diagnostics.backend_rows()
+            failures = registry.load_failures()
+            print(json.dumps(rows, indent=2), file=out)
     else:
         diagnostics.print_backend_info()
-    failures = registry.load_failures()
+        failures = registry.load_failures()
     if args.verbose:
+        stream = sys.stderr if args.json else sys.stdout
         for f in failures.values():
-            print(f"\n--- {f.name} ({f.origin}) ---\n{discovery.format_cause(f)}")
+            print(printable(f"\n--- {f.name} ({f.origin}) ---\n{discovery.format_cause(f)}"),
+                  file=stream)
     if failures and not args.allow_load_errors:
         if not args.json:
             print(f"\n{len(failures)} backend plugin(s) failed to load (exit status 1; "
@@ -50,7 +107,7 @@ def _doctor(args) -> int:
     for r in results:
         status = {True: "PASS", False: "FAIL", None: "SKIP"}[r.passed]
         failed += r.passed is False
-        print(f"  {status}  {r.backend:<16} {r.mode:<32} {r.detail}")
+        print(printable(f"  {status}  {r.backend:<16} {r.mode:<32} {r.detail}"))
     from pallas_frontend import registry
     broken = registry.load_failures()
     if broken:
@@ -77,11 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from pallas_frontend.env_config import ConfigError
+    from pallas_frontend import env_config
     args = build_parser().parse_args(argv)
     try:
+        env_config.check_settings()     # every setting now, not only those this run reads
+        unknown = env_config.unknown_settings()
+        if unknown:
+            print(f"pallas: warning: {env_config.unknown_message(unknown)}", file=sys.stderr)
         return args.run(args)
-    except ConfigError as e:     # a PALLAS_FRONTEND_* setting: its message is the whole story
+    except env_config.ConfigError as e:   # a PALLAS_FRONTEND_* setting: the message says all
         print(f"pallas: {e}", file=sys.stderr)
         return 2
 

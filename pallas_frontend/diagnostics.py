@@ -8,7 +8,8 @@ import re
 import sys
 import warnings
 
-from pallas_frontend import backend_needs, discovery, load_timeout, registry
+from pallas_frontend import (backend_needs, discovery, install_hints, load_timeout, plain_text,
+                             registry)
 
 COLUMNS = ("name", "distribution", "version", "api", "platforms", "capabilities", "available",
            "load error")
@@ -71,16 +72,23 @@ def backend_rows(platform: str | None = None) -> list[dict[str, str]]:
     for name in sorted(found):
         b = found[name]
         o = registry.origin(name)
-        rows.append({
-            "name": name,
-            "distribution": o.distribution if o else (b.distribution or "(registered in-process)"),
-            "version": o.version if o else str(b.version),
-            "api": "%d.%d" % tuple(b.api_version),
-            "platforms": ",".join(b.platforms),
-            "capabilities": ",".join(sorted(b.capabilities)) or "-",
-            "available": availability(b, platform),
-            "load error": "-",
-        })
+        distribution = o.distribution if o else (b.distribution or "(registered in-process)")
+        version = o.version if o else str(b.version)
+        try:
+            rows.append({
+                "name": name, "distribution": distribution, "version": version,
+                "api": "%d.%d" % tuple(b.api_version),
+                "platforms": ",".join(b.platforms),
+                "capabilities": ",".join(sorted(b.capabilities)) or "-",
+                "available": availability(b, platform),
+                "load error": "-",
+            })
+        except Exception as e:  # a Backend registered in-process skips load-time validation
+            rows.append({"name": name, "distribution": distribution, "version": version,
+                         "api": "?", "platforms": "?", "capabilities": "?",
+                         "available": "no: cannot be listed",
+                         "load error": f"its Backend's attributes cannot be read: "
+                                       f"{type(e).__name__}: {e}"})
     for key in sorted(failures):
         f = failures[key]
         rows.append({"name": f.name, "distribution": f.origin.distribution,
@@ -94,7 +102,15 @@ def backend_rows(platform: str | None = None) -> list[dict[str, str]]:
                      "version": f.origin.version, "api": "?", "platforms": "?",
                      "capabilities": "?", "available": f"filtered out: {f.reason}",
                      "load error": "-"})
-    return rows
+    listed = {r["name"] for r in rows}
+    for name, dist in sorted(install_hints.SHIPPED.items()):
+        if name not in listed:     # a first-party backend this machine could have
+            rows.append({"name": name, "distribution": dist, "version": "-", "api": "-",
+                         "platforms": "-", "capabilities": "-",
+                         "available": f"not installed: {install_hints.install_command(dist)}",
+                         "load error": "-"})
+    # every cell may hold a plugin's text: escape what a terminal would obey
+    return [{k: plain_text.printable(v) for k, v in r.items()} for r in rows]
 
 
 def _wrap(text: str, width: int) -> list[str]:

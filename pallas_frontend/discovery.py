@@ -52,9 +52,9 @@ BUILTIN_DECLARED = Declared(("cpu", "cuda", "rocm", "tpu"), 0)
 RESERVED_NAMES = {"interpret": "pallas-frontend", "triton": "pallas-triton",
                   "tpu": "pallas-tpu", "mgpu": "pallas-mgpu"}
 
-ENV_ALLOW = "PALLAS_FRONTEND_BACKENDS"
-ENV_NO_AUTOLOAD = "PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD"
-ENV_STRICT = "PALLAS_FRONTEND_STRICT"
+ENV_ALLOW = env_config.ENV_ALLOW
+ENV_NO_AUTOLOAD = env_config.ENV_NO_AUTOLOAD
+ENV_STRICT = env_config.ENV_STRICT
 
 
 class BackendLoadError(RuntimeError):
@@ -166,7 +166,7 @@ def allow_list() -> set[str] | None:
     raw = os.environ.get(ENV_ALLOW)
     if raw is None or not raw.strip():
         return None
-    return {n.strip() for n in raw.split(",") if n.strip()}
+    return set(env_config.allow_list_entries(raw))     # a malformed entry raises, naming it
 
 
 def _entry_points() -> list[tuple[metadata.EntryPoint, str, str, dict[str, Declared]]]:
@@ -219,8 +219,21 @@ def validate_api_version(backend: Backend) -> str | None:
 
 
 def _validate_platforms(backend: Backend) -> str | None:
-    if not isinstance(backend.platforms, tuple) or not backend.platforms:
+    platforms = backend.platforms
+    if not isinstance(platforms, tuple) or not platforms:
         return "its Backend declares no platforms (a non-empty tuple of JAX platform names)"
+    odd = [p for p in platforms if not isinstance(p, str) or not p]
+    if odd:
+        return (f"its Backend's platforms {platforms!r} hold {odd[0]!r}, not a platform name "
+                "(platforms is a tuple of strings such as ('cuda', 'rocm'))")
+    capabilities = backend.capabilities
+    if isinstance(capabilities, str) or not isinstance(capabilities, (set, frozenset, tuple, list)):
+        return (f"its Backend's capabilities {capabilities!r} are not a set of tag names "
+                "(capabilities is a frozenset of strings such as frozenset({'grid'}))")
+    odd = [c for c in capabilities if not isinstance(c, str)]
+    if odd:
+        return (f"its Backend's capabilities hold {odd[0]!r} ({type(odd[0]).__name__}), not a "
+                "tag name (capabilities is a frozenset of strings such as frozenset({'grid'}))")
     return None
 
 

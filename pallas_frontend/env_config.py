@@ -4,7 +4,11 @@ must not silently change what runs).
 
 Discovery reads ``PALLAS_FRONTEND_BACKENDS``, ``..._STRICT`` and
 ``..._DISABLE_PLUGIN_AUTOLOAD`` (``discovery.py``), ``..._IMPORT_TIMEOUT``
-(``load_timeout.py``); selection reads ``PALLAS_FRONTEND_DEFAULT_BACKEND``.
+(``load_timeout.py``); selection reads ``PALLAS_FRONTEND_DEFAULT_BACKEND``;
+the conformance suite ``PALLAS_FRONTEND_TEST_BACKEND``. Each is read where it
+is used, which may be late (the default backend only when a kernel runs on a
+GPU), so ``check_settings`` checks them all at once: the ``pallas`` command
+runs it first (exit 2), ``import pallas_frontend`` warns (``ConfigWarning``).
 """
 
 from __future__ import annotations
@@ -12,13 +16,24 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+PREFIX = "PALLAS_FRONTEND_"
 ENV_DEFAULT_BACKEND = "PALLAS_FRONTEND_DEFAULT_BACKEND"
+ENV_ALLOW = "PALLAS_FRONTEND_BACKENDS"
+ENV_NO_AUTOLOAD = "PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD"
+ENV_STRICT = "PALLAS_FRONTEND_STRICT"
+ENV_IMPORT_TIMEOUT = "PALLAS_FRONTEND_IMPORT_TIMEOUT"
+ENV_TEST_BACKEND = "PALLAS_FRONTEND_TEST_BACKEND"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")     # what a platform=name entry may name
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 class ConfigError(ValueError):
     """A PALLAS_FRONTEND_* variable holds a value it does not take."""
+
+
+class ConfigWarning(UserWarning):
+    """At import: a PALLAS_FRONTEND_* variable is unknown or holds a value it does not
+    take (the variable raises ``ConfigError`` where it is used)."""
 
 
 def flag(name: str) -> bool:
@@ -89,3 +104,105 @@ def configured_default_error(platform: str, name: str, error: Exception, by_call
         raw, f"backend {name!r} cannot be the default for platform {platform!r}: "
              f"{str(error).rstrip('.')}",
         known, cls)
+
+
+def allow_list_entries(raw: str) -> list[str]:
+    """The entries of ``PALLAS_FRONTEND_BACKENDS`` (``name`` or ``name@distribution``)."""
+    entries = [e.strip() for e in raw.split(",") if e.strip()]
+    for entry in entries:
+        name, at, dist = entry.partition("@")
+        if not name.isidentifier() or (at and not dist):
+            raise ConfigError(
+                f"{ENV_ALLOW}={raw!r}: entry {entry!r} is not a backend name: it takes backend "
+                f"names separated by commas, each optionally @distribution (e.g. "
+                f"{ENV_ALLOW}=interpret,triton or triton@pallas-triton). Fix the value, or "
+                f"unset {ENV_ALLOW} to load every installed plugin")
+    return entries
+
+
+def _backend_name(name: str) -> None:
+    raw = os.environ.get(name, "")
+    if raw.strip() and not raw.strip().isidentifier():
+        raise ConfigError(f"{name}={raw!r} is not a backend name (an identifier such as "
+                          f"triton); fix it, or unset {name}")
+
+
+DEFAULT_IMPORT_TIMEOUT = 20.0
+
+
+def import_timeout() -> float | None:
+    """Seconds a plugin's import may take (``PALLAS_FRONTEND_IMPORT_TIMEOUT``); None: no limit."""
+    raw = os.environ.get(ENV_IMPORT_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_IMPORT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(
+            f"{ENV_IMPORT_TIMEOUT}={raw!r} is not a number of seconds: set it to a "
+            f"non-negative number (e.g. {ENV_IMPORT_TIMEOUT}=60; 0 means no limit), or unset "
+            f"it for the default of {DEFAULT_IMPORT_TIMEOUT:g} s")
+    return value or None
+
+
+def _known_backends() -> list[str]:
+    """Installed backend names, from the entry points (nothing imported); for messages."""
+    from importlib import metadata
+    try:
+        names = {ep.name for ep in metadata.entry_points(group="pallas_frontend.backends")}
+    except Exception:   # other distributions' metadata: never let it break a message
+        names = set()
+    return sorted(names | {"interpret"})
+
+
+#: every PALLAS_FRONTEND_* variable the project reads -> its check (raises ConfigError)
+SETTINGS: dict[str, Callable[[], object]] = {
+    ENV_ALLOW: lambda: allow_list_entries(os.environ.get(ENV_ALLOW, "")),
+    ENV_NO_AUTOLOAD: lambda: flag(ENV_NO_AUTOLOAD),
+    ENV_STRICT: lambda: flag(ENV_STRICT),
+    ENV_IMPORT_TIMEOUT: import_timeout,
+    ENV_DEFAULT_BACKEND: lambda: parse_default_backend(
+        os.environ.get(ENV_DEFAULT_BACKEND, "").strip(), _known_backends),
+    ENV_TEST_BACKEND: lambda: _backend_name(ENV_TEST_BACKEND),
+    # a file path, or "off" (autotune_cache.py): every value is one
+    "PALLAS_FRONTEND_AUTOTUNE_CACHE": lambda: None,
+}
+
+
+def unknown_settings() -> list[str]:
+    """Set PALLAS_FRONTEND_* variables that nothing reads (a typo, most likely)."""
+    return sorted(k for k in os.environ if k.startswith(PREFIX) and k not in SETTINGS)
+
+
+def unknown_message(names: list[str]) -> str:
+    return (f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} set but pallas_frontend "
+            f"reads no such variable (a typo?); it reads {', '.join(sorted(SETTINGS))}")
+
+
+def check_settings() -> None:
+    """Raises ``ConfigError`` for the first PALLAS_FRONTEND_* variable whose value it
+    does not take."""
+    for name, check in SETTINGS.items():
+        if os.environ.get(name, "").strip():
+            check()
+
+
+def warn_on_bad_settings() -> None:
+    """At import: a ``ConfigWarning`` per bad or unknown variable (never raises: the
+    variable raises where it is used)."""
+    import sys
+    import warnings
+    if "pallas_frontend.cli" in sys.orig_argv[1:3] or os.path.basename(sys.argv[0]) == "pallas":
+        return     # the pallas command checks them itself, and exits 2
+    for name, check in SETTINGS.items():
+        if not os.environ.get(name, "").strip():
+            continue
+        try:
+            check()
+        except ConfigError as e:
+            warnings.warn(str(e), ConfigWarning, stacklevel=3)
+    unknown = unknown_settings()
+    if unknown:
+        warnings.warn(unknown_message(unknown), ConfigWarning, stacklevel=3)

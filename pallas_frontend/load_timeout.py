@@ -6,42 +6,43 @@ The import runs in a daemon thread; after ``PALLAS_FRONTEND_IMPORT_TIMEOUT``
 seconds (default 20; 0: no limit) the caller stops waiting and records where
 the thread is blocked. The thread is left running (Python cannot stop it);
 being a daemon, it does not keep the process alive.
+
+An abandoned import may hold Python's global import lock (``_imp``): then
+every later import in any thread (another plugin's, even a ``find_spec``)
+waits for it, which would stretch a 3 s limit to however long that import
+blocks. So once an abandoned call holds the lock, further plugin imports are
+not started but recorded as failures at once, naming the holder
+(``import_lock_holder``), and the presence checks of ``backend_needs`` skip.
 """
 
 from __future__ import annotations
 
-import os
+import _imp
 import sys
 import sysconfig
 import threading
 import traceback
 from collections.abc import Callable
 
-from pallas_frontend.env_config import ConfigError
-
-ENV_IMPORT_TIMEOUT = "PALLAS_FRONTEND_IMPORT_TIMEOUT"
-DEFAULT_IMPORT_TIMEOUT = 20.0
+from pallas_frontend.env_config import (  # noqa: F401 (names of this module's API)
+    DEFAULT_IMPORT_TIMEOUT, ENV_IMPORT_TIMEOUT, import_timeout)
 
 
 class PluginImportTimeout(TimeoutError):
     """A plugin's import or hook did not return within the import timeout."""
 
 
-def import_timeout() -> float | None:
-    """Seconds a plugin's import may take (``PALLAS_FRONTEND_IMPORT_TIMEOUT``); None: no limit."""
-    raw = os.environ.get(ENV_IMPORT_TIMEOUT, "").strip()
-    if not raw:
-        return DEFAULT_IMPORT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise ConfigError(
-            f"{ENV_IMPORT_TIMEOUT}={raw!r} is not a number of seconds: set it to a "
-            f"non-negative number (e.g. {ENV_IMPORT_TIMEOUT}=60; 0 means no limit), or unset "
-            f"it for the default of {DEFAULT_IMPORT_TIMEOUT:g} s")
-    return value or None
+_abandoned: list[tuple[threading.Thread, str]] = []   # (thread, what it was doing)
+
+
+def import_lock_holder() -> str | None:
+    """What an abandoned call is doing, when one is alive and Python's import lock is
+    held (by it, as far as can be told: this thread never holds it between imports)."""
+    alive = [(t, what) for t, what in _abandoned if t.is_alive()]
+    _abandoned[:] = alive
+    if alive and _imp.lock_held():
+        return alive[0][1]
+    return None
 
 
 def _blocked_at(thread: threading.Thread) -> tuple[str, str]:
@@ -67,6 +68,13 @@ def call_with_timeout(fn: Callable[[], object], what: str, limit: float | None,
     """``fn()``, in a daemon thread (named after ``label``) when ``limit``
     (seconds) is set; raises what it raised, or ``PluginImportTimeout`` saying
     that ``what`` (e.g. "its import") did not return and where it blocks."""
+    holder = import_lock_holder()
+    if holder is not None and what == "its import":
+        raise PluginImportTimeout(
+            f"its import was not started: Python's import lock is held by an abandoned call "
+            f"({holder}) that did not return within {ENV_IMPORT_TIMEOUT}, so this import would "
+            "wait for it. Fix or uninstall that plugin (or leave it out with "
+            "PALLAS_FRONTEND_BACKENDS).")
     if limit is None:
         return fn()
     result: dict[str, object] = {}
@@ -81,6 +89,7 @@ def call_with_timeout(fn: Callable[[], object], what: str, limit: float | None,
     worker.start()
     worker.join(limit)
     if worker.is_alive():
+        _abandoned.append((worker, f"{label or what}"))
         where, stack = _blocked_at(worker)
         raise PluginImportTimeout(
             f"{what} did not return within {limit:g} s ({ENV_IMPORT_TIMEOUT}) and was "

@@ -21,7 +21,7 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any
 
-from pallas_frontend import env_config
+from pallas_frontend import env_config, install_hints
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 
 if TYPE_CHECKING:
@@ -101,16 +101,15 @@ def origin(name: str) -> discovery.Origin | None:
     return _discovered().origins.get(name)
 
 
-# The distributions this project ships, and where they live in a checkout.
-SHIPPED = {"triton": "pallas-triton", "tpu": "pallas-tpu", "mgpu": "pallas-mgpu"}
+# The distributions this project ships (install_hints.py writes how to install them).
+SHIPPED = install_hints.SHIPPED
 
 
 def install_hint(name: str, params: Any = None) -> str:
-    """How to get backend ``name``: the distribution to pip-install when known."""
+    """How to get backend ``name``: a command that installs it from where this
+    pallas-frontend came from (a clone, a wheelhouse, an index), when known."""
     if name in SHIPPED:
-        dist = SHIPPED[name]
-        return (f"pip install {dist} (from a checkout: pip install -e "
-                f"plugins/{dist.replace('-', '_')})")
+        return install_hints.backend_install_command(name)
     if params is not None:
         top = type(params).__module__.split(".")[0]
         try:
@@ -333,8 +332,9 @@ def check_params_objects(interpret, compiler_params) -> None:
                 raise TypeError(
                     f"{what}={name}(...) is JAX's own {public}.{name}, a jax.experimental.pallas "
                     f"object that pallas_frontend does not read. Use {ours}.{name} instead "
-                    f"(the same fields where it supports them; pip install "
-                    f"\"pallas-frontend[{extra}]\"){' or interpret=True' if what == 'interpret' else ''}.")
+                    f"(the same fields where it supports them; install it with "
+                    f"{install_hints.install_command(f'pallas-{extra}')})"
+                    f"{' or interpret=True' if what == 'interpret' else ''}.")
         if module.startswith("jax.") and "pallas" in module:
             raise TypeError(f"{what}={type(obj).__name__}(...) is a jax.experimental.pallas "
                             "object; pallas_frontend takes its own backends' params types "

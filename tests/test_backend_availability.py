@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from pallas_frontend import backend_api, backend_needs, diagnostics
+from pallas_frontend import backend_api, backend_needs, diagnostics, install_hints
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +45,7 @@ def test_tpu_without_libtpu_names_libtpu_and_its_extra(absent):
     absent("libtpu")
     assert diagnostics.availability(tpu, "cpu") == (
         "yes, interpret-only; compile-only (tpu): missing libtpu "
-        "(pip install 'pallas-tpu[libtpu]'); to run natively: a tpu device")
+        f"({install_hints.extra_command('pallas-tpu', 'libtpu')}); to run natively: a tpu device")
 
 
 def test_tpu_with_libtpu_is_compile_only(monkeypatch):
@@ -61,12 +61,12 @@ def test_gpu_backends_name_the_cuda_plugin(absent):
     mgpu = _shipped("mgpu", "pallas-mgpu", ("cuda",), "cuda")
     row = diagnostics.availability(mgpu, "cpu")
     assert "compile-only (cuda): missing the CUDA PJRT plugin jax-cuda12-plugin " \
-           "(pip install 'pallas-mgpu[cuda]')" in row, row
+           f"({install_hints.extra_command('pallas-mgpu', 'cuda')})" in row, row
     # Triton's compile target falls back to this machine without the XLA:GPU compiler
     triton = _shipped("triton", "pallas-triton", ("cuda", "rocm"), "cpu")
     row = diagnostics.availability(triton, "cpu")
     assert "compile-only (cuda) unavailable: missing the XLA:GPU compiler jax-cuda12-plugin " \
-           "(pip install jax-cuda12-plugin==" in row, row
+           f"({install_hints.pip()} install jax-cuda12-plugin==" in row, row
     assert row.endswith("to run natively: a cuda or rocm device"), row
 
 

@@ -123,3 +123,47 @@ def test_cli_reports_a_bad_setting_without_a_traceback(monkeypatch, capsys):
         registry.reload()
     err = capsys.readouterr().err
     assert err.startswith("pallas: PALLAS_FRONTEND_IMPORT_TIMEOUT='soon' is not a number"), err
+
+
+# Every setting is checked up front (issue 34): before, `pallas backends` and `pallas doctor`
+# exited 0 for these, since nothing read the variable on that path.
+@pytest.mark.parametrize("var, value, says", [
+    ("PALLAS_FRONTEND_DEFAULT_BACKEND", "gpu=triton",
+     "'gpu' is not a platform (name the GPU platform: cuda or rocm)"),
+    ("PALLAS_FRONTEND_STRICT", "maybe", "is neither on nor off"),
+    ("PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD", "sometimes", "is neither on nor off"),
+    ("PALLAS_FRONTEND_BACKENDS", "triton tpu", "entry 'triton tpu' is not a backend name"),
+    ("PALLAS_FRONTEND_TEST_BACKEND", "tri-ton", "is not a backend name"),
+])
+@pytest.mark.parametrize("command", ["backends", "doctor"])
+def test_cli_exits_2_for_any_bad_setting(monkeypatch, capsys, var, value, says, command):
+    from pallas_frontend import cli
+    monkeypatch.setenv(var, value)
+    assert cli.main([command]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(f"pallas: {var}={value!r}"), captured
+    assert says in captured.err, captured.err
+
+
+def test_import_warns_about_bad_and_unknown_settings(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PALLAS_FRONTEND_")}
+    env.update(PALLAS_FRONTEND_DEFAULT_BACKEND="gpu=triton", PALLAS_FRONTEND_STIRCT="1")
+    out = subprocess.run([sys.executable, "-c", "import pallas_frontend"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "ConfigWarning: PALLAS_FRONTEND_DEFAULT_BACKEND='gpu=triton': 'gpu' is not a " \
+           "platform" in out.stderr, out.stderr
+    assert "ConfigWarning: PALLAS_FRONTEND_STIRCT is set but pallas_frontend reads no such " \
+           "variable (a typo?)" in out.stderr, out.stderr
+
+
+def test_every_variable_the_code_reads_is_checked():
+    import re
+    from pathlib import Path
+
+    from pallas_frontend import env_config
+    root = Path(__file__).resolve().parents[1]
+    read = set()
+    for path in [*root.glob("pallas_frontend/**/*.py"), *root.glob("plugins/*/pallas_*/**/*.py")]:
+        read |= set(re.findall(r"PALLAS_FRONTEND_[A-Z][A-Z_]*[A-Z]", path.read_text()))
+    assert read <= set(env_config.SETTINGS), read - set(env_config.SETTINGS)

@@ -1,0 +1,75 @@
+"""Every install hint the project prints is a command that works pasted where
+the user stands (issue 34): the distributions are on no index yet, so
+`pip install pallas-triton` would fail; a clone installs the plugin's folder,
+a wheelhouse install names its folder with --find-links."""
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pallas_frontend import install_hints, registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name, dist", sorted(install_hints.SHIPPED.items()))
+def test_from_a_clone_the_hint_installs_the_plugins_folder(name, dist, monkeypatch, tmp_path):
+    for cwd, shown in ((ROOT, f"plugins/{dist.replace('-', '_')}"),
+                       (tmp_path, str(ROOT / "plugins" / dist.replace("-", "_")))):
+        monkeypatch.chdir(cwd)
+        command = registry.install_hint(name)
+        assert command == f"{install_hints.pip()} install -e {shlex.quote(shown)}", command
+        folder = Path(cwd, shlex.split(command)[-1])
+        project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+        assert project["name"] == dist
+
+
+def test_a_clones_extra_is_installed_from_the_folder(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert install_hints.install_command("pallas-tpu", "libtpu").endswith(
+        " install -e 'plugins/pallas_tpu[libtpu]'")
+
+
+def test_from_a_recorded_wheelhouse_the_hint_names_it(monkeypatch, tmp_path):
+    wheel = tmp_path / "house" / "pallas_frontend-0.1.0-py3-none-any.whl"
+    monkeypatch.setattr(install_hints, "clone_root", lambda: None)
+    monkeypatch.setattr(install_hints, "_direct_url",
+                        lambda: {"url": wheel.as_uri(), "archive_info": {}})
+    assert install_hints.install_command("pallas-triton") == \
+        f"{install_hints.pip()} install --find-links {tmp_path / 'house'} pallas-triton"
+
+
+def test_an_unrecorded_wheelhouse_is_named_in_words(monkeypatch):
+    monkeypatch.setattr(install_hints, "clone_root", lambda: None)
+    monkeypatch.setattr(install_hints, "_direct_url", lambda: {})
+    command = install_hints.install_command("pallas-mgpu")
+    assert command.startswith(f"{install_hints.pip()} install --find-links WHEELHOUSE pallas-mgpu "
+                              "(WHEELHOUSE: the folder of wheels pallas-frontend was installed "
+                              "from; in a clone, python tools/build_wheelhouse.py DIR builds one")
+
+
+def test_once_published_the_hint_names_the_distribution(monkeypatch):
+    monkeypatch.setattr(install_hints, "clone_root", lambda: None)
+    monkeypatch.setattr(install_hints, "PUBLISHED", True)
+    assert install_hints.install_command("pallas-tpu", "libtpu") == \
+        f"{install_hints.pip()} install 'pallas-tpu[libtpu]'"
+
+
+def test_pip_is_this_interpreters():
+    pip = install_hints.pip()
+    assert pip == "pip" or pip.endswith(" -m pip")
+
+
+def test_every_hint_comes_from_install_hints():
+    """No module writes its own `pip install ...` (the old ones named no-index packages)."""
+    offenders = []
+    for path in ROOT.glob("pallas_frontend/**/*.py"):
+        if path.name == "install_hints.py" or "testing" in path.parts:   # the suite's asserts
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"pip install|pallas-frontend\[", line):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)

@@ -1,0 +1,181 @@
+"""The TPU check: correctness and on-device speed of pallas_tpu on a real chip.
+
+Each kernel runs as ours (pallas_tpu), JAX's Pallas and plain jax.numpy (XLA)
+on the same device arrays: JAX's shipped TPU kernels (flash attention forward
+and backward, paged attention, megablox gmm, splash attention, the tiled
+matmul at 4096^3 and 8192^3 in two block sizes) with only their imports
+changed, and the conformance kernels that fit TPU tiling. For each: the max
+abs and relative error against a NumPy float64 reference, whether ours equals
+JAX bit for bit, the time per call measured in a device loop
+(``pallas_frontend/device_timing.py``), the ratios to JAX and to XLA, TF/s or
+GB/s. Kernels with launch parameters are also autotuned: every candidate of
+``benchmarks/tpu_check_cases.py`` is timed and checked, and the fastest
+correct one is compared with JAX's default choice.
+
+    python benchmarks/tpu_check.py                    # on a TPU host with this project
+    python benchmarks/tpu_check.py --results r.json --write   # a remote run's table -> BENCHMARKS.md
+    python benchmarks/tpu_check.py --dry-run          # the same logic on CPU, small sizes
+
+Without a TPU (and without ``--results``/``--dry-run``) it prints SKIP. On a
+TPU host whose JAX is older than this project's, run the kernels through
+``tools/tpu_remote.py`` (export here, run there) and render its results here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import tpu_remote  # noqa: E402
+
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+START, END = "<!-- tpu_check:start -->", "<!-- tpu_check:end -->"
+
+
+def _ms(cell):
+    return cell.get("seconds", 0.0) * 1e3 if cell and "error" not in cell else None
+
+
+def _fmt_ms(value):
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _ratio(a, b):
+    return "–" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+
+def _speed(row, cell):
+    ms = _ms(cell)
+    if not ms:
+        return "–"
+    if row["flops"]:
+        return f"{row['flops'] / (ms * 1e-3) / 1e12:.1f} TF/s"
+    return f"{row['bytes'] / (ms * 1e-3) / 1e9:.0f} GB/s"
+
+
+def _err(cell):
+    if not cell:
+        return "–", "–"
+    if "error" in cell:
+        return "error", cell["error"][:80].replace("|", "/")
+    return f"{cell['max_abs']:.2e}", f"{cell['rel']:.1e}" + ("" if cell["ok"] else " (over)")
+
+
+def best_candidate(row):
+    """(label, cell) of the fastest candidate whose result is within tolerance."""
+    from pallas_frontend.autotune import choose_fastest
+    timings = {label: cell["seconds"] for label, cell in row["tune"].items()
+               if cell.get("ok") and "seconds" in cell}
+    if not timings:
+        return None, None
+    label = choose_fastest(timings)
+    return label, row["tune"][label]
+
+
+def render(results) -> str:
+    """The Markdown tables of a run's results."""
+    rows = results["cases"]
+    lines = [
+        f"Run {results['date'][:16].replace('T', ' ')} UTC on one **{results['device_kind']}** "
+        f"({results['platform']}), JAX {results['jax']}, libtpu {results['libtpu']}; kernels "
+        f"exported with JAX {results['pack_jax']} (`tools/tpu_remote.py`), sizes "
+        f"\"{results['size']}\". Times: per call, in a device loop (`(T(3n) - T(n)) / 2n`).",
+        "",
+        "| kernel | max abs err (ours) | rel err (ours) | ours = JAX bits | ours ms | JAX ms "
+        "| XLA ms | ours / JAX | ours / XLA | ours speed | XLA rel err |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row['name']} | {row['error'][:100]} |" + " – |" * 9)
+            continue
+        ours, theirs, xla = (row["sides"].get(k) for k in ("ours", "jax", "xla"))
+        abs_err, rel_err = _err(ours)
+        bits = {True: "yes", False: "**no**"}.get(row.get("ours_equals_jax"), "–")
+        o, j, x = _ms(ours), _ms(theirs), _ms(xla)
+        lines.append(f"| {row['name']} | {abs_err} | {rel_err} | {bits} | {_fmt_ms(o)} | "
+                     f"{_fmt_ms(j)} | {_fmt_ms(x)} | {_ratio(o, j)} | {_ratio(o, x)} | "
+                     f"{_speed(row, ours)} | {_err(xla)[1]} |")
+    tuned = [row for row in rows if row.get("tune")]
+    if tuned:
+        lines += ["", "Autotuned (ours, fastest candidate within tolerance) against JAX's "
+                  "default launch parameters, same inputs:", "",
+                  "| kernel | JAX default | default ms | autotuned | autotuned ms | speedup "
+                  "| XLA ms | autotuned / XLA time | autotuned speed | candidates ok |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for row in tuned:
+            default = row["tune"].get(row["default"], {})
+            label, best = best_candidate(row)
+            d, b, x = _ms(default), _ms(best), _ms(row["sides"].get("xla"))
+            ok = sum(1 for c in row["tune"].values() if c.get("ok"))
+            lines.append(f"| {row['name']} | {row['default']} | {_fmt_ms(d)} | {label or '–'} | "
+                         f"{_fmt_ms(b)} | {_ratio(d, b)}x | {_fmt_ms(x)} | {_ratio(b, x)} | "
+                         f"{_speed(row, best)} | {ok} of {len(row['tune'])} |")
+    return "\n".join(lines)
+
+
+def write(table: str, path: Path = BENCHMARKS) -> None:
+    text = path.read_text()
+    block = f"{START}\n{table}\n{END}"
+    if START in text:
+        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: block, text,
+                      flags=re.S)
+    else:
+        text = text.rstrip("\n") + "\n\n## TPU check on a real chip\n\n" + block + "\n"
+    path.write_text(text)
+
+
+# The dry run times each side with one call in the loop: the interpreters take
+# up to a second a call, and the point is the logic, not the figures.
+DRY_RUN_TIMING = {"max_calls": 1, "repetitions": 1}
+
+
+def run_here(size: str, platform: str, timing: dict | None = None, only=None):
+    """Packs the cases and runs them on this host's default device."""
+    with tempfile.TemporaryDirectory(prefix="tpu_check_") as folder:
+        tpu_remote.pack_cases(folder, size, only=only, platform=platform)
+        return tpu_remote.run_pack(folder, Path(folder) / "results.json", timing=timing)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", help="render a results file of tools/tpu_remote.py run")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="run the logic on CPU at small sizes (interpret modes)")
+    parser.add_argument("--write", action="store_true",
+                        help=f"write the table into {BENCHMARKS.name}")
+    parser.add_argument("--json", help="also save the results here")
+    parser.add_argument("--only", nargs="*",
+                        help="only the cases whose name contains one of these words")
+    args = parser.parse_args(argv)
+    if args.results:
+        results = json.loads(Path(args.results).read_text())
+    elif args.dry_run:
+        results = run_here("small", "cpu", timing=DRY_RUN_TIMING, only=args.only)
+    else:
+        import jax
+        if jax.default_backend() != "tpu":
+            print(f"SKIP: no TPU here (JAX's default backend is {jax.default_backend()}). "
+                  "On a TPU host whose JAX is older than this project's, use "
+                  "tools/tpu_remote.py (README, 'On a TPU').")
+            return 0
+        results = run_here("full", "tpu", only=args.only)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    table = render(results)
+    print(table)
+    if args.write:
+        if args.dry_run:
+            parser.error("--write takes a chip's results, not a dry run's")
+        write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

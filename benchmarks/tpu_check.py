@@ -69,12 +69,12 @@ def _err(cell):
 
 def best_candidate(row):
     """(label, cell) of the fastest candidate whose result is within tolerance."""
-    from pallas_frontend.autotune import choose_fastest
+    from pallas_frontend.autotune_cache import choose_winner   # pl.autotune's own choice
     timings = {label: cell["seconds"] for label, cell in row["tune"].items()
                if cell.get("ok") and "seconds" in cell}
     if not timings:
         return None, None
-    label = choose_fastest(timings)
+    label = choose_winner(timings)
     return label, row["tune"][label]
 
 

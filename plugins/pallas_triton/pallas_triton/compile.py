@@ -39,9 +39,10 @@ def kernel_irs_of(fn, *example_args) -> list[KernelIR]:
 
 
 def _pointer_type(dtype) -> str:
-    return "*" + {"tl.float32": "fp32", "tl.float16": "fp16", "tl.bfloat16": "bf16",
-                  "tl.float64": "fp64", "tl.int1": "i1"}.get(tl_dtype(dtype),
-                                                            tl_dtype(dtype)[3:].replace("int", "i"))
+    # Triton's signature names: fp32, bf16, i8, u32 (unsigned ints are u<bits>, not ui<bits>)
+    name = tl_dtype(dtype)[3:]
+    return "*" + {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
+                  "int1": "i1"}.get(name, name.replace("uint", "u").replace("int", "i"))
 
 
 # AMD archs with tf32 (xf32) matrix instructions: CDNA3 (MI300) and later

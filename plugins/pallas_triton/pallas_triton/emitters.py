@@ -123,40 +123,8 @@ def _logistic(w, eqn, ins):
 # tanh: math_library.py (libdevice/ocml; NumPy under the interpreter)
 
 
-@register("log1p")
-def _log1p(w, eqn, ins):
-    # log1p(x) = log(u) * x / (u - 1) with u = 1 + x: accurate for small x.
-    x = w.bind(ins[0])
-    u = w.bind(f"1.0 + {x}")
-    return [f"tl.where({u} == 1.0, {x}, tl.log({u}) * {x} / ({u} - 1.0))"]
-
-
-@register("expm1")
-def _expm1(w, eqn, ins):
-    x = w.bind(ins[0])
-    u = w.bind(f"tl.exp({x})")
-    return [f"tl.where({u} == 1.0, {x}, tl.where({u} - 1.0 == -1.0, -1.0, "
-            f"({u} - 1.0) * {x} / tl.log({u})))"]
-
-
-@register("sign")
-def _sign(w, eqn, ins):
-    x = ins[0]
-    from pallas_triton.widening import cast
-    return [cast(w, f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0))", np.int32, out_aval(eqn).dtype)]
-
-
-@register("max", "min")
-def _max_min(w, eqn, ins):
-    fn = "tl.maximum" if eqn.primitive.name == "max" else "tl.minimum"
-    nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float(out_aval(eqn).dtype) else ""
-    return [f"{fn}({ins[0]}, {ins[1]}{nan})"]
-
-
-@register("clamp")
-def _clamp(w, eqn, ins):
-    lo, x, hi = ins
-    return [f"tl.minimum(tl.maximum({x}, {lo}), {hi})"]
+# log1p, expm1, sign, max, min, clamp, round: float_edges.py (XLA's results at NaN,
+# signed zeros, infinities and overflow)
 
 
 @register("integer_pow")

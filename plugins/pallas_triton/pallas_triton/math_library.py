@@ -80,22 +80,6 @@ def _is_finite(w, eqn, ins):
     return [f"(({x} == {x}) & (tl.abs({x}) != float('inf')))"]
 
 
-@register("round")
-def _round(w, eqn, ins):
-    """lax.round, both methods, from floor: |x| - floor(|x|) is exact in floating point."""
-    x = w.bind(ins[0])
-    a = w.bind(f"tl.abs({x})")
-    t = w.bind(f"tl.floor({a})")
-    d = w.bind(f"{a} - {t}")
-    if int(eqn.params.get("rounding_method", 0)) == 0:          # half away from zero
-        up = f"{d} >= 0.5"
-    else:                                                      # half to even
-        odd = f"({t} - 2.0 * tl.floor({t} * 0.5)) == 1.0"
-        up = f"({d} > 0.5) | (({d} == 0.5) & ({odd}))"
-    r = w.bind(f"tl.where({up}, {t} + 1.0, {t})")
-    return [f"tl.where({x} < 0, -{r}, {r})"]
-
-
 @register("pow")
 def _pow(w, eqn, ins):
     """C's pow (negative bases with integral exponents, zeros, infinities), as XLA's."""

@@ -3,8 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import pallas_frontend as pl
+
+
+MAX_NUM_WARPS = 32        # 1024 threads per block on NVIDIA GPUs (16 wavefronts of 64 on AMD)
+
+
+def _check_count(field, value, low, high, *, power_of_two, why, example):
+    """Refuses a bad integer option of CompilerParams, naming the field, the rule and the fix."""
+    if value is None:
+        return
+    rule = (f"a power of two from {low} to {high}" if power_of_two
+            else f"an integer >= {low}" if high is None else f"an integer from {low} to {high}")
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low and (
+        high is None or value <= high) and (not power_of_two or value & (value - 1) == 0)
+    if not ok:
+        raise ValueError(f"pallas_triton.CompilerParams({field}={value!r}): {field} must be {rule} "
+                         f"({why}). Pass e.g. {field}={example}, or leave it None for "
+                         f"Triton's default.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +52,15 @@ class CompilerParams(pl.CompilerParams):
     compute_capability: int | None = None
     rocm_arch: str | None = None
     ptx_version: int | None = None
+
+    def __post_init__(self):
+        # Triton takes these unchecked and fails (or hangs) only when it compiles or launches.
+        _check_count("num_warps", self.num_warps, 1, MAX_NUM_WARPS, power_of_two=True,
+                     why=f"a program runs 32 x num_warps threads, at most "
+                         f"{32 * MAX_NUM_WARPS} on a GPU", example=4)
+        _check_count("num_stages", self.num_stages, 1, None, power_of_two=False,
+                     why="the software pipeline keeps that many copies of each loop's loads in "
+                         "flight; 1 means no pipelining", example=3)
 
     def triton_options(self) -> dict:
         """The ``options`` dict for ``triton.compile``; unset fields are left to Triton."""

@@ -66,7 +66,10 @@ def _cumulative(w, eqn, ins):
     if not in_aval(eqn).shape:
         return [ins[0]]
     x = _neutral_padding(w, eqn, ins[0], kind, (axis,))
-    return [f"tl.associative_scan({x}, {axis}, {combine_fn(w, kind)}, reverse={reverse})"]
+    # The interpreter scans in NumPy only with Triton's sum/prod combines; any other it
+    # calls element by element outside @jit, where Triton's own max/min cannot run.
+    combine = combine_fn(w, kind) if kind in ("add", "mul") else w.helper(kind)
+    return [f"tl.associative_scan({x}, {axis}, {combine}, reverse={reverse})"]
 
 
 @register("argmax", "argmin")
@@ -94,11 +97,12 @@ HELPERS = {
     "and": "return a & b",
     "or": "return a | b",
 }
-TUPLE_HELPERS = {
-    # (value, index) pairs; ties keep the lower index, as jnp.argmax does.
-    "argmax": "gt = (a > c) | ((a == c) & (b < d))\n    return tl.where(gt, a, c), tl.where(gt, b, d)",
-    "argmin": "lt = (a < c) | ((a == c) & (b < d))\n    return tl.where(lt, a, c), tl.where(lt, b, d)",
-}
+# (value, index) pairs; ties keep the lower index, and a NaN wins over any number (the
+# first NaN's index), as XLA's argmax/argmin do. a != a is False for integers.
+_ARG_COMBINE = ("nan = a != a\n"
+                "    pick = (nan & ((c == c) | (b < d))) | ((c == c) & ((a {op} c) | ((a == c) & (b < d))))\n"
+                "    return tl.where(pick, a, c), tl.where(pick, b, d)")
+TUPLE_HELPERS = {"argmax": _ARG_COMBINE.format(op=">"), "argmin": _ARG_COMBINE.format(op="<")}
 
 
 def helper_source(kind: str) -> str:

@@ -41,6 +41,7 @@ ARITHMETIC = FLOAT32_ONLY | frozenset({
     "is_finite", "eq", "ne", "lt", "le", "gt", "ge", "convert_element_type",
     "reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
     "cumsum", "cumprod", "cummax", "cummin", "argmax", "argmin",
+    "debug_print",                     # prints the value, not the raw 16 bits
 })
 
 
@@ -97,9 +98,10 @@ def cast(w, expr: str, src, dst) -> str:
     if dst.name != "bfloat16":                  # from bf16: exactly to float32 first
         return f"tl.cast({to_float32(w, expr, src)}, {tl_dtype(dst)})"
     # to bf16: the interpreter truncates float32 -> bf16 and writes an int's bits for
-    # int -> bf16; round to nearest even on the float32 bits instead (NaN stays NaN).
+    # int -> bf16; round to nearest even on the float32 bits instead. NaN becomes the
+    # quiet NaN with its sign kept (0x7FC0 / 0xFFC0), as XLA converts it.
     x = w.bind(f"tl.cast({expr}, tl.float32)")   # a no-op on float32
     bits = w.bind(f"{x}.to(tl.uint32, bitcast=True)")
     rounded = f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) >> 16)"
-    return (f"tl.where({x} != {x}, 0x7FC0, {rounded}).to(tl.uint16)"
+    return (f"tl.where({x} != {x}, ({bits} >> 16) | 0x7FC0, {rounded}).to(tl.uint16)"
             ".to(tl.bfloat16, bitcast=True)")

@@ -19,7 +19,8 @@ from pallas_triton.emitters import EMITTERS, broadcast_expr
 from pallas_triton.jaxpr_text import is_float, literal, tl_dtype, used_vars
 from pallas_triton.reductions import helper_source
 # the modules that register emitters beyond emitters.py's
-from pallas_triton import dots, joins, math_library, padding, widening, xla_numerics  # noqa: F401
+from pallas_triton import (dots, float_edges, joins, math_library, padding,  # noqa: F401
+                           widening, xla_numerics)
 from pallas_triton.errors import TritonCapabilityError, unsupported
 from pallas_triton.refs import (BlockRef, RegisterRef, add_expr, indexer_entries,
                                 join_masks)

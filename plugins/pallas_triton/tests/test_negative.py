@@ -66,3 +66,26 @@ def test_compiler_params_on_cpu_point_to_interpret_params():
                        compiler_params=pt.CompilerParams())
     with pytest.raises(BackendUnavailableError, match="does not serve platform 'cpu'.*interpret"):
         jax.jit(f)(np.ones(16, np.float32))
+
+
+@pytest.mark.parametrize("field, value, rule", [
+    ("num_warps", 1024, "a power of two from 1 to 32"),
+    ("num_warps", 3, "a power of two from 1 to 32"),
+    ("num_warps", 0, "a power of two from 1 to 32"),
+    ("num_warps", True, "a power of two from 1 to 32"),
+    ("num_warps", 4.0, "a power of two from 1 to 32"),
+    ("num_stages", -1, "an integer >= 1"),
+    ("num_stages", 0, "an integer >= 1"),
+])
+def test_compiler_params_refuse_bad_warps_and_stages(field, value, rule):
+    """Refused when the params are made, naming the field, the rule and the fix (Triton
+    took num_warps=1024 and num_stages=-1 and failed only when compiling or launching)."""
+    with pytest.raises(ValueError, match=rf"CompilerParams\({field}={value!r}\): {field} must "
+                                         rf"be {rule} .*Pass e\.g\. {field}=\d+, or leave it None"):
+        pt.CompilerParams(**{field: value})
+
+
+def test_compiler_params_take_every_valid_warp_count():
+    for n in (1, 2, 4, 8, 16, 32):
+        assert pt.CompilerParams(num_warps=n, num_stages=1).triton_options()["num_warps"] == n
+    assert pt.CompilerParams(num_warps=np.int64(8)).num_warps == 8

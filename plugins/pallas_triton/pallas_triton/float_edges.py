@@ -1,0 +1,158 @@
+"""Float results at NaN, signed zeros, denormals, infinities and overflow, as XLA gives them.
+
+Triton's own operations follow C or the GPU's instructions at these edges
+(``tl.where(x > 0, 1, ...)`` makes ``sign(NaN)`` 0, ``min.NaN`` and NumPy's
+``minimum`` order -0.0 and +0.0 as equal). These emitters spell out XLA's
+results with comparisons and selects, so that one expression gives them on a GPU
+and under Triton's interpreter:
+
+- ``sign``: NaN stays itself, ``sign(±0) = ±0``, otherwise ±1.
+- ``max``/``min``/``clamp``: a NaN operand gives NaN (bfloat16: XLA's quiet NaN
+  0x7FC0), -0.0 < +0.0, otherwise one operand's bits unchanged (bfloat16
+  denormals are selected, never flushed).
+- ``round``: the sign of ``x`` is kept (``round(-0.0) = -0.0``, ``round(-0.3) = -0.0``).
+- ``log1p(inf) = inf``; ``expm1`` of a large ``x`` is ``exp(x) - 1`` (finite up to
+  ``exp``'s own overflow, 88.72 in float32), ``expm1(inf) = inf``.
+
+Denormals: XLA on CPU compares and computes float32 with denormals treated as
+zero, and Triton's interpreter runs inside XLA's host callback with the same
+processor mode; a GPU keeps them. The expressions below work in either mode.
+Where XLA's NaN *sign* comes from its CPU code generation (which ORs or ANDs
+the two operands of a float32 min/max), the result here is the first NaN
+operand (README "Deliberate differences from XLA").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pallas_triton.emitters import _python_number, in_aval, is_float, out_aval, register
+from pallas_triton.jaxpr_text import tl_dtype
+from pallas_triton.widening import cast, widened_dtypes
+
+
+def computed_dtype(w, eqn, dtype) -> np.dtype:
+    """The type this equation's emitter computes ``dtype`` values in (float32 if widened)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.name in widened_dtypes(w.target, eqn) else dtype
+
+
+def _tensor(w, expr: str, dtype) -> str:
+    """``expr`` bound to a name, as a tensor (a Python number cannot be bitcast)."""
+    if _python_number(expr):
+        expr = f"tl.full([], {expr}, {tl_dtype(dtype)})"
+    return w.bind(expr)
+
+
+def sign_bit(x: str, dtype) -> str:
+    """True where the float ``x`` has its sign bit set (also -0.0 and -NaN)."""
+    return f"(({x}).to(tl.int{np.dtype(dtype).itemsize * 8}, bitcast=True) < 0)"
+
+
+def _is_zero_bits(x: str, dtype, negative: bool) -> str:
+    """True where ``x`` is exactly -0.0 (or +0.0): its bits, not a comparison, which
+    also holds for denormals where they are treated as zero."""
+    bits = np.dtype(dtype).itemsize * 8
+    pattern = -(1 << (bits - 1)) if negative else 0
+    return f"(({x}).to(tl.int{bits}, bitcast=True) == {pattern})"
+
+
+# --- sign, round ------------------------------------------------------------------------
+
+@register("sign")
+def _sign(w, eqn, ins):
+    dt = out_aval(eqn).dtype
+    x = w.bind(ins[0])
+    if not is_float(dt):
+        return [cast(w, f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0))", np.int32, dt)]
+    # x * 0.0 is ±0 with x's sign (also for a denormal treated as zero); NaN stays x
+    return [f"tl.where({x} != {x}, {x}, tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, "
+            f"{x} * 0.0)))"]
+
+
+@register("round")
+def _round(w, eqn, ins):
+    """lax.round, both methods, from floor: |x| - floor(|x|) is exact in floating point."""
+    x = w.bind(ins[0])
+    a = w.bind(f"tl.abs({x})")
+    t = w.bind(f"tl.floor({a})")
+    d = w.bind(f"{a} - {t}")
+    if int(eqn.params.get("rounding_method", 0)) == 0:          # half away from zero
+        up = f"{d} >= 0.5"
+    else:                                                      # half to even
+        odd = f"({t} - 2.0 * tl.floor({t} * 0.5)) == 1.0"
+        up = f"({d} > 0.5) | (({d} == 0.5) & ({odd}))"
+    r = w.bind(f"tl.where({up}, {t} + 1.0, {t})")
+    # the sign of x, not x < 0: round(-0.0) and round(-0.3) are -0.0
+    return [f"tl.where({sign_bit(x, computed_dtype(w, eqn, in_aval(eqn).dtype))}, -{r}, {r})"]
+
+
+# --- max, min, clamp --------------------------------------------------------------------
+
+def extremum(w, eqn, a: str, b: str, kind: str, dtype) -> str:
+    """XLA's ``max``/``min`` of two float operands computed in ``cdt``; ``dtype`` is their
+    type in the kernel (bfloat16's NaN is XLA's quiet NaN)."""
+    cdt = computed_dtype(w, eqn, dtype)
+    a, b = _tensor(w, a, cdt), _tensor(w, b, cdt)
+    if np.dtype(dtype).name != "bfloat16":
+        # As XLA on CPU sees float32 operands: a denormal treated as zero becomes ±0.0 here
+        # (x * 1.0 is x on a GPU). XLA keeps bfloat16's denormal bits, so they stay.
+        a, b = w.bind(f"{a} * 1.0"), w.bind(f"{b} * 1.0")
+    wins = f"{a} > {b}" if kind == "max" else f"{a} < {b}"
+    r = w.bind(f"tl.where({wins}, {a}, {b})")
+    # a zero result: -0.0 is the min and +0.0 the max of ±0.0 (the operands compared equal)
+    neg = kind == "min"
+    z = (f"tl.where({_is_zero_bits(a, cdt, neg)}, {a}, "
+         f"tl.where({_is_zero_bits(b, cdt, neg)}, {b}, {r}))")
+    r = w.bind(f"tl.where({r} == 0, {z}, {r})")
+    if np.dtype(dtype).name == "bfloat16":
+        return f"tl.where({a} != {a}, float('nan'), tl.where({b} != {b}, float('nan'), {r}))"
+    # a NaN: the first NaN operand; b's with its sign bit ORed (min) or ANDed (max) with
+    # a's, as XLA's CPU code for float16/32/64 gives it
+    sa = sign_bit(a, cdt)
+    b_nan = (f"tl.where({sa}, -tl.abs({b}), {b})" if kind == "min"
+             else f"tl.where({sa}, {b}, tl.abs({b}))")
+    return f"tl.where({a} != {a}, {a}, tl.where({b} != {b}, {b_nan}, {r}))"
+
+
+@register("max", "min")
+def _max_min(w, eqn, ins):
+    dt = out_aval(eqn).dtype
+    kind = eqn.primitive.name
+    if not is_float(dt):
+        return [f"tl.{'maximum' if kind == 'max' else 'minimum'}({ins[0]}, {ins[1]})"]
+    return [extremum(w, eqn, ins[0], ins[1], kind, dt)]
+
+
+@register("clamp")
+def _clamp(w, eqn, ins):
+    lo, x, hi = ins
+    dt = out_aval(eqn).dtype
+    if not is_float(dt):
+        return [f"tl.minimum(tl.maximum({x}, {lo}), {hi})"]
+    # XLA's clamp is min(max(lo, x), hi): a NaN operand or bound gives NaN, and the
+    # operand order decides which NaN
+    return [extremum(w, eqn, extremum(w, eqn, lo, x, "max", dt), hi, "min", dt)]
+
+
+# --- log1p, expm1 -----------------------------------------------------------------------
+
+@register("log1p")
+def _log1p(w, eqn, ins):
+    # log1p(x) = log(u) * (x / (u - 1)) with u = 1 + x: accurate for small x, and the
+    # quotient (near 1) cannot overflow; u = inf (x = inf) would give inf * 0
+    x = w.bind(ins[0])
+    u = w.bind(f"1.0 + {x}")
+    # x * 1.0: a denormal x is flushed where the processor flushes (XLA on CPU, the interpreter)
+    return [f"tl.where({u} == 1.0, {x} * 1.0, tl.where({u} == float('inf'), {u}, "
+            f"tl.log({u}) * ({x} / ({u} - 1.0))))"]
+
+
+@register("expm1")
+def _expm1(w, eqn, ins):
+    # Kahan's (u - 1) * x / log(u) with u = exp(x) for |x| <= 1, where u - 1 cancels;
+    # above, u - 1 is as accurate and (u - 1) * x cannot overflow before exp does
+    x = w.bind(ins[0])
+    u = w.bind(f"tl.exp({x})")
+    return [f"tl.where({x} != {x}, {x}, tl.where({x} > 1.0, {u} - 1.0, tl.where({u} == 1.0, "
+            f"{x}, tl.where({u} - 1.0 == -1.0, -1.0, ({u} - 1.0) * {x} / tl.log({u})))))"]

@@ -1,0 +1,268 @@
+"""Float edge values (NaN of both signs, ±inf, ±0, denormals, overflow) and integer scans:
+the generated kernel under Triton's interpreter vs the same jnp/lax code jitted by XLA on
+CPU, bit for bit, on fresh random data with the edge values planted in it.
+
+Before float_edges.py (issue 32): sign(NaN) gave 0 and sign(-0.0) +0.0; clamp and
+max/min dropped a NaN operand or bound, or the sign of -0.0; argmax/argmin skipped NaN;
+log1p(inf), expm1(inf), expm1(100) gave NaN and expm1(88.7) inf; round(-0.0) gave +0.0;
+bfloat16 NaN lost its sign and min/max flushed bfloat16 denormals; integer cummax/cummin
+crashed the interpreter; debug_print showed bfloat16 as raw bits.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import pallas_frontend as pl
+import pallas_triton as pt
+from pallas_triton import manifests
+
+TRITON = dict(interpret=pt.InterpretParams())
+FLOATS = [jnp.float32, jnp.bfloat16, jnp.float16]
+INTS = [jnp.int8, jnp.uint8, jnp.int32, jnp.uint32]
+SHAPE = (16, 64)
+
+
+def _name(d):
+    return np.dtype(d).name
+
+
+def edge_values(dtype) -> np.ndarray:
+    """NaN of both signs, ±inf, ±0, ±denormals, ±the largest finite, halves, ±1."""
+    info = jnp.finfo(dtype)
+    tiny = float(info.smallest_subnormal)
+    return np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, tiny, -tiny, 3 * tiny,
+                     -5 * tiny, float(info.max), -float(info.max), 0.5, -0.5, 1.5, -2.5,
+                     1.0, -1.0], np.float64)
+
+
+def float_data(rng, dtype, shape=SHAPE, scale=(1e-3, 1.0, 30.0)) -> jnp.ndarray:
+    """Random normals at mixed scales with every edge value planted several times."""
+    x = rng.standard_normal(shape) * rng.choice(scale, shape)
+    flat = x.reshape(-1)
+    edges = edge_values(dtype)
+    picks = rng.choice(flat.size, size=len(edges) * 4, replace=False)
+    flat[picks] = np.tile(edges, 4)
+    return jnp.asarray(x.astype(np.float32)).astype(dtype)   # ml_dtypes keeps NaN's sign
+
+
+def bits(a) -> np.ndarray:
+    a = np.asarray(a)
+    return a.view(f"uint{a.dtype.itemsize * 8}")
+
+
+def _flushed(a: np.ndarray) -> np.ndarray:
+    """``a`` with denormals and -0.0 replaced by +0.0."""
+    tiny = float(jnp.finfo(a.dtype).tiny)
+    wide = a.astype(np.float32)
+    return np.where(np.abs(wide) < tiny, 0.0, wide).astype(a.dtype)
+
+
+def assert_like_xla(got, expect, *, ulps=0, nan_bits=True, flush=False):
+    """Bit for bit (NaN payload and sign too when ``nan_bits``; denormals compared as
+    +0.0 when ``flush``, as -0.0 is); finite results within ``ulps`` units in the last
+    place where the comparison names a bound."""
+    got, expect = np.asarray(got), np.asarray(expect)
+    assert got.dtype == expect.dtype and got.shape == expect.shape
+    if flush:
+        got, expect = _flushed(got), _flushed(expect)
+    g, e = bits(got).astype(np.int64), bits(expect).astype(np.int64)
+    nan_g, nan_e = np.isnan(got.astype(np.float32)), np.isnan(expect.astype(np.float32))
+    np.testing.assert_array_equal(nan_g, nan_e, err_msg="NaN where XLA has none, or none where it has")
+    same = g == e
+    if not nan_bits:
+        same |= nan_g & nan_e
+    if ulps:
+        sign = np.int64(1) << (got.dtype.itemsize * 8 - 1)
+        to_line = lambda b: np.where(b & sign, -(b & ~sign), b)   # ordered integers
+        same |= ~nan_e & (np.abs(to_line(g) - to_line(e)) <= ulps)
+    bad = np.flatnonzero(~same)
+    assert not bad.size, (f"{bad.size} elements differ from XLA, e.g. got "
+                          f"{[hex(v) for v in g.reshape(-1)[bad[:6]]]} vs XLA "
+                          f"{[hex(v) for v in e.reshape(-1)[bad[:6]]]} "
+                          f"({got.reshape(-1)[bad[:6]]} vs {expect.reshape(-1)[bad[:6]]})")
+
+
+def run_like_xla(fn, *args):
+    """``fn`` in a Pallas kernel under Triton's interpreter, and jitted by XLA."""
+    outs = jax.eval_shape(fn, *args)
+
+    def body(*refs):
+        refs[-1][...] = fn(*[r[...] for r in refs[:-1]])
+    got = pl.pallas_call(body, out_shape=outs, **TRITON)(*args)
+    return got, jax.jit(fn)(*args)
+
+
+# --- sign, round ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS, ids=_name)
+def test_sign(rng, dtype):
+    if jnp.issubdtype(dtype, jnp.floating):
+        x = float_data(rng, dtype)
+    else:
+        info = np.iinfo(dtype)
+        x = jnp.asarray(rng.integers(info.min, int(info.max) + 1, SHAPE).astype(dtype))
+    assert_like_xla(*run_like_xla(jnp.sign, x))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+@pytest.mark.parametrize("method", ["away_from_zero", "to_nearest_even"])
+def test_round_keeps_the_sign(rng, dtype, method):
+    x = float_data(rng, dtype, scale=(0.3, 3.0))
+    mode = lax.RoundingMethod.AWAY_FROM_ZERO if method == "away_from_zero" else \
+        lax.RoundingMethod.TO_NEAREST_EVEN
+    assert_like_xla(*run_like_xla(lambda v: lax.round(v, mode), x))
+
+
+# --- max, min, clamp --------------------------------------------------------------------
+
+def _all_pairs(rng, dtype):
+    """Every (edge, edge) pair, and random pairs around them."""
+    e = edge_values(dtype)
+    a, b = (np.asarray(v).reshape(-1) for v in np.meshgrid(e, e))
+    x, y = (np.asarray(float_data(rng, dtype), np.float64).reshape(-1) for _ in range(2))
+    x[:a.size], y[:b.size] = a, b
+    return tuple(jnp.asarray(v.reshape(SHAPE).astype(np.float32)).astype(dtype) for v in (x, y))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_min(rng, dtype, op):
+    fn = jnp.maximum if op == "max" else jnp.minimum
+    x, y = _all_pairs(rng, dtype)
+    assert_like_xla(*run_like_xla(fn, x, y))
+    assert_like_xla(*run_like_xla(fn, y, x))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+def test_clamp_with_nan_operands_and_bounds(rng, dtype):
+    x, lo = _all_pairs(rng, dtype)
+    hi = float_data(rng, dtype)
+    assert_like_xla(*run_like_xla(lambda a, b, c: lax.clamp(b, a, c), x, lo, hi))
+    assert_like_xla(*run_like_xla(lambda a, b, c: lax.clamp(b, a, c), lo, x, hi))
+    # Scalar bounds: XLA's NaN sign, sign of zero and denormal results here depend on how
+    # it simplifies the clamp (constant bounds, broadcasts); NaN-ness and values are
+    # compared, denormals as zero (README, "Deliberate differences from XLA").
+    for lo_s, hi_s in [(-1.0, 1.0), (np.nan, 1.0), (-1.0, np.nan), (-0.0, 0.0), (0.0, -0.0),
+                       (2.0, 1.0), (-np.inf, np.inf)]:
+        bounds = jnp.asarray(lo_s, dtype), jnp.asarray(hi_s, dtype)
+        assert_like_xla(*run_like_xla(lambda a: lax.clamp(bounds[0], a, bounds[1]), x),
+                        nan_bits=False, flush=True)
+        assert_like_xla(*run_like_xla(lambda a, b, c: lax.clamp(b, a, c), x, *bounds),
+                        nan_bits=False, flush=True)
+
+
+# --- argmax, argmin ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_extremum_takes_the_first_nan(rng, dtype, op):
+    x = np.asarray(float_data(rng, dtype), np.float64)
+    x[::3] = np.where(np.isnan(x[::3]), 0.5, x[::3])        # some rows without NaN
+    x[1, [7, 3, 40]] = [np.nan, -np.nan, np.nan]            # several NaNs in one row
+    x[2, :] = 2.0                                           # ties: the lowest index
+    x = jnp.asarray(x.astype(np.float32)).astype(dtype)
+    fn = getattr(jnp, op)
+    for axis in (0, 1):
+        assert_like_xla(*run_like_xla(lambda v: fn(v, axis=axis), x))
+
+
+# --- log1p, expm1 -----------------------------------------------------------------------
+
+# Triton's exp/log (NumPy's under the interpreter, libdevice on a GPU) are not XLA's CPU
+# approximations: finite results agree within the declared units in the last place.
+TRANSCENDENTAL_ULPS = manifests.XLA_DIFFERENCES["expm1"]["ulps"]
+assert manifests.XLA_DIFFERENCES["log1p"]["ulps"] == TRANSCENDENTAL_ULPS
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+def test_log1p_expm1_at_the_edges(rng, dtype):
+    x = np.asarray(float_data(rng, dtype, scale=(1e-5, 1e-2, 1.0, 20.0)), np.float64)
+    big = [100.0, 88.7, 88.0, 87.0, -100.0, 3e38, -1.0, -1.5] if dtype == jnp.float32 \
+        else [100.0, 88.7, 11.0, 10.5, -100.0, -1.0, -1.5]
+    x[0, :len(big)] = big
+    x = jnp.asarray(x.astype(np.float32)).astype(dtype)
+    ulps = TRANSCENDENTAL_ULPS[_name(dtype)]
+    # XLA's log1p NaN has all bits set (its log's own NaN): NaN-ness compared, not bits
+    assert_like_xla(*run_like_xla(jnp.log1p, x), ulps=ulps, nan_bits=False)
+    assert_like_xla(*run_like_xla(jnp.expm1, x), ulps=ulps)
+
+
+def test_expm1_overflow_point():
+    """expm1 is finite up to exp's own overflow: 88.7 gives 3.3e38, not inf."""
+    x = jnp.asarray([88.7, 88.72, 88.73, 100.0, np.inf, -np.inf, 1.0, 1.5], jnp.float32)
+    got, expect = run_like_xla(jnp.expm1, x)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(expect))
+    assert 3.3e38 < float(got[0]) < 3.4e38
+    assert_like_xla(got, expect, ulps=TRANSCENDENTAL_ULPS["float32"])
+
+
+# --- integer scans ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", INTS, ids=_name)
+@pytest.mark.parametrize("op", ["cummax", "cummin"])
+def test_integer_cummax_cummin(rng, dtype, op):
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, int(info.max) + 1, (8, 16), dtype=np.int64)
+    x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [info.min, info.max] * 3
+    x = jnp.asarray(x.astype(dtype))
+    fn = getattr(lax, op)
+    for axis in (0, 1):
+        for reverse in (False, True):
+            assert_like_xla(*run_like_xla(lambda v: fn(v, axis=axis, reverse=reverse), x))
+
+
+# --- bfloat16 NaN sign, debug_print -----------------------------------------------------
+
+def test_bf16_nan_keeps_its_sign(rng):
+    """Every bf16 op under the interpreter is computed in float32 and rounded back; the
+    rounding keeps a NaN's sign as XLA's conversion does."""
+    x, y = (float_data(rng, jnp.bfloat16) for _ in range(2))
+    for fn in (lambda a, b: a + b, lambda a, b: a * b - b, lambda a, b: -a / b,
+               lambda a, b: jnp.abs(a) + 0 * b, lambda a, b: a.astype(jnp.float32) + b.astype(jnp.float32)):
+        assert_like_xla(*run_like_xla(fn, x, y))
+    f = float_data(rng, jnp.float32)
+    assert_like_xla(*run_like_xla(lambda v: v.astype(jnp.bfloat16), f))
+
+
+def test_debug_print_shows_bf16_values(capfd):
+    def body(x_ref, o_ref):
+        pl.debug_print("bf16 value", x_ref[...])
+        o_ref[...] = x_ref[...]
+    x = jnp.asarray([1.5, -2.25], jnp.bfloat16)
+    pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((2,), jnp.bfloat16),
+                   **TRITON)(x).block_until_ready()
+    out = capfd.readouterr().out
+    assert "1.5" in out and "-2.25" in out and "16320" not in out, out
+
+
+# --- the generated GPU source -----------------------------------------------------------
+
+@pytest.mark.parametrize("target", [("cuda", 90), ("hip", "gfx942")], ids=str)
+def test_edge_ops_compile(target):
+    """The same emitters write the GPU kernel: every op above, each float type and the
+    integer scans, through Triton's compiler."""
+    fns = [jnp.sign, jnp.round, lambda v: lax.round(v, lax.RoundingMethod.TO_NEAREST_EVEN),
+           jnp.log1p, jnp.expm1, lambda v: jnp.minimum(v, v * 2), lambda v: jnp.maximum(v, 1.0),
+           lambda v: lax.clamp(v * 0.5, v, v * 2), lambda v: jnp.argmax(v, axis=1),
+           lambda v: jnp.argmin(v, axis=0)]
+    for dtype in FLOATS:
+        x = jax.ShapeDtypeStruct((8, 32), dtype)
+        outs = [jax.eval_shape(f, x) for f in fns]
+
+        def body(x_ref, *o_refs):
+            for f, o in zip(fns, o_refs):
+                o[...] = f(x_ref[...])
+        call = pl.pallas_call(body, out_shape=outs)
+        asm = pt.compile_for_target(lambda a: call(a), x, target=target)
+        assert asm["ptx"] if target[0] == "cuda" else asm["hsaco"]
+    for dtype in INTS:
+        x = jax.ShapeDtypeStruct((8, 32), dtype)
+
+        def scans(x_ref, a_ref, b_ref):
+            a_ref[...] = lax.cummax(x_ref[...], axis=1)
+            b_ref[...] = lax.cummin(x_ref[...], axis=0, reverse=True)
+        call = pl.pallas_call(scans, out_shape=[x, x])
+        assert pt.compile_for_target(lambda a: call(a), x, target=target)

@@ -246,6 +246,11 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         need["vmap"] = kernel.source
     if kernel.dynamic_grid_axes:
         need["dynamic_grid"] = f"grid {kernel.grid} ({kernel.source})"
+    # the user's prefetch operands (a dynamic grid may add its sizes operand: "dynamic_grid")
+    prefetched = kernel.num_scalar_prefetch - ("pallas_frontend.grid_sizes_operand"
+                                               in dict(kernel.metadata))
+    if prefetched > 0:
+        need["scalar_prefetch"] = f"num_scalar_prefetch={prefetched} ({kernel.source})"
     if dict(kernel.metadata).get(TRANSFORM_METADATA_KEY) == "jvp":
         need["jvp"] = kernel.source
     for m in kernel.mappings:

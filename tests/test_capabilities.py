@@ -62,3 +62,55 @@ def test_vmap_batch_dims_need_vmap_not_squeezed():
         np.testing.assert_allclose(np.asarray(jax.jit(fn)(*operands)), expected, rtol=1e-6)
     finally:
         registry.unregister_backend(b.name)
+
+
+class _PrefetchGridSpec:
+    """A scalar-prefetch grid spec as a backend defines one (pallas_tpu's, say)."""
+
+    def __new__(cls, num_scalar_prefetch, **kw):
+        import pallas_frontend as pl
+        spec = pl.GridSpec(**kw)
+        spec.num_scalar_prefetch = num_scalar_prefetch
+        return spec
+
+
+def _gather_blocks(backend):
+    """out block i = 2 * x block order[i]: the index map reads a prefetched operand."""
+    import pallas_frontend as pl
+    spec = _PrefetchGridSpec(
+        1, grid=(4,), in_specs=[pl.BlockSpec((8,), lambda i, order: (order[i],))],
+        out_specs=pl.BlockSpec((8,), lambda i, order: (i,)))
+
+    def kernel(order_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32,), np.float32),
+                          grid_spec=spec, backend=backend)
+
+
+def test_scalar_prefetch_needs_its_capability():
+    """The base check refuses a scalar-prefetch kernel sent to a backend that does
+    not declare "scalar_prefetch" (issue 34; before, it reached lower())."""
+    rng = np.random.default_rng()
+    order = rng.permutation(4).astype(np.int32)
+    x = rng.standard_normal(32).astype(np.float32)
+    expected = 2 * x.astype(np.float64).reshape(4, 8)[order].reshape(-1)
+    without = AllButOne("scalar_prefetch")       # every documented tag, no scalar_prefetch
+    with_it = AllButOne("nothing")
+    with_it.name, with_it.capabilities = "with_prefetch", with_it.capabilities | {"scalar_prefetch"}
+    for b in (without, with_it):
+        registry.register_backend(b)
+    try:
+        with pytest.raises(backend_api.BackendCapabilityError,
+                           match="lacks capability 'scalar_prefetch' that kernel 'kernel' needs "
+                                 "at num_scalar_prefetch=1"):
+            _gather_blocks(without.name)(order, x)
+        assert without.lowered == 0
+        np.testing.assert_allclose(np.asarray(_gather_blocks(with_it.name)(order, x)), expected,
+                                   rtol=1e-6)
+        assert with_it.lowered == 1
+        assert "scalar_prefetch" in registry.get_backend("interpret").capabilities
+        np.testing.assert_allclose(np.asarray(_gather_blocks("interpret")(order, x)), expected,
+                                   rtol=1e-6)
+    finally:
+        for b in (without, with_it):
+            registry.unregister_backend(b.name)

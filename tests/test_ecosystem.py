@@ -119,12 +119,14 @@ def test_an_absent_source_is_skipped_with_the_reason(tmp_path, monkeypatch):
         out.read_text()
 
 
-def test_kernels_run_on_both_sides_and_are_compared(tmp_path):
+def test_kernels_run_on_both_sides_and_are_compared(tmp_path, monkeypatch):
     src = _fake_library(tmp_path)
     out, results = tmp_path / "page.md", tmp_path / "results.json"
-    status = ecosystem.main(["--catalog", str(_catalog(tmp_path)), "--src", f"fakelib={src}",
-                             "--work", str(tmp_path / "work"), "--json", str(results),
-                             "--out", str(out)])
+    # relative --work and --src, as typed in a shell (before: every row failed)
+    monkeypatch.chdir(tmp_path)
+    status = ecosystem.main(["--catalog", str(_catalog(tmp_path)), "--src",
+                             f"fakelib={src.relative_to(tmp_path)}", "--work", "work",
+                             "--json", str(results), "--out", str(out)])
     res = json.loads(results.read_text())["fakelib"]
     same, off = res["rows"]
     assert same["jax"]["status"] == off["jax"]["status"] == "ok", res["rows"]

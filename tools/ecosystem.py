@@ -419,9 +419,12 @@ def main(argv=None) -> int:
         for path in a.from_json:
             results.update(json.loads(path.read_text()))
     else:
-        given = dict(s.split("=", 1) for s in a.src)
+        given = {name: str(Path(path).resolve())
+                 for name, path in (s.split("=", 1) for s in a.src)}
         seed = a.seed if a.seed is not None else int(time.time()) % 2**31
-        work = a.work or Path(tempfile.mkdtemp(prefix="pf_ecosystem_"))
+        # absolute: the workers run with cwd in the outputs folder, where a relative
+        # path would name another place (every row then failed with bogus errors)
+        work = (a.work or Path(tempfile.mkdtemp(prefix="pf_ecosystem_"))).resolve()
         results = {}
         for lib in catalog.LIBRARIES:
             if a.libraries and lib.name not in a.libraries:

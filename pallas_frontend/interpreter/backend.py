@@ -15,7 +15,7 @@ class InterpreterBackend(backend_api.Backend):
     capabilities = frozenset({
         "grid", "blocked", "element", "squeezed", "bounded_slice", "scratch", "aliasing",
         "run_scoped", "debug_print", "debug_check", "semaphores", "float64", "loops",
-        "vmap", "jvp", "dynamic_grid",
+        "vmap", "jvp", "dynamic_grid", "scalar_prefetch",
     })
 
     def __init__(self):

@@ -11,6 +11,8 @@
   ``pl.run_state(f)(plgpu.ACC.init(x))`` takes this plugin's accumulators.
 - ``mpmd_map_primitive`` / ``mpmd_map``: JAX's ``mpmd_map`` (kernel code
   written for JAX calls it with ``plgpu.WarpMesh``), replayed with JAX's mesh.
+- ``gpu_interpreter_fixes``: JAX's GPU interpreter's end-of-kernel barrier
+  check, made once every device of a ``shard_map`` has finished.
 """
 
 from __future__ import annotations
@@ -133,3 +135,48 @@ def run_state_primitive():
     """The primitive ``pl.run_state`` binds."""
     from jax._src.state import discharge
     return discharge.run_state_p
+
+
+def _barriers_freed_on_every_device():
+    """JAX's end-of-kernel check that no barrier is left allocated, made once
+    every device has finished the kernel. JAX's checks the whole process's
+    memory as each device finishes, so under ``shard_map`` a device that
+    finishes first sees the barriers another device still holds and fails a
+    correct kernel ("Barrier remains allocated", at random). The wait uses the
+    interpreter's device barrier (one party per device of the kernel, as its
+    clean-up barrier; nothing else in GPU interpret mode waits on it, and a
+    failure on any device aborts it)."""
+    from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+
+    @gpu_callbacks.fail_on_exception
+    def check(token):
+        state = gpu_callbacks._get_shared_memory()
+        state.barrier.wait()
+        state.assert_no_barriers_allocated()
+        return token
+    return check
+
+
+_end_check = None
+
+
+def gpu_interpreter_fixes():
+    """A context manager: kernels lowered inside it through JAX's Mosaic GPU
+    interpreter check for leftover barriers once every device has finished
+    (``_barriers_freed_on_every_device``; the callback is chosen when a
+    kernel is lowered, so JAX's own kernels keep JAX's)."""
+    import contextlib
+    from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+    global _end_check
+    if _end_check is None:
+        _end_check = _barriers_freed_on_every_device()
+
+    @contextlib.contextmanager
+    def swapped():
+        original = gpu_callbacks._assert_no_barriers_allocated
+        gpu_callbacks._assert_no_barriers_allocated = _end_check
+        try:
+            yield
+        finally:
+            gpu_callbacks._assert_no_barriers_allocated = original
+    return swapped()

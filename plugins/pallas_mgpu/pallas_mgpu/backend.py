@@ -95,7 +95,11 @@ class MosaicGpuBackend(Backend):
         evaluate.set_layout_hints(interpret is None
                                   and not isinstance(kernel.compiler_params, MeshKernelParams))
         build = rebuild.build_kernel(kernel, ctx.mlir_ctx.avals_out, interpret)
-        return ctx.lower_fun(build, *args)
+        if interpret is None:
+            return ctx.lower_fun(build, *args)
+        from pallas_mgpu import _jax_private
+        with _jax_private.gpu_interpreter_fixes():   # see there
+            return ctx.lower_fun(build, *args)
 
 
 @backend_api.hookimpl

@@ -268,7 +268,9 @@ class Autotuned:
         expected = None if self.reference is None else jax.device_get(
             self.reference(*args, **kwargs))
         right, groups = [], []          # groups: [outputs of the first member, members]
-        leaves = _leaves(args, kwargs)
+        # host arrays go to the device once, not at every timed call
+        leaves = [jax.device_put(x) if isinstance(x, np.ndarray) else x
+                  for x in _leaves(args, kwargs)]
         for label, config in zip(self.labels, self.configs):
             call, arrays = _bound(self.fn, config, args, kwargs, leaves)
             try:

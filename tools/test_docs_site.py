@@ -10,6 +10,7 @@ import importlib
 import inspect
 import re
 import sys
+from pathlib import Path
 
 import build_docs
 import support_matrix
@@ -125,3 +126,93 @@ def test_every_name_in_the_api_reference_has_its_own_docstring():
                 problems.append(f"{where}: {type(obj).__module__}'s {type(obj).__name__} shown as "
                                 "ours (exclude it and name it as a re-export in the page)")
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
+
+
+# --- what autodoc imports is what docs/requirements.txt and the packages install ---------------
+
+def _requirement_name(line: str) -> str | None:
+    """The normalized distribution name of a requirement line, or None (no extras' lines)."""
+    line = line.split("#")[0].strip()
+    if not line or line.startswith("-"):
+        return None
+    requirement, _, marker = line.partition(";")
+    if "extra" in marker:
+        return None
+    return _normalized(re.split(r"[\s\[<>=!~(]", requirement.strip(), maxsplit=1)[0])
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed_closure(roots: set[str]) -> set[str]:
+    """``roots`` and what they require, transitively (extras left out)."""
+    from importlib import metadata
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo.extend(n for n in map(_requirement_name, requires) if n)
+    return seen
+
+
+def _module_level_imports(path) -> set[str]:
+    """Top-level names imported when the module runs (not inside functions or classes)."""
+    import ast
+    tree = ast.parse(path.read_text())
+    names, todo = set(), list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                for child in getattr(node, field, []):
+                    todo.extend(child.body if isinstance(child, ast.ExceptHandler) else [child])
+    return names
+
+
+def test_docs_requirements_cover_what_autodoc_imports():
+    """The site builds from docs/index.md's command: the packages plus
+    docs/requirements.txt. tox -e docs installs pytest for itself, so a module
+    autodoc imports that needs pytest (pallas_frontend.testing) built there and
+    failed from the documented command; this test reads the imports instead."""
+    import tomllib
+    from importlib import metadata
+    roots = {_normalized(n) for n in ("pallas-frontend", "pallas-triton", "pallas-tpu",
+                                      "pallas-mgpu")}
+    for project in (REPO, *sorted((REPO / "plugins").glob("pallas_*"))):
+        meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+        roots |= {n for n in map(_requirement_name, meta.get("dependencies", [])) if n}
+    docs_requirements = {n for n in map(_requirement_name,
+                                        (REPO / "docs" / "requirements.txt").read_text()
+                                        .splitlines()) if n}
+    allowed = _installed_closure(roots | docs_requirements)
+    providers = metadata.packages_distributions()
+    packages = {m.split(".")[0] for _, m, _ in _reference_modules()}
+    missing = {}
+    for package in packages:
+        top = importlib.import_module(package)
+        for path in sorted(Path(top.__path__[0]).rglob("*.py")):
+            if "tests" in path.parts:
+                continue
+            for name in _module_level_imports(path):
+                if name in sys.stdlib_module_names or name in OURS or name.startswith("_"):
+                    continue
+                dists = {_normalized(d) for d in providers.get(name, [name])}
+                if not dists & allowed:
+                    missing.setdefault(name, []).append(str(path.relative_to(REPO)))
+    assert not missing, (
+        "autodoc imports modules that neither the packages nor docs/requirements.txt install: "
+        + "; ".join(f"{n} (module-level import in {', '.join(w[:3])})"
+                    for n, w in sorted(missing.items())))

@@ -28,35 +28,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pallas_frontend.env_config import ConfigError
+from pallas_frontend import env_config
 
-ENV_CACHE = "PALLAS_FRONTEND_AUTOTUNE_CACHE"
+ENV_CACHE = env_config.ENV_AUTOTUNE_CACHE
 FORMAT = "pallas_frontend.autotune/1"
-_OFF = ("off", "0", "false", "no", "none")
 
 
 def default_cache_path() -> Path | None:
-    """The cache file the environment names; None when ``PALLAS_FRONTEND_AUTOTUNE_CACHE=off``."""
-    raw = os.environ.get(ENV_CACHE, "")
-    value = raw.strip()
-    if value.lower() in _OFF:
-        return None
-    if not value:
-        base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join("~", ".cache")
-        return Path(base).expanduser() / "pallas_frontend" / "autotune.json"
-    path = Path(value).expanduser()
-    if path.is_dir():
-        raise ConfigError(
-            f"{ENV_CACHE}={raw!r} is a directory; it takes the path of the autotune cache file "
-            f"(e.g. {ENV_CACHE}={path / 'autotune.json'}), or off to keep choices in memory "
-            "only. Fix the value, or unset it for the default under ~/.cache/pallas_frontend.")
-    if not path.suffix == ".json":
-        raise ConfigError(
-            f"{ENV_CACHE}={raw!r} does not name a .json file; it takes the path of the "
-            f"autotune cache file (e.g. {ENV_CACHE}=/tmp/autotune.json), or off to keep "
-            "choices in memory only. Fix the value, or unset it for the default under "
-            "~/.cache/pallas_frontend.")
-    return path
+    """The cache file the environment names; None when ``PALLAS_FRONTEND_AUTOTUNE_CACHE=off``.
+    A directory or a path not ending in ``.json`` raises ``ConfigError``."""
+    return env_config.autotune_cache_path()
 
 
 def config_label(config: Mapping[str, Any]) -> str:

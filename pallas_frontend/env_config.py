@@ -5,7 +5,8 @@ must not silently change what runs).
 Discovery reads ``PALLAS_FRONTEND_BACKENDS``, ``..._STRICT`` and
 ``..._DISABLE_PLUGIN_AUTOLOAD`` (``discovery.py``), ``..._IMPORT_TIMEOUT``
 (``load_timeout.py``); selection reads ``PALLAS_FRONTEND_DEFAULT_BACKEND``;
-the conformance suite ``PALLAS_FRONTEND_TEST_BACKEND``. Each is read where it
+the conformance suite ``PALLAS_FRONTEND_TEST_BACKEND``; ``pl.autotune``
+``PALLAS_FRONTEND_AUTOTUNE_CACHE``. Each is read where it
 is used, which may be late (the default backend only when a kernel runs on a
 GPU), so ``check_settings`` checks them all at once: the ``pallas`` command
 runs it first (exit 2), ``import pallas_frontend`` warns (``ConfigWarning``).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 PREFIX = "PALLAS_FRONTEND_"
 ENV_DEFAULT_BACKEND = "PALLAS_FRONTEND_DEFAULT_BACKEND"
@@ -23,6 +25,7 @@ ENV_NO_AUTOLOAD = "PALLAS_FRONTEND_DISABLE_PLUGIN_AUTOLOAD"
 ENV_STRICT = "PALLAS_FRONTEND_STRICT"
 ENV_IMPORT_TIMEOUT = "PALLAS_FRONTEND_IMPORT_TIMEOUT"
 ENV_TEST_BACKEND = "PALLAS_FRONTEND_TEST_BACKEND"
+ENV_AUTOTUNE_CACHE = "PALLAS_FRONTEND_AUTOTUNE_CACHE"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")     # what a platform=name entry may name
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
@@ -147,6 +150,29 @@ def import_timeout() -> float | None:
     return value or None
 
 
+def autotune_cache_path() -> Path | None:
+    """The autotune cache file (``PALLAS_FRONTEND_AUTOTUNE_CACHE``: a ``.json`` path,
+    or ``off`` for memory only); unset: ``$XDG_CACHE_HOME/pallas_frontend/autotune.json``
+    or ``~/.cache/pallas_frontend/autotune.json``."""
+    raw = os.environ.get(ENV_AUTOTUNE_CACHE, "")
+    value = raw.strip()
+    if value.lower() in ("off", "0", "false", "no", "none"):
+        return None
+    if not value:
+        base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join("~", ".cache")
+        return Path(base).expanduser() / "pallas_frontend" / "autotune.json"
+    path = Path(value).expanduser()
+    problem = ("is a directory" if path.is_dir() else
+               "does not name a .json file" if path.suffix != ".json" else None)
+    if problem:
+        raise ConfigError(
+            f"{ENV_AUTOTUNE_CACHE}={raw!r} {problem}; it takes the path of the autotune cache "
+            f"file (e.g. {ENV_AUTOTUNE_CACHE}=/tmp/autotune.json), or off to keep choices in "
+            "memory only. Fix the value, or unset it for the default under "
+            "~/.cache/pallas_frontend.")
+    return path
+
+
 def _known_backends() -> list[str]:
     """Installed backend names, from the entry points (nothing imported); for messages."""
     from importlib import metadata
@@ -166,8 +192,7 @@ SETTINGS: dict[str, Callable[[], object]] = {
     ENV_DEFAULT_BACKEND: lambda: parse_default_backend(
         os.environ.get(ENV_DEFAULT_BACKEND, "").strip(), _known_backends),
     ENV_TEST_BACKEND: lambda: _backend_name(ENV_TEST_BACKEND),
-    # a file path, or "off" (autotune_cache.py): every value is one
-    "PALLAS_FRONTEND_AUTOTUNE_CACHE": lambda: None,
+    ENV_AUTOTUNE_CACHE: autotune_cache_path,
 }
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import pallas_frontend as pl
-from pallas_frontend import autotune_cache, backend_api, device_timing, registry
+from pallas_frontend import autotune_cache, backend_api, device_timing, env_config, registry
 from pallas_frontend.env_config import ConfigError
 
 from conftest import rand
@@ -402,6 +402,8 @@ def test_cache_variable_is_validated(tmp_path, monkeypatch):
     monkeypatch.setenv(env, str(tmp_path))
     with pytest.raises(ConfigError, match=rf"{env}=.* is a directory"):
         autotune_cache.default_cache_path()
+    with pytest.raises(ConfigError, match=rf"{env}=.* is a directory"):
+        env_config.check_settings()           # checked up front with the other settings
     monkeypatch.setenv(env, "1")
     with pytest.raises(ConfigError, match="does not name a .json file"):
         autotune_cache.default_cache_path()

@@ -32,6 +32,11 @@ from pallas_tpu import dma_interpret as _dma_interpret  # noqa: F401  (interpret
 from pallas_tpu.random import (
     stateful_bernoulli, stateful_bits, stateful_normal, stateful_uniform)
 from pallas_tpu.keyed_random import sample_block, to_pallas_key
+from pallas_tpu.kernel_hints import touch, trace_value
+from pallas_tpu.conv import conv
+from pallas_tpu.narrow_types import (
+    join_bits, pack_elementwise, pack_fp6, split_bits, stochastic_round, unpack_elementwise,
+    unpack_fp6)
 
 __all__ = [
     "ChipVersion", "Tiling", "TpuInfo", "get_tpu_info", "get_tpu_info_for_chip", "is_tpu_device",
@@ -48,4 +53,6 @@ __all__ = [
     "stateful_uniform", "store", "sync_copy",
     "VMEM_SHARED", "core_barrier", "get_barrier_semaphore", "run_on_first_core",
     "with_memory_space_constraint", "sample_block", "to_pallas_key",
+    "touch", "trace_value", "conv", "join_bits", "pack_elementwise", "pack_fp6", "split_bits",
+    "stochastic_round", "unpack_elementwise", "unpack_fp6",
 ]

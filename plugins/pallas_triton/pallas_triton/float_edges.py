@@ -28,13 +28,7 @@ import numpy as np
 
 from pallas_triton.emitters import _python_number, in_aval, is_float, out_aval, register
 from pallas_triton.jaxpr_text import tl_dtype
-from pallas_triton.widening import cast, widened_dtypes
-
-
-def computed_dtype(w, eqn, dtype) -> np.dtype:
-    """The type this equation's emitter computes ``dtype`` values in (float32 if widened)."""
-    dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype.name in widened_dtypes(w.target, eqn) else dtype
+from pallas_triton.widening import cast, computed_dtype
 
 
 def _tensor(w, expr: str, dtype) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from pallas_triton import padding
-from pallas_triton.emitters import in_aval, out_aval, register, tl_dtype
+from pallas_triton.emitters import _python_number, in_aval, out_aval, register, tl_dtype
 from pallas_triton.errors import unsupported
+from pallas_triton.widening import computed_dtype
 
 _LIBDEVICE = {"asin": "asin", "acos": "acos", "atan": "atan", "asinh": "asinh",
               "acosh": "acosh", "atanh": "atanh", "atan2": "atan2", "cbrt": "cbrt",
@@ -85,8 +86,9 @@ def _pow(w, eqn, ins):
     """C's pow (negative bases with integral exponents, zeros, infinities), as XLA's."""
     x, y = ins
     xd, yd = np.dtype(in_aval(eqn, 0).dtype), np.dtype(in_aval(eqn, 1).dtype)
-    if not x.isidentifier():         # a literal base: a tensor, so the result has its type
-        x = w.bind(f"tl.full({padding.shape(out_aval(eqn).shape)}, {x}, {tl_dtype(out_aval(eqn).dtype)})")
+    if _python_number(x):            # a literal base: a tensor, so the result has its type
+        dt = computed_dtype(w, eqn, out_aval(eqn).dtype)    # float32 for 16-bit floats
+        x = w.bind(f"tl.full({padding.shape(out_aval(eqn).shape)}, {x}, {tl_dtype(dt)})")
     if w.target == "interpret":
         return [_numpy(w, "pow", [x, y])]
     if np.issubdtype(yd, np.integer):

@@ -59,6 +59,12 @@ def widened_dtypes(target: str, eqn) -> tuple[str, ...]:
     return ()
 
 
+def computed_dtype(w, eqn, dtype) -> np.dtype:
+    """The type an equation's emitter computes ``dtype`` values in (float32 if widened)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.name in widened_dtypes(w.target, eqn) else dtype
+
+
 def widen_inputs(w, eqn, ins, dtypes) -> list[str]:
     out = []
     for v, x in zip(eqn.invars, ins):

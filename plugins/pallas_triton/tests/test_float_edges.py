@@ -199,6 +199,17 @@ def test_expm1_overflow_point():
     assert_like_xla(got, expect, ulps=TRANSCENDENTAL_ULPS["float32"])
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+def test_pow_of_two_tensors(rng, dtype):
+    """16-bit pow with a tensor base crashed the interpreter (its widened base was taken
+    for a literal and put in tl.full)."""
+    x = jnp.asarray(rng.uniform(0, 4, SHAPE).astype(np.float32)).astype(dtype)
+    y = jnp.asarray(rng.uniform(-4, 4, SHAPE).astype(np.float32)).astype(dtype)
+    ulps = manifests.XLA_DIFFERENCES["pow"]["ulps"][_name(dtype)]
+    assert_like_xla(*run_like_xla(lax.pow, x, y), ulps=ulps)
+    assert_like_xla(*run_like_xla(lambda b: lax.pow(jnp.asarray(2.0, dtype), b), y), ulps=ulps)
+
+
 # --- integer scans ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", INTS, ids=_name)

@@ -85,3 +85,14 @@ def test_declared_metadata_covers_the_backend(pallas_backend):
     assert not missing, f"declared platforms {declared.platforms} lack {sorted(missing)}"
     assert declared.priority >= pallas_backend.priority, (
         f"declared priority {declared.priority} < the backend's {pallas_backend.priority}")
+
+
+def test_seconds_per_call_times_a_pure_function(pallas_backend):
+    # API 1.9: pl.autotune's timing hook (inherited, or the backend's own clock)
+    import math
+
+    import numpy as np
+    x = np.random.default_rng(7).standard_normal((64, 64)).astype(np.float32)
+    seconds = pallas_backend.seconds_per_call(lambda a: (a @ a, {"sum": a.sum()}), (x,))
+    assert isinstance(seconds, float) and math.isfinite(seconds) and seconds > 0, seconds
+    assert seconds < 1.0, f"{seconds} s for a 64x64 matmul: not a per-call time"

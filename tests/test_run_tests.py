@@ -1,0 +1,72 @@
+"""tools/run_tests.py, the README's test command (issue 34): it counts tests from
+each tox env's JUnit report, so every pytest command of tox.ini must write one;
+its progress line and closing summary carry the counts, the slowest tests and
+a pytest-style line for CI."""
+
+import configparser
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import run_tests  # noqa: E402
+
+SAMPLE = """
+    import pytest, time
+
+    def test_ok():
+        pass
+
+    def test_slow():
+        time.sleep(0.3)
+
+    @pytest.mark.skip(reason="not here")
+    def test_skipped():
+        pass
+
+    def test_bad():
+        assert 1 == 2
+"""
+
+
+def test_counts_and_times_come_from_the_junit_report(tmp_path):
+    (tmp_path / "test_sample.py").write_text(textwrap.dedent(SAMPLE))
+    report = tmp_path / "results" / "demo.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "test_sample.py", f"--junitxml={report}"], cwd=tmp_path,
+                   capture_output=True, timeout=300)
+    counts, times = run_tests.read_report(report)
+    assert (counts.passed, counts.skipped, counts.failed, counts.errors) == (2, 1, 1, 0)
+    slowest = max(times)
+    assert slowest[1].endswith("test_sample::test_slow") and slowest[0] >= 0.3
+
+    progress = run_tests.Progress(["demo", "other"], report.parent)
+    progress.status = {"demo": "FAIL"}
+    assert progress.line().startswith(
+        "[tests] 1/2 envs done, 4 tests (2 passed, 1 skipped, 1 failed)")
+    text, total = run_tests.summary(progress, wall=75.0, cpu=130.0, slowest=2)
+    assert re.search(r"demo\s+FAIL\s+2 passed, 1 skipped, 1 failed", text), text
+    assert re.search(r"other\s+\?\s+\(no test report\)", text), text
+    assert "slowest 2 tests:" in text and "demo: test_sample::test_slow" in text, text
+    assert "wall 1m15s, CPU 2.2 min" in text, text
+    assert total.words() == "2 passed, 1 skipped, 1 failed"
+
+
+def test_every_pytest_command_of_tox_ini_writes_its_report():
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(ROOT / "tox.ini")
+    assert ini["results"]["junit"] == "--junitxml={toxworkdir}{/}results{/}{envname}.xml"
+    missing = [f"[{name}] {line.strip()}" for name in ini.sections()
+               for key in ("commands",) if key in ini[name]
+               for line in ini[name][key].splitlines()
+               if line.strip().startswith("pytest ") and "{[results]junit}" not in line]
+    assert not missing, "\n".join(missing)
+
+
+def test_the_readme_test_command_is_this_script():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Run the tests", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert block.strip().endswith(".venv-tox/bin/python tools/run_tests.py"), block

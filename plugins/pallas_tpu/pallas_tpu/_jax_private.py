@@ -92,3 +92,81 @@ def register_einshape_with_jax_fuser(prim) -> None:
     fuser.register_pull_block_spec_rule(prim)(pull)
     fuser.register_eval_rule(prim)(evaluate)
 
+
+def _visits_of(shared_memory, key):
+    """This core's record of output blocks: ``(last ranges, per output a dict
+    block range -> [first, last] iteration)``, kept on JAX's shared memory so
+    that it lives and dies with it (a reset or a finished kernel clears it)."""
+    table = shared_memory.__dict__.setdefault("_pallas_tpu_visits", {})
+    return table.setdefault(key, [None, {}])
+
+
+def _check_for_revisiting_linear(token, device_id, local_core_id, loop_idx, output_blocks):
+    """JAX 0.12's revisit check with a dict in place of its scan over every
+    earlier iteration (quadratic in the grid size); the same rule and message."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+    from jax._src.pallas.mosaic.interpret import utils as interpret_utils
+    import jax
+    loop_idx = tuple(int(x) for x in loop_idx)
+    try:
+        output_blocks = jax.tree.map(int, output_blocks)
+    except Exception:
+        raise ValueError("Advanced indexers are not supported on TPU") from None
+    ranges = [interpret_utils.to_range(b) if b is not None else None for b in output_blocks]
+    record = _visits_of(ipc._get_shared_memory(), (int(device_id), int(local_core_id)))
+    last, seen = record
+    if last is not None:
+        for i, r in enumerate(ranges):
+            if r is None or last[i] == r:
+                continue
+            key = (i, _hashable(r))
+            if key in seen:
+                first, latest = seen[key]
+                raise RuntimeError(
+                    f"Revisited block {r} of output {i} in iteration {loop_idx}. The block was "
+                    f"previously visited in iterations {first} through {latest} .")
+    for i, r in enumerate(ranges):
+        if r is not None:
+            seen.setdefault((i, _hashable(r)), [loop_idx, loop_idx])[1] = loop_idx
+    record[0] = ranges
+    return token
+
+
+def _hashable(r):
+    return tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s for s in r)
+
+
+_linear_check = None
+
+
+def interpreter_module():
+    """JAX's TPU interpreter module (tests swap its callbacks)."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+    return ipc
+
+
+def output_block(start: int, rows: int, cols: int, shape):
+    """A 2-D output block as JAX's interpreter hands it to the revisit check."""
+    from jax._src.state import indexing
+    return [(indexing.NDIndexer((indexing.ds(start, rows), indexing.ds(0, cols)), shape, ()),)]
+
+
+def linear_revisit_check():
+    """A context manager: JAX TPU interpret kernels traced inside it check
+    revisited output blocks in constant time per grid point (the callback is
+    chosen when the kernel is traced)."""
+    import contextlib
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+    global _linear_check
+    if _linear_check is None:
+        _linear_check = ipc.fail_on_exception(_check_for_revisiting_linear)
+
+    @contextlib.contextmanager
+    def swapped():
+        original = ipc._check_for_revisiting
+        ipc._check_for_revisiting = _linear_check
+        try:
+            yield
+        finally:
+            ipc._check_for_revisiting = original
+    return swapped()

@@ -99,7 +99,9 @@ def _replay_equation(eqn, invals):
         return _access_through_view(eqn, invals)
     if name in _REPLAYED or any(jaxpr_needs_replay(j) for j in jex.jaxprs_in_params(eqn.params)):
         return _replay_control_flow(eqn, invals)
-    return eqn.primitive.bind(*invals, **eqn.params)
+    # get_bind_params: a custom_jvp/custom_vjp call (jax.nn.softplus) binds
+    # functions made from its jaxpr params, not the params themselves.
+    return eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
 
 
 def _open_scope(jaxpr, k: int, env: dict):
@@ -151,9 +153,11 @@ def _replay_control_flow(eqn, invals):
         return _replay_while(eqn, invals)
     if name == "scan":
         return _replay_scan(eqn, invals)
-    if "jaxpr" in eqn.params and name in ("pjit", "jit", "closed_call", "core_call",
-                                          "custom_jvp_call", "custom_vjp_call", "remat"):
-        return eval_closed(_closed(eqn.params["jaxpr"]), *invals[:len(_jaxpr(eqn.params["jaxpr"]).invars)])
+    # A kernel is never differentiated inside: a custom_jvp/vjp call runs its primal body.
+    body = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+    if body is not None and name in ("pjit", "jit", "closed_call", "core_call",
+                                     "custom_jvp_call", "custom_vjp_call", "remat"):
+        return eval_closed(_closed(body), *invals[:len(_jaxpr(body).invars)])
     raise NotImplementedError(
         f"pallas_tpu cannot replay a '{name}' equation whose body uses frontend or TPU "
         "primitives; move those primitives out of it.")

@@ -11,13 +11,17 @@ a TPU. Active only while a kernel is rebuilt with ``InterpretParams``:
   as a grid); the core is passed as ``core_index``, as Mosaic reads it.
 - ``debug_check``: JAX's is a checkify check, silent unless the caller
   checkifies; here a failed check raises from a host callback, as in the
-  frontend's interpreter and on a TPU.
+  frontend's interpreter and on a TPU. JAX's interpreter keeps its simulated
+  memory after a kernel fails (for inspection) and the next kernel then
+  reports blocks of the failed run as revisited: the next interpreted kernel
+  after such a failure starts by resetting it (``reset_after_failure``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -76,9 +80,32 @@ def prng_random_bits(shape):
     return jax.lax.bitcast_convert_type(bits, jnp.int32)
 
 
+_failure_lock = threading.Lock()
+_failed_since_reset = False
+
+
 def _raise_if_false(ok, *, message):
+    global _failed_since_reset
     if not bool(ok):
+        with _failure_lock:
+            _failed_since_reset = True
         raise AssertionError(message)
+
+
+def _reset_if_a_kernel_failed():
+    global _failed_since_reset
+    from jax.experimental.pallas import tpu as pltpu
+    with _failure_lock:
+        if _failed_since_reset:
+            pltpu.reset_tpu_interpret_mode_state()
+            _failed_since_reset = False
+
+
+def reset_after_failure() -> None:
+    """Staged before an interpreted kernel: an ordered host callback, so it
+    runs before that kernel's own (ordered) callbacks set up JAX's state."""
+    from jax.experimental import io_callback
+    io_callback(_reset_if_a_kernel_failed, None, ordered=True)
 
 
 def debug_check(pred, message: str) -> None:

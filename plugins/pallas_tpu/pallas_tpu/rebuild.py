@@ -18,7 +18,7 @@ import jax
 import pallas_frontend as pf
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 
-from pallas_tpu import check, evaluate, interpret_mode, kernel_globals
+from pallas_tpu import aliased_blocks, check, evaluate, interpret_mode, kernel_globals
 from pallas_tpu.params import CompilerParams, InterpretParams
 from pallas_tpu.spaces import block_memory_space, scratch_type_of_aval
 
@@ -84,14 +84,20 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_ax
     from jax.experimental import pallas as pl
     jaxpr, n_grid = kernel.jaxpr, len(kernel.grid)
     dynamic_axes = kernel.dynamic_grid_axes
+    seeded = aliased_blocks.copied_pairs(kernel, _is_unwindowed)
+    n_pf, n_in = kernel.num_scalar_prefetch, len(kernel.in_mappings)
 
     def body(*refs):
         # the kernel jaxpr takes program ids, then the dynamic axes' sizes
         ids = [pl.program_id(a) for a in range(n_grid)]
-        ids += [pl.num_programs(a) for a in dynamic_axes]
+        sizes = [pl.num_programs(a) if g is None else g for a, g in enumerate(kernel.grid)]
         state = refs[-1] if prng_state else None
         refs = refs[:-1] if prng_state else refs
         n_own = len(refs) - n_globals
+        aliased_blocks.seed_from_inputs(
+            kernel, seeded, _index_map_fn, ids, sizes, refs[:n_pf], refs[n_pf:n_pf + n_in],
+            refs[n_pf + n_in:n_pf + n_in + len(kernel.out_mappings)])
+        ids += [pl.num_programs(a) for a in dynamic_axes]
         with kernel_globals.binding(kernel, refs[n_own:]):
             if not interpreting:
                 evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs[:n_own])
@@ -206,6 +212,8 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
         # JAX takes a dynamic grid dim as a traced scalar: the call is built here,
         # inside the lowering's trace, where the sizes are.
         this_call = call_with_grid(args[:n_dynamic]) if n_dynamic else call
+        if interpret is not None:
+            interpret_mode.reset_after_failure()
         with pltpu.force_tpu_interpret_mode(None):
             return list(this_call(*args[n_dynamic:]))
     return run

@@ -10,6 +10,9 @@ these names, where the rest of the frontend imports them.
 
 from __future__ import annotations
 
+import dis
+import functools
+import sys
 import threading
 
 import jax
@@ -24,9 +27,10 @@ from pallas_frontend.backend_api import FRONTEND_OWNER, kernel_primitive
 
 class _DebugChecksFlag:
     """``pl.enable_debug_checks``: ``pl.enable_debug_checks(True)`` sets the
-    flag at once (process-wide, as ``jax.config.update`` does); used as
-    ``with pl.enable_debug_checks(True):`` it holds for this thread until the
-    block ends, then the previous value comes back. ``.value`` reads it.
+    flag at once (process-wide, as ``jax.config.update`` does);
+    ``with pl.enable_debug_checks(True):`` sets it for this thread only, until
+    the block ends (other threads and the process-wide value are untouched).
+    ``.value`` reads it.
 
     The flag is JAX's ``jax_pallas_enable_debug_checks`` (also set by JAX's
     ``pl.enable_debug_checks`` and ``jax.config.update``): part of every jit
@@ -39,7 +43,13 @@ class _DebugChecksFlag:
     def set(self, enabled: bool) -> None:
         jax.config.update(jc.debug_checks_state.name, bool(enabled))
 
-    def __call__(self, enabled: bool = True) -> _RestoreDebugChecks:
+    def __call__(self, enabled: bool = True):
+        # The call cannot know what its result is used for, and setting the
+        # process-wide value first (then handing it back on entry) let other
+        # threads see it, and could leave it changed: the caller's next
+        # instruction says whether this is a `with` header.
+        if _opens_a_with_block(sys._getframe(1)):
+            return _ScopedDebugChecks(bool(enabled))
         # A bare call sets the global value, not a thread-local one: a local value
         # left behind would hide every later jax.config.update of the switch.
         prev_global = bool(jc.debug_checks_state.get_global())
@@ -47,10 +57,42 @@ class _DebugChecksFlag:
         return _RestoreDebugChecks(bool(enabled), prev_global)
 
 
+@functools.lru_cache(maxsize=512)
+def _instructions_after_calls(code) -> dict:
+    """For each instruction of ``code``: the names of the two that follow it."""
+    ins = list(dis.get_instructions(code))
+    return {a.offset: tuple(b.opname for b in ins[k + 1:k + 3]) for k, a in enumerate(ins)}
+
+
+def _opens_a_with_block(frame) -> bool:
+    following = _instructions_after_calls(frame.f_code).get(frame.f_lasti, ())
+    if not following:
+        return False
+    # 3.12/3.13: BEFORE_WITH; 3.14: COPY then LOAD_SPECIAL (__exit__)
+    return following[0] in ("BEFORE_WITH", "BEFORE_ASYNC_WITH") or \
+        following == ("COPY", "LOAD_SPECIAL")
+
+
+class _ScopedDebugChecks:
+    """``with pl.enable_debug_checks(x):`` -- this thread's value for the block."""
+
+    def __init__(self, enabled: bool):
+        self._enabled = enabled
+        self._prev_local = None
+
+    def __enter__(self):
+        self._prev_local = jc.debug_checks_state.swap_local(self._enabled)
+        return self
+
+    def __exit__(self, *exc):
+        jc.debug_checks_state.set_local(self._prev_local)
+        return False
+
+
 class _RestoreDebugChecks:
-    """What ``pl.enable_debug_checks(...)`` returns: already applied; as a
-    context manager the value becomes this thread's for the block (the global
-    one goes back to what it was), and the previous value returns on exit."""
+    """What a bare ``pl.enable_debug_checks(...)`` returns: already applied.
+    Entered later anyway (``ExitStack.enter_context``), the value becomes this
+    thread's for the block and the global one goes back to what it was."""
 
     def __init__(self, enabled: bool, prev_global: bool):
         self._enabled = enabled

@@ -93,3 +93,81 @@ def test_dynamic_out_of_block_index_with_checks_on_raises(rng):
         with pytest.raises(Exception, match="Out-of-range Ref access"):
             jax.block_until_ready(_oob_call(pl, 14, x))
         np.testing.assert_array_equal(_oob_call(pl, 3, x), _oob_call(jpl, 3, x))
+
+
+# --- issue 32: `with pl.enable_debug_checks(...)` is this thread's alone ----------------
+
+class _PausingSwitch:
+    """JAX's switch, with the thread-local swap held until the main thread has
+    looked: the window where the old code had already changed the global."""
+
+    def __init__(self, state, reached, resume):
+        self._state, self._reached, self._resume = state, reached, resume
+
+    def swap_local(self, value):
+        self._reached.set()
+        self._resume.wait(10)
+        return self._state.swap_local(value)
+
+    def __getattr__(self, name):
+        return getattr(self._state, name)
+
+
+def test_with_block_in_another_thread_leaves_this_thread_alone(monkeypatch):
+    import threading
+
+    from pallas_frontend import _jax_compat as jc
+    reached, resume, seen = threading.Event(), threading.Event(), []
+    monkeypatch.setattr(jc, "debug_checks_state",
+                        _PausingSwitch(jc.debug_checks_state, reached, resume))
+
+    def other():
+        with pl.enable_debug_checks(False):
+            seen.append(pl.enable_debug_checks.value)
+    try:
+        pl.enable_debug_checks(True)
+        t = threading.Thread(target=other)
+        t.start()
+        assert reached.wait(10)
+        main_value = pl.enable_debug_checks.value     # the other thread is entering its block
+        resume.set()
+        t.join(10)
+        assert main_value is True
+        assert seen == [False]
+        assert pl.enable_debug_checks.value is True
+        assert jax.config.jax_pallas_enable_debug_checks
+    finally:
+        resume.set()
+        monkeypatch.undo()
+        pl.enable_debug_checks(False)
+
+
+def test_many_threads_with_blocks_keep_main_checks_and_global(rng):
+    import threading
+    x = jnp.asarray(np.abs(rand(rng, 8)) + 1.0)      # positive: the check fails
+    f = _jitted()
+    stop, errors = threading.Event(), []
+
+    def toggler():
+        while not stop.is_set():
+            with pl.enable_debug_checks(False):
+                if pl.enable_debug_checks.value is not False:
+                    errors.append("block value")
+    try:
+        pl.enable_debug_checks(True)
+        threads = [threading.Thread(target=toggler) for _ in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(40):
+                with pytest.raises(Exception, match="values must be negative"):
+                    jax.block_until_ready(f(x))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
+        assert not errors
+        assert jax.config.jax_pallas_enable_debug_checks    # the global stays on
+    finally:
+        pl.enable_debug_checks(False)
+    np.testing.assert_array_equal(f(x), x)

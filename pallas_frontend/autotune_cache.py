@@ -4,7 +4,7 @@ One file holds every entry, keyed by ``cache_key(name, signature, device_kind,
 backend)``. An entry is plain JSON, so measurements made elsewhere (a script on
 a TPU host without this project, an export-and-run route) can fill the same
 file: ``config_label`` names a candidate, ``choose_winner`` picks from a
-``{label: seconds}`` table, ``make_entry`` and ``write_entry`` store it.
+``{label: seconds}`` table, ``make_entry`` and ``write_entry`` store it::
 
     {"format": "pallas_frontend.autotune/1",
      "entries": {"<key>": {"winner": "<label>", "seconds": {"<label>": 1.2e-3, ...},

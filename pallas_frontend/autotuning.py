@@ -1,4 +1,4 @@
-"""``pl.autotune``: run a kernel with the fastest of several launch configurations.
+"""``pl.autotune``: run a kernel with the fastest of several launch configurations::
 
     tuned = pl.autotune(matmul, configs=[{"block_shape": (512, 512)},
                                          {"block_shape": (1024, 1024)}],

@@ -15,8 +15,10 @@ by tools/build_wheelhouse.py; without it, one is built here.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -233,3 +235,36 @@ def test_plugin_for_another_api_major_is_refused(wheelhouse, tmp_path):
     ours, error = probe[0], " ".join(probe[1:])
     assert "BackendUnavailableError" in error, error
     assert "2.0" in error and ours in error, f"the refusal should name 2.0 and {ours}: {error}"
+
+
+def _guide_project(root: Path) -> Path:
+    """pallas-looped from docs/backend-authors.md: its files, its tox.ini as printed, a
+    tests/ folder of its own."""
+    guide = (TOOLS.parent / "docs" / "backend-authors.md").read_text()
+    project = root / "pallas-looped"
+    for rel, text in re.findall(r"<!-- file: (\S+) -->\n```[a-z]*\n(.*?)```", guide, re.S):
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(text)
+    ini = re.search(r"A tox file for your repository.*?```ini\n(.*?)```", guide, re.S)
+    assert ini, "docs/backend-authors.md has no tox.ini block after 'A tox file for your repository'"
+    (project / "tox.ini").write_text(ini[1])
+    (project / "tests").mkdir()
+    (project / "tests" / "test_own.py").write_text("def test_own():\n    pass\n")
+    return project
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tox") is None,
+                    reason="needs tox (tox -e wheels installs it)")
+def test_backend_author_tox_ini_works_as_printed(wheelhouse, tmp_path):
+    """The guide's tox.ini (issue 34: it named pallas-frontend, which no index has),
+    run with tox against the wheelhouse, as the guide says; a part of the suite only
+    (the whole suite on pallas-looped runs in tests/test_doc_backend_venv.py)."""
+    project = _guide_project(tmp_path)
+    env = {k: v for k, v in _clean_env().items() if not k.startswith("TOX_")}
+    env["PALLAS_WHEELHOUSE"] = str(wheelhouse)
+    out = _run([sys.executable, "-m", "tox", "-e", "conformance", "--", "-q", "-p",
+                "no:cacheprovider", "-k", "vector_add or test_own"], cwd=project, env=env,
+               ok=False)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert "pallas-looped" in out.stdout and re.search(r"\b[2-9]\d* passed", out.stdout), \
+        out.stdout[-3000:]

@@ -56,12 +56,12 @@ def _ptxas() -> bool:
 
 
 def _cuda_plugin_at_jaxlib() -> str:
-    pip = install_hints.pip()
+    pip = install_hints.pip_install()
     try:
         version = importlib.metadata.version("jaxlib")
     except importlib.metadata.PackageNotFoundError:
-        return f"{pip} install jax-cuda12-plugin jax-cuda12-pjrt (at jaxlib's version)"
-    return f"{pip} install jax-cuda12-plugin=={version} jax-cuda12-pjrt=={version}"
+        return f"{pip} jax-cuda12-plugin jax-cuda12-pjrt (at jaxlib's version)"
+    return f"{pip} jax-cuda12-plugin=={version} jax-cuda12-pjrt=={version}"
 
 
 _CUDA_PLUGIN = _module("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda12")
@@ -72,7 +72,8 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     "mgpu": (Need("the CUDA PJRT plugin jax-cuda12-plugin", "cuda",
                   lambda: install_hints.extra_command("pallas-mgpu", "cuda"), _CUDA_PLUGIN),
              Need("CUDA's ptxas", "cuda",
-                  lambda: f"install the CUDA toolkit, or {install_hints.pip()} install nvidia-cuda-nvcc-cu12",
+                  lambda: "install the CUDA toolkit, or "
+                          f"{install_hints.pip_install()} nvidia-cuda-nvcc-cu12",
                   _ptxas)),
     "triton": (Need("the XLA:GPU compiler jax-cuda12-plugin", "cuda", _cuda_plugin_at_jaxlib,
                     _CUDA_PLUGIN),),

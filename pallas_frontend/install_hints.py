@@ -12,12 +12,14 @@ the command:
   ``pip install --find-links <dir> pallas-triton``;
 - an index, once ``PUBLISHED``: ``pip install pallas-triton``.
 
-``pip`` is the one of this interpreter: plain ``pip`` when the ``pip`` on PATH
-belongs to it, else ``<python> -m pip``.
+The installer is this interpreter's (``pip_install``): plain ``pip`` when the
+``pip`` on PATH belongs to it, else ``<python> -m pip``, or uv for a venv
+without pip.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -73,12 +75,18 @@ def wheelhouse() -> Path | None:
     return path.parent if path is not None and path.suffix == ".whl" else None
 
 
-def pip() -> str:
-    """``pip`` when the one on PATH installs into this interpreter, else ``<python> -m pip``."""
+def pip_install() -> str:
+    """The start of a command that installs into this interpreter: ``pip install``
+    when the ``pip`` on PATH is this interpreter's, else ``<python> -m pip install``,
+    or ``uv pip install --python <python>`` where this interpreter has no pip (a
+    venv made by uv) and uv is on PATH."""
     found = shutil.which("pip")
     if found and Path(found).parent == Path(sys.executable).parent:
-        return "pip"
-    return f"{shlex.quote(sys.executable)} -m pip"
+        return "pip install"
+    python = shlex.quote(sys.executable)
+    if importlib.util.find_spec("pip") is None and shutil.which("uv"):
+        return f"uv pip install --python {python}"
+    return f"{python} -m pip install"
 
 
 def _requirement(dist: str, extra: str | None) -> str:
@@ -99,12 +107,12 @@ def install_command(dist: str, extra: str | None = None) -> str:
                 target = shown if not shown.startswith("..") else target
             except ValueError:     # another drive (Windows)
                 pass
-            return f"{pip()} install -e {shlex.quote(target)}"
+            return f"{pip_install()} -e {shlex.quote(target)}"
     if PUBLISHED:
-        return f"{pip()} install {_requirement(dist, extra)}"
+        return f"{pip_install()} {_requirement(dist, extra)}"
     house = wheelhouse()
     links = shlex.quote(str(house)) if house is not None else WHEELHOUSE_PLACEHOLDER
-    command = f"{pip()} install --find-links {links} {_requirement(dist, extra)}"
+    command = f"{pip_install()} --find-links {links} {_requirement(dist, extra)}"
     if house is None:
         command += (f" ({WHEELHOUSE_PLACEHOLDER}: the folder of wheels {FRONTEND} was installed "
                     "from; in a clone, python tools/build_wheelhouse.py DIR builds one; "
@@ -129,7 +137,7 @@ def extra_command(dist: str, extra: str) -> str:
             wanted.append(shlex.quote(requirement.strip()))
     if not wanted:
         return install_command(dist, extra)
-    return f"{pip()} install {' '.join(wanted)}"
+    return f"{pip_install()} {' '.join(wanted)}"
 
 
 def backend_install_command(name: str, extra: str | None = None) -> str | None:

@@ -66,7 +66,7 @@ def test_gpu_backends_name_the_cuda_plugin(absent):
     triton = _shipped("triton", "pallas-triton", ("cuda", "rocm"), "cpu")
     row = diagnostics.availability(triton, "cpu")
     assert "compile-only (cuda) unavailable: missing the XLA:GPU compiler jax-cuda12-plugin " \
-           f"({install_hints.pip()} install jax-cuda12-plugin==" in row, row
+           f"({install_hints.pip_install()} jax-cuda12-plugin==" in row, row
     assert row.endswith("to run natively: a cuda or rocm device"), row
 
 

@@ -21,7 +21,7 @@ def test_from_a_clone_the_hint_installs_the_plugins_folder(name, dist, monkeypat
                        (tmp_path, str(ROOT / "plugins" / dist.replace("-", "_")))):
         monkeypatch.chdir(cwd)
         command = registry.install_hint(name)
-        assert command == f"{install_hints.pip()} install -e {shlex.quote(shown)}", command
+        assert command == f"{install_hints.pip_install()} -e {shlex.quote(shown)}", command
         folder = Path(cwd, shlex.split(command)[-1])
         project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
         assert project["name"] == dist
@@ -39,14 +39,14 @@ def test_from_a_recorded_wheelhouse_the_hint_names_it(monkeypatch, tmp_path):
     monkeypatch.setattr(install_hints, "_direct_url",
                         lambda: {"url": wheel.as_uri(), "archive_info": {}})
     assert install_hints.install_command("pallas-triton") == \
-        f"{install_hints.pip()} install --find-links {tmp_path / 'house'} pallas-triton"
+        f"{install_hints.pip_install()} --find-links {tmp_path / 'house'} pallas-triton"
 
 
 def test_an_unrecorded_wheelhouse_is_named_in_words(monkeypatch):
     monkeypatch.setattr(install_hints, "clone_root", lambda: None)
     monkeypatch.setattr(install_hints, "_direct_url", lambda: {})
     command = install_hints.install_command("pallas-mgpu")
-    assert command.startswith(f"{install_hints.pip()} install --find-links WHEELHOUSE pallas-mgpu "
+    assert command.startswith(f"{install_hints.pip_install()} --find-links WHEELHOUSE pallas-mgpu "
                               "(WHEELHOUSE: the folder of wheels pallas-frontend was installed "
                               "from; in a clone, python tools/build_wheelhouse.py DIR builds one")
 
@@ -55,12 +55,16 @@ def test_once_published_the_hint_names_the_distribution(monkeypatch):
     monkeypatch.setattr(install_hints, "clone_root", lambda: None)
     monkeypatch.setattr(install_hints, "PUBLISHED", True)
     assert install_hints.install_command("pallas-tpu", "libtpu") == \
-        f"{install_hints.pip()} install 'pallas-tpu[libtpu]'"
+        f"{install_hints.pip_install()} 'pallas-tpu[libtpu]'"
 
 
-def test_pip_is_this_interpreters():
-    pip = install_hints.pip()
-    assert pip == "pip" or pip.endswith(" -m pip")
+def test_the_installer_is_this_interpreters(monkeypatch):
+    import sys
+    assert install_hints.pip_install() in (
+        "pip install", f"{shlex.quote(sys.executable)} -m pip install",
+        f"uv pip install --python {shlex.quote(sys.executable)}")
+    monkeypatch.setattr(install_hints.shutil, "which", lambda name: None)   # no pip on PATH
+    assert install_hints.pip_install() == f"{shlex.quote(sys.executable)} -m pip install"
 
 
 def test_every_hint_comes_from_install_hints():

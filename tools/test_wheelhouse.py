@@ -268,3 +268,25 @@ def test_backend_author_tox_ini_works_as_printed(wheelhouse, tmp_path):
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert "pallas-looped" in out.stdout and re.search(r"\b[2-9]\d* passed", out.stdout), \
         out.stdout[-3000:]
+
+
+HINTS = """
+    from pallas_frontend import install_hints, registry
+    print(registry.install_hint("tpu"))
+    print(install_hints.extra_command("pallas-tpu", "libtpu"))
+"""
+
+
+def test_install_hints_work_pasted_in_a_wheelhouse_venv(wheelhouse, tmp_path):
+    """pallas-frontend installed from its wheel file (uv records where): the hint for a
+    missing backend names the wheelhouse and, run as printed, installs that backend."""
+    import shlex
+    python = _new_venv(tmp_path / "venv")
+    _install(python, wheelhouse, _wheel(wheelhouse, "pallas-frontend"))
+    env = {**_clean_env(), "PATH": os.pathsep.join([str(Path(UV).parent),
+                                                   os.environ.get("PATH", "")])}
+    out = _run([python, "-c", textwrap.dedent(HINTS)], env=env, cwd=tmp_path)
+    hint = out.stdout.splitlines()[0]
+    assert f"--find-links {wheelhouse} pallas-tpu" in hint, hint
+    _run(shlex.split(hint), env=env, cwd=tmp_path)          # pasted as printed
+    _run([python, "-c", "import pallas_tpu"], env=env)

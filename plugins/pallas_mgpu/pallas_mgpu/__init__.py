@@ -33,6 +33,10 @@ from pallas_mgpu.inline import RefType, ShapeDtypeStruct, inline_mgpu
 from pallas_mgpu.ref_union import RefUnion
 from pallas_mgpu.register_ops import mma, transpose_ref, wgmma_accumulator_load
 from pallas_mgpu.warp_map import warp_map
+from pallas_mgpu.plain_ops import (
+    async_prefetch, atomic_add, atomic_and, atomic_max, atomic_min, atomic_or,
+    atomic_xor, barrier_test, griddepcontrol_launch_dependents, griddepcontrol_wait, max, min,
+    print_layout, prod, store, sum, wait_gmem_to_smem)
 from pallas_mgpu.primitives import (
     Layout, SemaphoreSignal, async_copy_scales_to_tmem, async_copy_smem_to_tmem,
     async_load_tmem, async_store_tmem, barrier_arrive, barrier_arrive_and_wait, barrier_wait,
@@ -58,7 +62,10 @@ __all__ = [
     "force_gpu_interpret_mode", "kernel", "layout_cast", "load", "nd_loop", "planar_snake",
     "semaphore_signal_parallel", "set_gpu_interpret_mode", "set_max_registers",
     "tcgen05_commit_arrive", "tcgen05_mma", "wait_load_tmem", "wait_smem_to_gmem", "wgmma",
-    "wgmma_wait",
+    "wgmma_wait", "async_prefetch", "atomic_add", "atomic_and", "atomic_max",
+    "atomic_min", "atomic_or", "atomic_xor", "barrier_test", "griddepcontrol_launch_dependents",
+    "griddepcontrol_wait", "max", "min", "print_layout", "prod", "store", "sum",
+    "wait_gmem_to_smem",
 ]
 
 
@@ -68,4 +75,12 @@ def __getattr__(name):
     if name == "Tiling":
         from jax.experimental.mosaic.gpu.fragmented_array import Tiling
         return Tiling
+    # the replicated warp/lane dims of Layout.TILED(...), passed through as Tiling is
+    if name == "Replicated":
+        from jax.experimental.mosaic.gpu.fragmented_array import Replicated
+        return Replicated
+    # the layouts of TMEM(..., layout=) for block-scaled and sparse MMAs, passed through
+    if name == "TMEMLayout":
+        from jax.experimental.pallas.mosaic_gpu import TMEMLayout
+        return TMEMLayout
     raise AttributeError(f"module 'pallas_mgpu' has no attribute {name!r}")

@@ -103,3 +103,42 @@ def test_plugin_readme_name_tables_match_the_plugins():
         "a plugin README's provided/not-provided table was not found (changed layout?)")
     problems = _mismatches(claims)
     assert not problems, "\n".join(problems)
+
+
+# --- numbers and versions (tools/doc_numbers.py) ----------------------------------------------
+
+import doc_numbers  # noqa: E402
+
+
+def test_every_number_and_version_in_the_docs_matches_the_code():
+    """README.md and the hand-written docs: each stated version or count equals what
+    the code (pyproject files, contract.py, tox.ini, ...) or a generated page says,
+    and no version (no number at all, in the entry pages) is left unchecked."""
+    problems = [p for page in doc_numbers.pages() for p in doc_numbers.check_page(page)[0]]
+    assert not problems, "\n".join(map(str, problems))
+
+
+def test_every_fact_is_stated_somewhere():
+    """A reworded page must not drop its check silently: each fact matches a page."""
+    import re
+    texts = [p.read_text() for p in doc_numbers.pages()]
+    unused = [f.name for f in doc_numbers.FACTS if not any(re.search(f.pattern, t) for t in texts)]
+    assert not unused, unused
+
+
+def test_a_drifted_number_fails(tmp_path, monkeypatch):
+    """The checker itself: the backend API version is read from the code (so a bump
+    there fails a page that still states the old one), and a new unexplained version
+    fails the sweep."""
+    page = tmp_path / "page.md"
+    major, minor = doc_numbers.api_version()
+    page.write_text(f"The backend API under development: {major}.{minor}.\n")
+    assert doc_numbers.check_page(page) == ([], 1)
+    monkeypatch.setattr(doc_numbers, "api_version", lambda: (major, minor + 1))
+    problems, _ = doc_numbers.check_page(page)
+    assert any(f"says {major}.{minor}, the code says {major}.{minor + 1}" in str(p)
+               for p in problems), problems
+    page.write_text("Needs somelib 4.2 or newer.\n")
+    problems, _ = doc_numbers.check_page(page)
+    assert any("'4.2' is checked by no fact and exempted by no rule" in str(p)
+               for p in problems), problems

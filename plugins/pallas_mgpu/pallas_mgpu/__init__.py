@@ -83,4 +83,8 @@ def __getattr__(name):
     if name == "TMEMLayout":
         from jax.experimental.pallas.mosaic_gpu import TMEMLayout
         return TMEMLayout
+    # a host-side array function (the tcgen05 sparse-MMA metadata layout), JAX's own
+    if name == "format_tcgen05_sparse_metadata":
+        from jax.experimental.pallas.mosaic_gpu import format_tcgen05_sparse_metadata
+        return format_tcgen05_sparse_metadata
     raise AttributeError(f"module 'pallas_mgpu' has no attribute {name!r}")

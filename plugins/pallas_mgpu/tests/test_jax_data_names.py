@@ -1,8 +1,10 @@
 """JAX's Mosaic GPU data names that pallas_mgpu passes through unchanged:
 ``Replicated`` (in ``Layout.TILED``) and ``TMEMLayout`` (``TMEM(..., layout=)``)
-are JAX's own objects, and the rebuilt kernel gets JAX's layout / scratch type."""
+are JAX's own objects, and the rebuilt kernel gets JAX's layout / scratch type;
+``format_tcgen05_sparse_metadata`` is JAX's host-side array function."""
 
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.mosaic.gpu import fragmented_array as fa
 from jax.experimental.pallas import mosaic_gpu as jax_plgpu
 
@@ -26,3 +28,13 @@ def test_tmem_layout_is_jaxs_and_reaches_jaxs_tmem_scratch():
                           (plgpu.TMEMLayout.SPARSE_METADATA_LAYOUT, jnp.uint8)):
         ours = plgpu.TMEM((128, 32), dtype, layout=layout)
         assert ours.to_jax() == jax_plgpu.TMEM((128, 32), dtype, layout=layout)
+
+
+def test_format_tcgen05_sparse_metadata_is_jaxs_and_tiles_as_documented():
+    assert plgpu.format_tcgen05_sparse_metadata is jax_plgpu.format_tcgen05_sparse_metadata
+    m, k = 256, 256
+    meta = np.random.default_rng().integers(0, 4, (m, k // 4, 2)).astype(np.uint8)
+    got = plgpu.format_tcgen05_sparse_metadata(jnp.asarray(meta).astype(jnp.uint2), jnp.float8_e4m3fn)
+    # 8-bit operands: (M, K/2) metadata in 128 x 64 tiles, tile-major
+    want = meta.reshape(m // 128, 128, k // 2 // 64, 64).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(np.asarray(got.astype(jnp.uint8)), want)

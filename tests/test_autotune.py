@@ -75,11 +75,17 @@ def _chain(x, *, steps):
 
 
 def test_device_timing_scales_with_the_work(rng):
-    # 8x the steps is 8x the work; loose bounds: a shared, noisy CPU
+    # 8x the steps is 8x the work; loose bounds, and up to three tries: a shared,
+    # noisy CPU (other processes can take the core for a whole measurement)
     x = rand(rng, 2048)
-    short = device_timing.time_per_call(functools.partial(_chain, steps=8), x)
-    long = device_timing.time_per_call(functools.partial(_chain, steps=64), x)
-    assert 3 < long.seconds / short.seconds < 20, (short.as_dict(), long.as_dict())
+    tries = []
+    for _ in range(3):
+        short = device_timing.time_per_call(functools.partial(_chain, steps=8), x)
+        long = device_timing.time_per_call(functools.partial(_chain, steps=64), x)
+        tries.append((long.seconds / short.seconds, short.as_dict(), long.as_dict()))
+        if 3 < tries[-1][0] < 20:
+            break
+    assert 3 < tries[-1][0] < 20, tries
     for t in (short, long):
         assert not t.upper_bound and t.calls >= 1
         assert len(t.loop_seconds) == len(t.triple_loop_seconds) == len(t.per_call_seconds) == 3

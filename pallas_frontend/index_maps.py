@@ -137,7 +137,28 @@ def _as_index(v, src, origin, i):
         raise PallasTypeError(
             f"Index map function {src} for {origin} must return integer scalars. Output[{i}] "
             f"has type {aval.str_short()}. Return one int32 block index per dim.")
+    _refuse_wide_constant(v, src, origin, i)
     return jnp.asarray(v, jnp.int32)
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _refuse_wide_constant(v, src, origin, i):
+    """A constant outside int32 would wrap when cast (np.int64(2**40) -> 0,
+    a valid-looking block): refused, naming it."""
+    if isinstance(v, np.ndarray) and v.shape == ():
+        v = v[()]
+    if not isinstance(v, (int, np.integer)):
+        return
+    if _INT32.min <= int(v) <= _INT32.max:
+        return
+    from pallas_frontend.block_indices import BlockIndexError
+    raise BlockIndexError(
+        f"Index map function {src} for {origin} returned {int(v)} ({type(v).__name__}) as "
+        f"output[{i}], which does not fit in int32: index maps compute in int32, and the "
+        f"value would wrap to {int(np.asarray(v).astype(np.int32))}, another block. Return "
+        "a block index within the array.")
 
 
 def _is_arity_error(e: TypeError) -> bool:

@@ -14,8 +14,8 @@ from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
-from pallas_frontend.tracing import (build_kernel_ir, grid_sizes_operand, normalize_out_shape,
-                                     resolve_grid_spec)
+from pallas_frontend.tracing import (alias_mapping, build_kernel_ir, grid_sizes_operand,
+                                     normalize_out_shape, resolve_grid_spec)
 
 
 def _names_kernel(launch):
@@ -85,7 +85,7 @@ def pallas_call(
         raise TypeError(f"metadata must map str keys to str, int or float values, got "
                         f"{metadata!r}.")
     registry.check_interpret_arguments(interpret, compiler_params, backend)
-    aliases = dict(input_output_aliases or {})
+    aliases = alias_mapping(input_output_aliases)
     normalize_out_shape(out_shape)   # bad shapes are refused here, before any call
 
     static_grid = all(isinstance(g, int) for g in gs.grid)

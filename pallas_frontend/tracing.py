@@ -384,6 +384,35 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     return ir, out_tree
 
 
+def alias_mapping(aliases) -> dict:
+    """``input_output_aliases`` as a dict. JAX takes a dict (a list has no
+    ``.items()`` there); a sequence of ``(input, output)`` pairs (the form
+    ``KernelIR`` holds) is taken too, but ``dict()`` of it would keep only
+    the last pair of a repeated input: refused instead, as are non-pairs."""
+    if aliases is None:
+        return {}
+    if isinstance(aliases, Mapping):
+        return dict(aliases)
+    if not isinstance(aliases, (list, tuple)):
+        raise TypeError(f"input_output_aliases must be a dict {{input_index: output_index}}, "
+                        f"got {type(aliases).__name__} {aliases!r}.")
+    out = {}
+    for pair in aliases:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise TypeError(
+                f"input_output_aliases given as a sequence must hold (input_index, "
+                f"output_index) pairs; got the element {pair!r} in {aliases!r}. Pass a dict "
+                "{input_index: output_index}.")
+        i, o = pair
+        if i in out:
+            raise ValueError(
+                f"input_output_aliases aliases input {i} to output {out[i]} and to output "
+                f"{o}; an input can alias at most one output (a dict would silently keep "
+                "only the last). Give each input once.")
+        out[i] = o
+    return out
+
+
 def validate_aliases(aliases, in_avals, in_paths, out_avals, out_paths):
     if not isinstance(aliases, Mapping):
         raise TypeError(f"input_output_aliases must be a dict {{input_index: output_index}}, "

@@ -111,7 +111,14 @@ def _starts(m: BlockMapping, idx, prefetch=(), index_map=None):
         extent = m.array_shape[d]
         size = jnp.int32(dim.block_size)
         if isinstance(dim, Blocked):
+            # the block index itself: its element offset may wrap in int32
+            # (2**25 + 1 blocks of 128 would start at element 128, block 1)
+            if extent > 0:
+                ok &= (v >= 0) & (v < -(-extent // dim.block_size))
             v = v * dim.block_size
+            starts.append(v)
+            sizes.append(size)
+            continue
         elif isinstance(dim, Element):
             extent += dim.padding[0] + dim.padding[1]
         elif isinstance(dim, BoundedSlice):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import threading
 
 import jax
@@ -84,12 +85,16 @@ _failure_lock = threading.Lock()
 _failed_since_reset = False
 
 
-def _raise_if_false(ok, *, message):
+def _fail(error: Exception):
     global _failed_since_reset
+    with _failure_lock:
+        _failed_since_reset = True
+    raise error
+
+
+def _raise_if_false(ok, *, message):
     if not bool(ok):
-        with _failure_lock:
-            _failed_since_reset = True
-        raise AssertionError(message)
+        _fail(AssertionError(message))
 
 
 def _reset_if_a_kernel_failed():
@@ -110,6 +115,25 @@ def reset_after_failure() -> None:
 
 def debug_check(pred, message: str) -> None:
     jax.debug.callback(_raise_if_false, pred, message=message)
+
+
+def _raise_if_wraps(index, *, limit, message):
+    index = int(index)
+    if index > limit:
+        _fail(IndexError(message.format(index=index)))
+
+
+def refuse_wrapping_block_index(index, block_size: int, where: str) -> None:
+    """A block index read at run time (scalar prefetch) whose element offset
+    passes int32 wraps inside JAX's interpreter to an in-range block (2**25 + 1
+    blocks of 128 rows read block 1, as JAX's own interpret modes do): refused
+    from a host callback, naming it."""
+    limit = np.iinfo(np.int32).max // block_size
+    jax.debug.callback(functools.partial(
+        _raise_if_wraps, limit=limit,
+        message=(f"{where} returned block index {{index}}: its element offset "
+                 f"({{index}} * block size {block_size}) does not fit in int32 and would wrap "
+                 "to another block. Keep block indices within the array.")), index)
 
 
 def split_core_axes(device_id, core_index):

@@ -36,22 +36,29 @@ def block_dim(d):
     raise NotImplementedError(f"block dim {d!r} has no TPU counterpart")
 
 
-def _index_map_fn(m: BlockMapping):
+def _index_map_fn(m: BlockMapping, guard_wrap: str | None = None):
     """A Python index_map evaluating ``m.index_map``; BoundedSlice dims get
-    their (start, size) pair back as ``pl.ds``."""
+    their (start, size) pair back as ``pl.ds``. ``guard_wrap`` (interpret mode,
+    indices read at run time): the kernel's name, and Blocked indices whose
+    element offset passes int32 are refused (``interpret_mode``)."""
     from jax.experimental import pallas as pl
     jaxpr = m.index_map
 
     def index_map(*args):
         flat = evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *args)
         out, k = [], 0
-        for d in m.block_dims:
+        for dim, d in enumerate(m.block_dims):
             if isinstance(d, pf.BoundedSlice):
                 out.append(pl.ds(flat[k], flat[k + 1]))
                 k += 2
-            else:
-                out.append(flat[k])
-                k += 1
+                continue
+            if guard_wrap is not None and isinstance(d, pf.Blocked) and d.block_size > 1:
+                interpret_mode.refuse_wrapping_block_index(
+                    flat[k], d.block_size,
+                    f"Kernel '{guard_wrap}': the index_map of {m.origin} "
+                    f"({m.index_map_source}), dim {dim},")
+            out.append(flat[k])
+            k += 1
         return tuple(out)
     return index_map
 
@@ -63,7 +70,7 @@ def _is_unwindowed(m: BlockMapping) -> bool:
                               MemorySpace.SEMAPHORE)
 
 
-def block_spec(m: BlockMapping):
+def block_spec(m: BlockMapping, guard_wrap: str | None = None):
     from jax.experimental import pallas as pl
     space = block_memory_space(m.memory_space)
     if _is_unwindowed(m):
@@ -73,7 +80,8 @@ def block_spec(m: BlockMapping):
         kwargs["pipeline_mode"] = pl.Buffered(m.pipeline_mode.buffer_count)
     if space is not None:
         kwargs["memory_space"] = space
-    return pl.BlockSpec(tuple(block_dim(d) for d in m.block_dims), _index_map_fn(m), **kwargs)
+    return pl.BlockSpec(tuple(block_dim(d) for d in m.block_dims),
+                        _index_map_fn(m, guard_wrap), **kwargs)
 
 
 def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_axes=(),
@@ -169,8 +177,11 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
     (for a dynamic grid, its sizes first, as ``pallas_call_p`` has them)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
-    in_specs = [block_spec(m) for m in kernel.in_mappings]
-    out_specs = [block_spec(m) for m in kernel.out_mappings]
+    # Index maps that read prefetched scalars are checked when they run; the
+    # frontend checked all others over the whole grid at trace time.
+    guard = kernel.name if interpret is not None and kernel.num_scalar_prefetch else None
+    in_specs = [block_spec(m, guard) for m in kernel.in_mappings]
+    out_specs = [block_spec(m, guard) for m in kernel.out_mappings]
     scratch = [scratch_type_of_aval(a) for a in kernel.scratch_avals]
     n_globals = len(kernel_globals.global_equations(kernel))
     scratch += kernel_globals.scratch_types(kernel)

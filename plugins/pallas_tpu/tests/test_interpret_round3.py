@@ -188,3 +188,26 @@ def test_linear_revisit_check_scales():
         assert time.perf_counter() - start < 30.0
     finally:
         ipc._shared_memory = saved
+
+
+def _prefetch_gather(rows):
+    def k(idx_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] + idx_ref[pl.program_id(0)].astype(jnp.float32)
+    gs = pallas_tpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=1, grid=(2,),
+        in_specs=[pl.BlockSpec((rows, 128), lambda i, idx: (idx[i], 0))],
+        out_specs=pl.BlockSpec((rows, 128), lambda i, idx: (i, 0)))
+    return pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct((2 * rows, 128), jnp.float32),
+                          grid_spec=gs, interpret=pallas_tpu.InterpretParams())
+
+
+def test_prefetched_block_index_whose_offset_wraps_is_refused():
+    # (2**25 + 1) * 128 rows wraps in int32 to row 128, block 1: JAX's
+    # interpreter reads it; refused here, naming the operand and the index
+    x = _rand(8, (512, 128))
+    with pytest.raises(Exception, match=r"args\[0\].*returned block index 33554433.*int32"):
+        jax.block_until_ready(_prefetch_gather(128)(np.array([0, 2 ** 25 + 1], np.int32), x))
+    idx = np.random.default_rng(9).permutation(4)[:2].astype(np.int32)
+    got = _prefetch_gather(128)(idx, x)
+    want = np.concatenate([x[128 * b:128 * (b + 1)].astype(np.float64) + b for b in idx])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)

@@ -30,7 +30,7 @@ class MosaicGpuBackend(Backend):
     dtypes = None        # check.py checks dtypes of operands and scratch alike
     # Each tag is exercised by a test of this plugin or of the conformance suite.
     capabilities = frozenset({
-        "grid", "blocked", "squeezed", "scratch", "aliasing", "run_scoped",
+        "grid", "blocked", "element", "squeezed", "scratch", "aliasing", "run_scoped",
         "collective_run_scoped", "pipeline", "barriers", "tma", "wgmma", "loops", "vmap",
         "jvp", "debug_print", "interpret_mode", "compile_only", "semaphores",
     })
@@ -46,6 +46,7 @@ class MosaicGpuBackend(Backend):
         return True, ""
 
     def check(self, kernel: KernelIR) -> None:
+        check.refuse_bounded_slices(kernel)
         super().check(kernel)
         check.check_kernel(kernel)
 

@@ -39,8 +39,9 @@ def check_kernel(kernel: KernelIR) -> None:
     if kernel.num_scalar_prefetch:
         _fail(kernel, kernel.source, "scalar prefetch operands",
               "Mosaic GPU has no scalar-prefetch grid; pass the scalars as a GMEM operand.")
-    for m in kernel.mappings:
-        _check_mapping(kernel, m)
+    n_in, writes = len(kernel.in_mappings), set(schedule.written_inputs(kernel))
+    for k, m in enumerate(kernel.mappings):
+        _check_mapping(kernel, m, written=k >= n_in or k in writes)
     for a in kernel.scratch_avals:
         _check_dtype(kernel, np.dtype(a.inner_aval.dtype), "a scratch buffer", kernel.source)
     if kernel.input_output_aliases and schedule.grid_points(kernel) > schedule.MAX_MASK_POINTS:
@@ -84,15 +85,34 @@ def _check_dtype(kernel, dtype: np.dtype, what: str, where: str):
               f"Mosaic GPU supports {', '.join(sorted(DTYPES))} (no 64-bit types).")
 
 
-def _check_mapping(kernel: KernelIR, m):
+def refuse_bounded_slices(kernel: KernelIR) -> None:
+    """Before the base check (whose missing-capability message is generic):
+    ``pl.BoundedSlice`` dims, with what to use instead."""
+    for m in kernel.mappings:
+        if not schedule.is_whole(m) and any(isinstance(d, pf.BoundedSlice)
+                                            for d in m.block_dims):
+            _fail(kernel, m.index_map_source, f"BoundedSlice block dims of {m.origin}",
+                  "The backend lacks capability 'bounded_slice': a TMA copy moves a block of "
+                  "one fixed size. Use pl.Element(n) (n elements "
+                  "at the offset the index map returns; for inputs the kernel only reads), "
+                  "Blocked dims, or BlockSpec(memory_space=pallas_mgpu.GMEM) and copy by hand.")
+
+
+def _check_mapping(kernel: KernelIR, m, *, written: bool):
     _check_dtype(kernel, np.dtype(m.dtype), m.origin, m.index_map_source)
     if schedule.is_whole(m):
         return
     for d in m.block_dims:
-        if isinstance(d, (pf.Element, pf.BoundedSlice)):
-            _fail(kernel, m.index_map_source, f"{type(d).__name__} block dims of {m.origin}",
-                  "TMA copies whole blocks at block-aligned offsets; use Blocked dims, or "
-                  "BlockSpec(memory_space=pallas_mgpu.GMEM) and copy by hand.")
+        if isinstance(d, pf.Element) and tuple(d.padding) != (0, 0):
+            _fail(kernel, m.index_map_source, f"pl.Element padding {tuple(d.padding)} of "
+                  f"{m.origin}", "Mosaic GPU's pipeline reads Element windows inside the "
+                  "array only: pad the operand (jnp.pad) and use pl.Element(n).")
+        if isinstance(d, pf.Element) and written:
+            _fail(kernel, m.index_map_source, f"pl.Element block dims of {m.origin}, which the "
+                  "kernel writes",
+                  "Element windows may overlap, and the grid's points run in parallel CTAs "
+                  "that each write their whole block back: use Blocked dims for outputs and "
+                  "for inputs the kernel writes (Element suits inputs it only reads).")
     shape = m.block_shape
     if shape and not schedule.is_whole(m):
         minor = shape[-1] * np.dtype(m.dtype).itemsize
@@ -163,6 +183,13 @@ def _check_tma_boxes(kernel: KernelIR) -> None:
     for k, m in enumerate(kernel.mappings):
         if not schedule.needs_bulk_copy(m):
             continue
+        if any(isinstance(d, pf.Element) for d in m.block_dims):
+            _fail(kernel, m.index_map_source,
+                  f"pl.Element block {m.block_shape} of {m.origin} is wider than a TMA box "
+                  f"({schedule.MAX_TMA_BOX} elements a dim)",
+                  "A larger block moves by one bulk copy, which needs 16-byte-aligned starts, "
+                  "and an Element offset may be any element: keep Element blocks at most "
+                  f"{schedule.MAX_TMA_BOX} elements a dim (interpret mode runs any size).")
         if not schedule.is_contiguous_block(m):
             _fail(kernel, m.index_map_source,
                   f"block {m.block_shape} of {m.origin} (array {m.array_shape}) is wider than "

@@ -228,6 +228,8 @@ def _block_dim(d):
     from jax.experimental import pallas as pl
     if isinstance(d, pf.Squeezed):
         return pl.Squeezed()
+    if isinstance(d, pf.Element):    # the index map gives an element offset (check.py: reads only)
+        return pl.Element(int(d.block_size))
     return int(d.block_size)
 
 

@@ -60,16 +60,6 @@ def test_check_refuses_what_tma_cannot_tile():
         aot.lower_for_cuda(f, S((64, 2), jnp.float32))
 
 
-def test_check_refuses_element_dims_and_float64():
-    def body(x, o):
-        o[...] = x[...]
-    spec = pl.BlockSpec((pl.Element(128),), lambda i: (i * 128,))
-    f = pl.pallas_call(body, S((512,), jnp.float32), grid=(4,), in_specs=[spec],
-                       out_specs=pl.BlockSpec((128,), lambda i: (i,)), **CP)
-    with pytest.raises(BackendCapabilityError, match=r"'element' .* args\[0\] .*test_lowering.py"):
-        aot.lower_for_cuda(f, S((512,), jnp.float32))
-
-
 def test_compiled_refusals_name_the_line():
     f = K.transpose_2d(256, 384, 128, 128, **CP)
     with pytest.raises(BackendCapabilityError, match=r"transpose.*kernels.py:\d+"):

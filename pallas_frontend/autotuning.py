@@ -104,7 +104,7 @@ class Autotuned:
         if tolerance is not None and not tolerance >= 0:
             raise ValueError(f"pl.autotune: tolerance={tolerance!r} must be a number >= 0")
         self.fn, self.configs, self.labels = fn, configs, tuple(labels)
-        self.name = name or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+        self.name = name or _default_name(fn)
         self.key, self.backend, self.reference = key, backend, reference
         self.tolerance, self.measure, self.cache = tolerance, measure, cache
         self.trials: dict[str, list[Trial]] = {}
@@ -370,6 +370,16 @@ def autotune(fn: Callable | None = None, *, configs: Sequence[Mapping[str, Any]]
 
 
 # --- helpers -----------------------------------------------------------------------------
+
+def _default_name(fn) -> str:
+    """``module.qualname`` of ``fn``, stable across processes (the cache file's
+    keys); a ``functools.partial`` adds what it binds."""
+    if isinstance(fn, functools.partial):
+        bound = [repr(a) for a in fn.args] + [f"{k}={v!r}" for k, v in sorted(fn.keywords.items())]
+        return f"{_default_name(fn.func)}({', '.join(bound)})"
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{getattr(fn, '__module__', None) or '?'}.{qualname}"
+
 
 def _leaves(args, kwargs) -> list:
     import jax

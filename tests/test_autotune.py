@@ -420,6 +420,13 @@ def test_cache_variable_is_validated(tmp_path, monkeypatch):
     assert autotune_cache.default_cache_path() == tmp_path / "pallas_frontend" / "autotune.json"
 
 
+def test_default_names_are_stable_across_processes():
+    # the cache file outlives the process: no object addresses in a default name
+    assert pl.autotune(add_kernel, configs=[{}]).name == "test_autotune.add_kernel"
+    part = pl.autotune(functools.partial(_chain, steps=3), configs=[{}])
+    assert part.name == "test_autotune._chain(steps=3)"
+
+
 def test_config_labels_are_stable_names():
     assert autotune_cache.config_label({"b": (1, 2), "a": 3}) == "a=3, b=(1, 2)"
     assert autotune_cache.config_label({}) == ""

@@ -77,3 +77,19 @@ def test_every_hint_comes_from_install_hints():
             if re.search(r"pip install|pallas-frontend\[", line):
                 offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_backends_lists_first_party_backends_that_are_not_installed(monkeypatch, capsys):
+    """`pallas backends` names each shipped backend this environment lacks, with the
+    command that installs it (a plugin env of tox lacks the other two)."""
+    import json
+
+    from pallas_frontend import cli
+    monkeypatch.setitem(install_hints.SHIPPED, "ghost", "pallas-ghost")
+    assert cli.main(["backends", "--json"]) in (0, 1)
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["ghost"]["distribution"] == "pallas-ghost"
+    assert rows["ghost"]["available"] == \
+        f"not installed: {install_hints.install_command('pallas-ghost')}"
+    for name, dist in install_hints.SHIPPED.items():      # each shipped one: a row either way
+        assert rows[name]["distribution"] == dist

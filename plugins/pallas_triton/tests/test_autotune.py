@@ -91,3 +91,18 @@ def test_signature_separates_dtype_and_structure():
     assert signature((a32,)) != signature((a16,))
     assert signature((a32, a32)) != signature(((a32, a32),))
     assert signature((a32,)) == signature((np.zeros(8, np.float32),))
+
+
+def test_cache_file_keeps_the_choice_across_tuners(rng, tmp_path):
+    # the frontend's cache format: a second tuner (another process) times nothing
+    path = tmp_path / "triton_autotune.json"
+    configs = [Config({"block": 128}), Config({"block": 256})]
+    x, y = _f32(rng, 512), _f32(rng, 512)
+    first = pt.autotune(configs, cache_file=path)(_add_builder())
+    winner = first.best_config(x, y)
+    assert first.misses == 1 and path.is_file()
+    built = []
+    second = pt.autotune(configs, cache_file=path)(_add_builder(built))
+    np.testing.assert_allclose(np.asarray(second(x, y)), x.astype(np.float64) + y, rtol=1e-6)
+    assert second.best_config(x, y) is configs[configs.index(winner)]
+    assert (second.misses, second.trials, len(built)) == (0, {}, 1)   # only the winner built

@@ -133,7 +133,14 @@ class ModuleParity:
 
 
 def public_names(module) -> list[str]:
-    return sorted(n for n in dir(module) if not n.startswith("_"))
+    """``dir(module)`` without private names, nor the subpackages Python sets
+    as attributes when something imports them (``jax.experimental.pallas.ops``
+    appears once a test imports one of JAX's kernels), other than JAX_SUBPACKAGES."""
+    def incidental(name):
+        value = getattr(module, name)
+        return (isinstance(value, types.ModuleType) and name not in JAX_SUBPACKAGES
+                and value.__name__ == f"{module.__name__}.{name}")
+    return sorted(n for n in dir(module) if not n.startswith("_") and not incidental(n))
 
 
 def load_reasons() -> dict:

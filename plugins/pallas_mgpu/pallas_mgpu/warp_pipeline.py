@@ -28,7 +28,8 @@ from pallas_mgpu import evaluate
 from pallas_mgpu.memory import SMEM, Barrier, ClusterBarrier
 from pallas_mgpu.ops import OWNER, _OrderedOp, _is_ref, _join, _split_view
 from pallas_mgpu.pipeline import (
-    BlockSpec, _kernel_shape, _trace_index_map, jax_block_spec, spec_record)
+    BlockSpec, _join_grid, _kernel_shape, _split_grid, _trace_index_map, jax_block_spec,
+    spec_record)
 
 mgpu_ws_pipeline_p = kernel_primitive("mgpu_ws_pipeline", owner=OWNER, multiple_results=True)
 mgpu_ws_pipeline_run_p = kernel_primitive("mgpu_ws_pipeline_run", owner=OWNER,
@@ -63,8 +64,12 @@ def _uses_indices(index_map) -> bool:
     return any(v in tainted for v in jaxpr.outvars if not isinstance(v, jex.Literal))
 
 
-def _flat_specs(specs) -> list:
-    return [specs] if isinstance(specs, BlockSpec) else list(specs)
+def _flat_specs(specs):
+    """The specs' leaves and their structure: a None spec (an operand the
+    pipeline leaves alone, e.g. no bias) is an empty subtree, as in JAX."""
+    specs = (specs,) if isinstance(specs, BlockSpec) else tuple(specs)
+    leaves, tree = jax.tree.flatten(specs, is_leaf=lambda x: isinstance(x, BlockSpec))
+    return leaves, tree
 
 
 class WarpSpecializedPipeline:
@@ -75,13 +80,16 @@ class WarpSpecializedPipeline:
                  max_concurrent_steps, wg_axis, num_compute_wgs, memory_thread_idx,
                  compute_context, manual_consumed_barriers, manual_produced_barriers):
         self.body, self.compute_context = body, compute_context
-        self.in_specs, self.out_specs = _flat_specs(in_specs), _flat_specs(out_specs)
-        self.grid = tuple(int(g) for g in grid)
+        self.in_specs, self.in_tree = _flat_specs(in_specs)
+        self.out_specs, self.out_tree = _flat_specs(out_specs)
+        # a size known only at run time (e.g. a block count read from memory) is an operand
+        self.grid, self.grid_sizes = _split_grid(grid)
         self.manual_consumed = bool(manual_consumed_barriers)
         self.manual_produced = bool(manual_produced_barriers)
         self.num_compute_wgs = int(num_compute_wgs)
-        # JAX's pipeline buffers no more steps than there are
-        self.slots = min(int(max_concurrent_steps), math.prod(self.grid))
+        # JAX's pipeline buffers no more steps than there are (when it knows how many)
+        self.slots = int(max_concurrent_steps) if None in self.grid else \
+            min(int(max_concurrent_steps), math.prod(self.grid))
         self.static = {
             "memory_registers": int(memory_registers),
             "max_concurrent_steps": int(max_concurrent_steps), "wg_axis": wg_axis,
@@ -89,12 +97,21 @@ class WarpSpecializedPipeline:
             "manual_consumed_barriers": self.manual_consumed,
             "manual_produced_barriers": self.manual_produced}
 
+    def _flat_refs(self, gmem_refs) -> list:
+        """The GMEM operands' leaves, checked against the specs' structure."""
+        n_top = len(jax.tree.unflatten(self.in_tree, self.in_specs))   # None included
+        ins, outs = gmem_refs[:n_top], gmem_refs[n_top:]
+        flat_in, in_tree = jax.tree.flatten(tuple(ins), is_leaf=_is_ref)
+        flat_out, out_tree = jax.tree.flatten(tuple(outs), is_leaf=_is_ref)
+        if (in_tree, out_tree) != (self.in_tree, self.out_tree):
+            raise ValueError(f"emit_pipeline_warp_specialized: the GMEM operands "
+                             f"{in_tree} and {out_tree} are not structured as the in_specs "
+                             f"{self.in_tree} and out_specs {self.out_tree}.")
+        return flat_in + flat_out
+
     def _check_operands(self, gmem_refs) -> list[bool]:
-        """Which operands' blocks move with the pipeline indices (checked)."""
-        n = len(self.in_specs) + len(self.out_specs)
-        if len(gmem_refs) != n:
-            raise ValueError(f"emit_pipeline_warp_specialized: {n} BlockSpecs but "
-                             f"{len(gmem_refs)} GMEM operands.")
+        """Which operands' blocks move with the pipeline indices (checked);
+        ``gmem_refs`` flat, as ``_flat_refs`` gives them."""
         moving = [_uses_indices(_trace_index_map(s, len(self.grid)))
                   for s in self.in_specs + self.out_specs]
         if not all(moving[:len(self.in_specs)]):
@@ -107,6 +124,7 @@ class WarpSpecializedPipeline:
         """The scratch types of the pipeline's SMEM buffers and barriers, as
         JAX's pipeline takes them (``pl.run_scoped(..., **{"x": allocations})``,
         then ``pipeline(..., allocations=refs)``)."""
+        gmem_refs = self._flat_refs(gmem_refs)
         moving = self._check_operands(gmem_refs)
         specs = self.in_specs + self.out_specs
         bufs = []
@@ -142,13 +160,26 @@ class WarpSpecializedPipeline:
         avals += [one_barrier] * (n_in * (self.manual_produced + self.manual_consumed))
         return avals
 
+    def call_body(self, flat_args, *carry):
+        """The user's body on the flat operands (indices, blocks, barriers),
+        given back in the specs' structure (None where a spec is None)."""
+        n_idx, n_in, n_out = len(self.grid), len(self.in_specs), len(self.out_specs)
+        idx, rest = tuple(flat_args[:n_idx]), list(flat_args[n_idx:])
+        ins, outs, rest = rest[:n_in], rest[n_in:n_in + n_out], rest[n_in + n_out:]
+        args = [*jax.tree.unflatten(self.in_tree, ins), *jax.tree.unflatten(self.out_tree, outs)]
+        for _ in range(self.manual_produced + self.manual_consumed):
+            args += jax.tree.unflatten(self.in_tree, rest[:n_in])
+            rest = rest[n_in:]
+        return self.body(idx, *args, *carry)
+
     def __call__(self, *gmem_refs, allocations=None):
+        gmem_refs = self._flat_refs(gmem_refs)
         self._check_operands(gmem_refs)
         idx_avals = [jax.core.ShapedArray((), jnp.int32)] * len(self.grid)
         operand_avals = idx_avals + self._body_avals(gmem_refs)
         if self.compute_context is None:
             def flat_body(*args):
-                self.body(tuple(args[:len(self.grid)]), *args[len(self.grid):])
+                self.call_body(args)
                 return []
             inner, consts = backend_api.trace_body(
                 flat_body, operand_avals, traced_for="emit_pipeline_warp_specialized body")
@@ -156,7 +187,7 @@ class WarpSpecializedPipeline:
             inner, consts = _trace_context(self, operand_avals)
         maps = [_trace_index_map(s, len(self.grid)) for s in self.in_specs + self.out_specs]
         operands = ([_split_view(r) for r in gmem_refs], allocations, list(consts),
-                    [list(c) for _, c in maps])
+                    [list(c) for _, c in maps], list(self.grid_sizes))
         flat, tree = jax.tree.flatten(operands)
         mgpu_ws_pipeline_p.bind(
             *flat, tree=tree, grid=self.grid, inner=inner,
@@ -186,8 +217,7 @@ def _trace_context(pipe: WarpSpecializedPipeline, operand_avals):
 
         def flat_body(*args):
             carry_in = args[n:]
-            out = pipe.body(tuple(args[:len(pipe.grid)]), *args[len(pipe.grid):n],
-                            jax.tree.unflatten(tree, carry_in))
+            out = pipe.call_body(args[:n], jax.tree.unflatten(tree, carry_in))
             out_leaves, out_tree = jax.tree.flatten(out)
             if out_tree != tree:
                 raise TypeError(f"emit_pipeline_warp_specialized: the body returned a carry of "
@@ -255,7 +285,7 @@ _contexts: list = []     # (JAX's pipeline callback, the body's slot), innermost
 def _replay(eqn, invals):
     from jax.experimental.pallas import mosaic_gpu as plgpu
     p = eqn.params
-    gmem, allocations, consts, map_consts = jax.tree.unflatten(p["tree"], invals)
+    gmem, allocations, consts, map_consts, sizes = jax.tree.unflatten(p["tree"], invals)
     gmem = [_join(x) for x in gmem]
     specs = [jax_block_spec(rec, jaxpr, c)
              for rec, jaxpr, c in zip(p["specs"], p["index_maps"], map_consts)]
@@ -282,7 +312,8 @@ def _replay(eqn, invals):
         kw["compute_context"] = jax_context
     static = {k: v for k, v in p["static"] if v is not None}
     pipeline = plgpu.emit_pipeline_warp_specialized(
-        jax_body, grid=p["grid"], in_specs=specs[:p["num_in"]], out_specs=specs[p["num_in"]:],
+        jax_body, grid=_join_grid(p["grid"], sizes), in_specs=specs[:p["num_in"]],
+        out_specs=specs[p["num_in"]:],
         **static, **kw)
     pipeline(*gmem, allocations=allocations)
     return []

@@ -124,13 +124,15 @@ class Autotuned:
         """The config a call with these arguments runs with (measured on the first
         call for the signature on an accelerator; see the module docstring)."""
         self._check_kwargs(kwargs)
-        key = self.cache_key(*args, **kwargs)
+        leaves = _leaves(args, kwargs)
+        device = _device_of(leaves)
+        key = self._cache_key(args, kwargs, device)
         index = self._lookup(key)
         if index is not None:
             self.hits += 1
             return self.configs[index]
-        traced = any(_is_traced(x) for x in _leaves(args, kwargs))
-        if traced or not self._measuring(args, kwargs):
+        traced = any(_is_traced(x) for x in leaves)
+        if traced or not self._measuring(device):
             return self.configs[self._first_valid(key, args, kwargs)]
         self.misses += 1
         return self.configs[self._tune(key, args, kwargs)]
@@ -157,7 +159,9 @@ class Autotuned:
     def cache_key(self, *args, **kwargs) -> str:
         """The key this call's choice is stored under: ``name``, ``signature``,
         the device kind and the backend."""
-        device = _device_of(args, kwargs)
+        return self._cache_key(args, kwargs, _device_of(_leaves(args, kwargs)))
+
+    def _cache_key(self, args, kwargs, device) -> str:
         return autotune_cache.cache_key(self.name, self.signature(*args, **kwargs),
                                         device.device_kind, self._backend_name(device))
 
@@ -196,10 +200,10 @@ class Autotuned:
         self._not_in_file.add(key)      # absent, or won by a candidate no longer offered
         return None
 
-    def _measuring(self, args, kwargs) -> bool:
+    def _measuring(self, device) -> bool:
         if self.measure is not None:
             return bool(self.measure)
-        return _platform_of(_device_of(args, kwargs)) != "cpu"
+        return _platform_of(device) != "cpu"
 
     def _first_valid(self, key: str, args, kwargs) -> int:
         """The first candidate that lowers for these arguments (nothing runs)."""
@@ -226,7 +230,8 @@ class Autotuned:
         import jax
         trials: list[Trial] = []
         valid = self._right_candidates(args, kwargs, trials)
-        timer = self._timer(_device_of(args, kwargs))
+        device = _device_of(_leaves(args, kwargs))
+        timer = self._timer(device)
         timed = {}
         for label, config, call, arrays in valid:
             try:
@@ -241,7 +246,6 @@ class Autotuned:
             raise RuntimeError(f"autotune {self.name!r}: every candidate failed for "
                                f"{signature(args, kwargs)}:\n"
                                + "\n".join(f"  {t.label}: {t.error}" for t in trials))
-        device = _device_of(args, kwargs)
         self._last_entry = autotune_cache.make_entry(
             seconds, errors={t.label: t.error for t in trials if t.error},
             name=self.name, signature=self.signature(*args, **kwargs),
@@ -404,10 +408,11 @@ def _bound(fn, config, args, kwargs, leaves):
     return call, [leaves[i] for i in where]
 
 
-def _device_of(args, kwargs):
-    """The device the arguments live on (the first committed array's), else JAX's default."""
+def _device_of(leaves):
+    """The device the arguments (their pytree ``leaves``) live on: the first
+    concrete array's, else JAX's default."""
     import jax
-    for x in _leaves(args, kwargs):
+    for x in leaves:
         if isinstance(x, jax.Array) and not _is_traced(x):
             try:
                 return next(iter(x.devices()))

@@ -91,11 +91,7 @@ def _tan(w, eqn, ins):
     return [f"(tl.sin({x}) / tl.cos({x}))"]
 
 
-@register("sinh", "cosh")
-def _sinh_cosh(w, eqn, ins):
-    x = w.bind(ins[0])
-    sign = "-" if eqn.primitive.name == "sinh" else "+"
-    return [f"((tl.exp({x}) {sign} tl.exp(-{x})) * 0.5)"]
+# sinh, cosh: float_edges.py
 
 
 @register("polynomial")

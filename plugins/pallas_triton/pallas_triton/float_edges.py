@@ -13,6 +13,9 @@ and under Triton's interpreter:
 - ``round``: the sign of ``x`` is kept (``round(-0.0) = -0.0``, ``round(-0.3) = -0.0``).
 - ``log1p(inf) = inf``; ``expm1`` of a large ``x`` is ``exp(x) - 1`` (finite up to
   ``exp``'s own overflow, 88.72 in float32), ``expm1(inf) = inf``.
+- ``sinh`` near 0 from ``expm1`` (``exp(x) - exp(-x)`` cancels: 3.1e-6 gave 3.0994e-6),
+  ``sinh(-0.0) = -0.0``; ``sinh``/``cosh`` finite up to their own overflow (89.4 in
+  float32, where ``exp`` alone overflows at 88.72).
 
 Denormals: XLA on CPU compares and computes float32 with denormals treated as
 zero, and Triton's interpreter runs inside XLA's host callback with the same
@@ -142,11 +145,42 @@ def _log1p(w, eqn, ins):
             f"tl.log({u}) * ({x} / ({u} - 1.0))))"]
 
 
-@register("expm1")
-def _expm1(w, eqn, ins):
+def expm1_expr(w, x: str) -> str:
     # Kahan's (u - 1) * x / log(u) with u = exp(x) for |x| <= 1, where u - 1 cancels;
     # above, u - 1 is as accurate and (u - 1) * x cannot overflow before exp does
-    x = w.bind(ins[0])
     u = w.bind(f"tl.exp({x})")
-    return [f"tl.where({x} != {x}, {x}, tl.where({x} > 1.0, {u} - 1.0, tl.where({u} == 1.0, "
-            f"{x}, tl.where({u} - 1.0 == -1.0, -1.0, ({u} - 1.0) * {x} / tl.log({u})))))"]
+    return (f"tl.where({x} != {x}, {x}, tl.where({x} > 1.0, {u} - 1.0, tl.where({u} == 1.0, "
+            f"{x}, tl.where({u} - 1.0 == -1.0, -1.0, ({u} - 1.0) * {x} / tl.log({u})))))")
+
+
+@register("expm1")
+def _expm1(w, eqn, ins):
+    return [expm1_expr(w, w.bind(ins[0]))]
+
+
+def _half_exp(w, a: str) -> str:
+    """exp(a) / 2 for a >= 0, finite up to 2 * the largest float: (h / 2) * h with
+    h = exp(a / 2) (exp(a) alone overflows first)."""
+    h = w.bind(f"tl.exp(0.5 * {a})")
+    return f"(0.5 * {h}) * {h}"
+
+
+@register("sinh")
+def _sinh(w, eqn, ins):
+    x = w.bind(ins[0])
+    a = w.bind(f"tl.abs({x})")
+    e = w.bind(expm1_expr(w, a))
+    # |x| < 1: (e^a - e^-a) / 2 = (e + e / (e + 1)) / 2 with e = expm1(a), no cancellation
+    small = f"0.5 * ({e} + {e} / ({e} + 1.0))"
+    large = f"tl.where({a} < 88.0, 0.5 * (tl.exp({a}) - tl.exp(-{a})), {_half_exp(w, a)})"
+    r = w.bind(f"tl.where({a} < 1.0, {small}, {large})")
+    sign = sign_bit(x, computed_dtype(w, eqn, in_aval(eqn).dtype))
+    return [f"tl.where({x} != {x}, {x}, tl.where({sign}, -{r}, {r}))"]
+
+
+@register("cosh")
+def _cosh(w, eqn, ins):
+    x = w.bind(ins[0])
+    a = w.bind(f"tl.abs({x})")
+    r = f"tl.where({a} < 88.0, 0.5 * (tl.exp({a}) + tl.exp(-{a})), {_half_exp(w, a)})"
+    return [f"tl.where({x} != {x}, {x}, {r})"]

@@ -42,20 +42,42 @@ KNOWN_GAPS = {
             "untested.",
 }
 
-# "ulps": finite results within that many units in the last place, per dtype (Triton's
-# exp/log are NumPy's under the interpreter and libdevice's/ocml's on a GPU, not XLA's CPU
-# polynomials). "nan_bits": False where only NaN-ness matches (not sign or payload).
+# "ulps": finite results within that many units in the last place of XLA's, per dtype,
+# on inputs that are not denormal (measured over 16k random values per dtype, with margin).
+# The math functions are Triton's: NumPy's under the interpreter, libdevice's/ocml's on a
+# GPU, not XLA's CPU approximations; where "why" says XLA's is the less accurate one, ours
+# is within 3 ULP of the float64 result. Under the interpreter a denormal input reads as
+# zero (XLA's CPU mode); XLA returns some of them unflushed (tanh(-7e-45) is -7e-45 there,
+# -0.0 here). "nan_bits": False where only NaN-ness matches (not sign or payload).
 # "scalar_bounds": a lax.clamp with scalar bounds, where XLA's own NaN sign, sign of zero
-# and denormal results depend on how it simplifies the clamp (constant bounds, broadcasts);
-# with array bounds the result is XLA's bit for bit.
+# and denormal results depend on how it simplifies the clamp (constant bounds,
+# broadcasts); with array bounds the result is XLA's bit for bit.
+_TRITON_MATH = "Triton's math library, not XLA's CPU approximation"
+
+
+def _math(f32, bf16=1, f16=1, why=_TRITON_MATH, **extra):
+    return {"ulps": {"float32": f32, "bfloat16": bf16, "float16": f16}, "why": why, **extra}
+
+
 XLA_DIFFERENCES = {
-    "log1p": {"ulps": {"float32": 4, "bfloat16": 1, "float16": 1}, "nan_bits": False,
-              "why": "Triton's log; XLA's NaN from log1p has all bits set"},
-    "expm1": {"ulps": {"float32": 4, "bfloat16": 1, "float16": 1},
-              "why": "Triton's exp and log"},
-    "pow": {"ulps": {"float32": 1, "bfloat16": 1, "float16": 1},
-            "why": "libdevice's/NumPy's pow; under the interpreter a denormal exponent "
-                   "counts as zero (XLA's pow keeps it: pow(-2.5, 1e-45) is NaN there, 1 here)"},
+    "exp": _math(2), "log": _math(2), "log2": _math(2, 2, 2), "rsqrt": _math(2),
+    "exp2": _math(80, 128, 16, why="XLA's CPU exp2 is the less accurate (exp(x * ln 2))"),
+    "tanh": _math(4), "sin": _math(2), "cos": _math(2), "tan": _math(3), "erf": _math(6),
+    "logistic": _math(4, 2, 2, float16_denormal_results="XLA flushes float16 results below "
+                                                        "6.1e-5 to zero; kept here"),
+    "atan": _math(2), "asin": _math(3), "acos": _math(2), "asinh": _math(2),
+    "acosh": _math(3, 2, 2), "atanh": _math(3), "cbrt": _math(2),
+    "erf_inv": _math(128, why="XLA's CPU erf_inv is the less accurate near +-1 (50 ULP at "
+                              "|x| = 0.9999, growing toward 1); bound for |x| <= 0.9999"),
+    "sinh": _math(32, why="XLA's CPU sinh/cosh are the less accurate above |x| ~ 10 "
+                          "(exp(|x| - ln 2))"),
+    "cosh": _math(32, why="XLA's CPU sinh/cosh are the less accurate above |x| ~ 10"),
+    "log1p": _math(6, nan_bits=False,
+                   why=f"{_TRITON_MATH}; XLA's NaN from log1p has all bits set"),
+    "expm1": _math(6),
+    "pow": _math(1, why="libdevice's/NumPy's pow; under the interpreter a denormal exponent "
+                        "counts as zero (XLA's pow keeps it: pow(-2.5, 1e-45) is NaN there, "
+                        "1 here)"),
     "clamp": {"scalar_bounds": "NaN-ness and values match; denormals compare as zero",
               "why": "XLA's result depends on its simplification of the clamp"},
 }

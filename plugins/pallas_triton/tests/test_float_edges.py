@@ -176,6 +176,55 @@ def test_arg_extremum_takes_the_first_nan(rng, dtype, op):
 TRANSCENDENTAL_ULPS = manifests.XLA_DIFFERENCES["expm1"]["ulps"]
 assert manifests.XLA_DIFFERENCES["log1p"]["ulps"] == TRANSCENDENTAL_ULPS
 
+# op -> (jax function, input range) for the declared math bounds
+MATH = {"exp": (jnp.exp, (-87, 88.7)), "exp2": (jnp.exp2, (-120, 120)),
+        "log": (jnp.log, (1e-30, 1e30)), "log2": (jnp.log2, (1e-30, 1e30)),
+        "rsqrt": (lax.rsqrt, (1e-30, 1e30)), "tanh": (jnp.tanh, (-10, 10)),
+        "logistic": (jax.nn.sigmoid, (-9, 9)), "sin": (jnp.sin, (-100, 100)),
+        "cos": (jnp.cos, (-100, 100)), "tan": (jnp.tan, (-1.5, 1.5)), "erf": (lax.erf, (-4, 4)),
+        "atan": (jnp.arctan, (-10, 10)), "asin": (jnp.arcsin, (-1, 1)),
+        "acos": (jnp.arccos, (-1, 1)), "asinh": (jnp.arcsinh, (-10, 10)),
+        "acosh": (jnp.arccosh, (1, 10)), "atanh": (jnp.arctanh, (-1, 1)),
+        "cbrt": (jnp.cbrt, (-100, 100)), "erf_inv": (lax.erf_inv, (-0.9999, 0.9999)),
+        "sinh": (jnp.sinh, (-89, 89)), "cosh": (jnp.cosh, (-89, 89)),
+        "log1p": (jnp.log1p, (-0.9, 10)), "expm1": (jnp.expm1, (-10, 10))}
+
+
+def _uniform(rng, lo, hi, dtype):
+    if lo > 0 and hi / lo > 1e6:                    # log-uniform over many decades
+        x = np.exp(rng.uniform(np.log(lo), np.log(hi), SHAPE))
+    else:
+        x = rng.uniform(lo, hi, SHAPE)
+    return jnp.asarray(x.astype(np.float32)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+@pytest.mark.parametrize("op", MATH)
+def test_math_within_the_declared_ulps(rng, op, dtype):
+    """Every bound manifests.XLA_DIFFERENCES declares holds (and no math op differs from
+    XLA without being declared there)."""
+    fn, (lo, hi) = MATH[op]
+    ulps = manifests.XLA_DIFFERENCES[op]["ulps"][_name(dtype)]
+    assert_like_xla(*run_like_xla(fn, _uniform(rng, lo, hi, dtype)), ulps=ulps)
+
+
+@pytest.mark.parametrize("op", ["sinh", "cosh"])
+def test_sinh_cosh_accurate_near_zero_and_up_to_overflow(rng, op):
+    """exp(x) - exp(-x) cancelled near 0 (sinh(3.1e-6) was 3.0994e-6, 170000 ULP off) and
+    exp overflowed before sinh/cosh do (89.4 gives 3.35e38)."""
+    x = np.concatenate([rng.uniform(-1, 1, 400) * 10.0 ** rng.integers(-7, 1, 400),
+                        rng.uniform(-89.4, 89.4, 100), [89.4, -89.4, 89.5, 0.0, -0.0]])
+    x = np.pad(x, (0, SHAPE[0] * SHAPE[1] - x.size)).astype(np.float32).reshape(SHAPE)
+    fn, ref = getattr(jnp, op), getattr(np, op)
+    got, expect = run_like_xla(fn, jnp.asarray(x))
+    assert_like_xla(got, expect, ulps=manifests.XLA_DIFFERENCES[op]["ulps"]["float32"])
+    exact = ref(x.astype(np.float64))
+    finite = np.isfinite(exact.astype(np.float32))
+    np.testing.assert_allclose(np.asarray(got)[finite], exact[finite], rtol=4e-7, atol=0)
+    assert np.array_equal(np.isinf(np.asarray(got)), ~finite)
+    if op == "sinh":
+        assert np.signbit(np.asarray(got)[x == 0]).tolist() == np.signbit(x[x == 0]).tolist()
+
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=_name)
 def test_log1p_expm1_at_the_edges(rng, dtype):
@@ -258,7 +307,7 @@ def test_edge_ops_compile(target):
     fns = [jnp.sign, jnp.round, lambda v: lax.round(v, lax.RoundingMethod.TO_NEAREST_EVEN),
            jnp.log1p, jnp.expm1, lambda v: jnp.minimum(v, v * 2), lambda v: jnp.maximum(v, 1.0),
            lambda v: lax.clamp(v * 0.5, v, v * 2), lambda v: jnp.argmax(v, axis=1),
-           lambda v: jnp.argmin(v, axis=0)]
+           lambda v: jnp.argmin(v, axis=0), jnp.sinh, jnp.cosh, lambda v: lax.pow(v, v)]
     for dtype in FLOATS:
         x = jax.ShapeDtypeStruct((8, 32), dtype)
         outs = [jax.eval_shape(f, x) for f in fns]

@@ -25,6 +25,21 @@ def _prepare_libtpu() -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
+def _libtpu_requirement() -> str:
+    """What this distribution's [libtpu] extra installs (on PyPI: the hint works from
+    a clone or a wheelhouse install too, where 'pallas-tpu[libtpu]' would not resolve)."""
+    import importlib.metadata as md
+    try:
+        lines = md.requires("pallas-tpu") or []
+    except md.PackageNotFoundError:
+        lines = []
+    for line in lines:
+        requirement, _, marker = line.partition(";")
+        if "libtpu" in marker and "extra" in marker:
+            return requirement.strip()
+    return "libtpu"
+
+
 @functools.cache
 def topology_mesh(topology: str = TOPOLOGY):
     """A one-device mesh of ``topology``: a single-chip program for it."""
@@ -33,7 +48,7 @@ def topology_mesh(topology: str = TOPOLOGY):
     if importlib.util.find_spec("libtpu") is None:
         raise BackendUnavailableError(
             f"compiling for TPU topology {topology!r} without a TPU needs libtpu: "
-            'pip install "pallas-tpu[libtpu]"')
+            f"pip install '{_libtpu_requirement()}'")
     _prepare_libtpu()
     topo = topologies.get_topology_desc(topology_name=topology, platform="tpu")
     return jax.sharding.Mesh(topo.devices[:1], ("x",))

@@ -43,12 +43,22 @@ def target_config(gpu: str) -> str:
                          "(.txtpb)") from None
 
 
+def _cuda_compiler_install() -> str:
+    """The pip command for the CUDA PJRT plugin at exactly the installed jaxlib's version."""
+    import importlib.metadata as md
+    try:
+        v = md.version("jaxlib")
+    except md.PackageNotFoundError:
+        return "pip install jax-cuda12-plugin jax-cuda12-pjrt"
+    return f"pip install jax-cuda12-plugin=={v} jax-cuda12-pjrt=={v}"
+
+
 def compile_only_mesh(gpu: str = "H100"):
     """A one-device mesh of a compile-only CUDA topology for ``gpu``."""
     if not cuda_compiler_installed():
         raise BackendUnavailableError(
-            "compiling for a GPU without one needs the XLA:GPU compiler: pip install "
-            "jax-cuda12-plugin jax-cuda12-pjrt at jaxlib's version (and set "
+            "compiling for a GPU without one needs the XLA:GPU compiler: "
+            f"{_cuda_compiler_install()} (the CUDA plugin at jaxlib's version; and set "
             "JAX_PLATFORMS=cpu on a machine without a GPU)")
     from jax.experimental import topologies
     topo = topologies.get_topology_desc(platform="cuda", topology="1x1x1",

@@ -13,7 +13,8 @@ import pytest
 
 from probes import common
 
-MODULES = ("probe_errors", "probe_wrong_results", "probe_hangs", "probe_crashes")
+MODULES = ("probe_errors", "probe_wrong_results", "probe_hangs", "probe_crashes",
+           "probe_round3_numerics", "probe_round3_structure", "probe_round3_control")
 ALL = os.environ.get("PALLAS_PROBES_ALL") == "1"
 PARAMS = [pytest.param(m, c, id=f"{m[len('probe_'):]}-{c.id}")
           for m in MODULES for c in common.cases_of(m)]
@@ -23,6 +24,8 @@ PARAMS = [pytest.param(m, c, id=f"{m[len('probe_'):]}-{c.id}")
 def test_probe(module, case):
     if (case.subprocess or case.env) and not ALL:
         pytest.skip("runs in its own process: PALLAS_PROBES_ALL=1 or tests/probes/run.py")
+    if case.slow and not ALL:
+        pytest.skip("slow (a plugin's interpreter, a dtype sweep): PALLAS_PROBES_ALL=1 or run.py")
     outcome, detail = common.run(module, case, seed=20261203)
     if outcome == "skipped":
         pytest.skip(detail)

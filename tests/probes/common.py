@@ -60,6 +60,7 @@ class Case:
     timeout: float = 90.0
     defect: int | None = None         # the issue-24 defect it re-probes
     tol: float = 1e-5
+    slow: bool = False                # in-process but slow: PALLAS_PROBES_ALL=1 only
 
 
 def _matches(got, want, tol) -> bool:
@@ -99,6 +100,11 @@ def run_in_process(case: Case, seed: int = 0) -> tuple[str, str]:
         return "silent_wrong", "accepted input it should refuse"
     if want is None:
         return "correct", "ran (no reference: an error or any result is allowed)"
+    if callable(want):            # a checker: True, False, or a string naming the difference
+        verdict = want(got)
+        if isinstance(verdict, str):
+            return "silent_wrong", verdict[:600]
+        return ("correct", "") if verdict else ("silent_wrong", repr(got)[:300])
     return ("correct", "") if _matches(got, want, case.tol) else ("silent_wrong", repr(got)[:300])
 
 

@@ -70,3 +70,11 @@ def test_the_readme_test_command_is_this_script():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## Run the tests", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert block.strip().endswith(".venv-tox/bin/python tools/run_tests.py"), block
+
+
+def test_the_envs_counted_are_those_tox_p_runs():
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(ROOT / "tox.ini")
+    envlist = [e.strip() for e in ini["tox"]["envlist"].split(",")]
+    assert run_tests.envlist([]) == envlist and "frontend" not in envlist
+    assert run_tests.envlist(["-e", "docs,wheels", "--", "-x"]) == ["docs", "wheels"]

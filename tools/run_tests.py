@@ -20,6 +20,7 @@ tox's.
 from __future__ import annotations
 
 import argparse
+import configparser
 import dataclasses
 import os
 import re
@@ -71,13 +72,15 @@ def read_report(path: Path) -> tuple[Counts, list[tuple[float, str]]]:
     return counts, times
 
 
-def envlist(tox: list[str], args: list[str]) -> list[str]:
-    """The envs this run will run (``tox l``-style, honouring ``-e``)."""
+def envlist(args: list[str]) -> list[str]:
+    """The envs this run will run: those given with ``-e``, else tox.ini's envlist
+    (``tox l`` would add the envs outside it, which ``tox p`` does not run)."""
     chosen = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-e", "--env")), None)
-    if chosen:
-        return [e.strip() for e in chosen.split(",") if e.strip()]
-    out = subprocess.run([*tox, "l", "--no-desc"], cwd=REPO, capture_output=True, text=True)
-    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    if chosen is None:
+        ini = configparser.ConfigParser(interpolation=None)
+        ini.read(REPO / "tox.ini")
+        chosen = ini["tox"]["envlist"]
+    return [e.strip() for e in chosen.split(",") if e.strip()]
 
 
 def _minutes(seconds: float) -> str:
@@ -155,7 +158,7 @@ def main(argv=None) -> int:
     p.add_argument("--slowest", type=int, default=10, help="how many slowest tests to name")
     args, tox_args = p.parse_known_args(argv)
     tox = [sys.executable, "-m", "tox"]
-    envs = envlist(tox, tox_args)
+    envs = envlist(tox_args)
     results = REPO / ".tox" / "results"
     results.mkdir(parents=True, exist_ok=True)
     for env in envs:                          # an old report must not count for this run

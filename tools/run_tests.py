@@ -166,8 +166,10 @@ def main(argv=None) -> int:
     progress = Progress(envs, results)
     print(f"[tests] tox p: {len(envs)} envs ({', '.join(envs)}); a line every "
           f"{args.every:g} s, counts at the end", flush=True)
+    # unbuffered: tox's line for an ended env reaches us (and the progress line) at once
     process = subprocess.Popen([*tox, "p", *tox_args], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, bufsize=1)
+                               stderr=subprocess.STDOUT, text=True, bufsize=1,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
     stop = threading.Event()
 
     def beat():
@@ -189,7 +191,10 @@ def main(argv=None) -> int:
     text, total = summary(progress, wall, usage.ru_utime + usage.ru_stime, args.slowest)
     print(text)
     # the line CI reads (pytest's form)
-    print(f"== {total.words()} in {wall:.0f}s ({len(envs)} tox envs) ==", flush=True)
+    failed_envs = [e for e in envs if progress.status.get(e) != "OK"]
+    envs_note = f", {len(failed_envs)} envs not OK ({', '.join(failed_envs)})" if failed_envs \
+        else ""
+    print(f"== {total.words()}{envs_note} in {wall:.0f}s ({len(envs)} tox envs) ==", flush=True)
     return code
 
 

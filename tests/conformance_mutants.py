@@ -5,7 +5,9 @@ Each one wraps the built-in interpreter and plants one fault: it rewrites the
 ``KernelIR`` before the interpreter sees it (the grid walked column-major,
 program ids reversed, ragged edge blocks shifted into the array, scratch
 zeroed at every grid point, writes to input Refs undone after each grid point,
-aliases dropped) or the arrays around the interpreter's computation (float64
+aliases dropped, ``pl.Element`` padding put after the array or its two ends
+swapped, Element offsets rounded down to a multiple of 8, the last grid
+point of the last axis dropped) or the arrays around the interpreter's computation (float64
 rounded through float32, outputs handed back in reverse order). ``none``
 plants nothing: the control, which must pass the suite.
 
@@ -156,6 +158,53 @@ def clamped_edge_blocks(kernel):
                           out_mappings=tuple(map(clamp, kernel.out_mappings)))
 
 
+def _map_element_dims(kernel, change):
+    """Every mapping with its Element dims replaced by ``change(dim)``."""
+    def remap(m):
+        dims = tuple(change(d) if isinstance(d, pl.Element) else d for d in m.block_dims)
+        return m if dims == m.block_dims else dataclasses.replace(m, block_dims=dims)
+    return kernel.replace(in_mappings=tuple(map(remap, kernel.in_mappings)),
+                          out_mappings=tuple(map(remap, kernel.out_mappings)))
+
+
+def element_padding_at_end(kernel):
+    """``pl.Element`` padding applied after the array only: the same padded
+    length, but offsets count from the array's start, not the padding's."""
+    return _map_element_dims(kernel, lambda d: pl.Element(
+        d.block_size, (0, d.padding[0] + d.padding[1])))
+
+
+def element_padding_swapped(kernel):
+    """``pl.Element`` padding ``(lo, hi)`` read as ``(hi, lo)``."""
+    return _map_element_dims(kernel, lambda d: pl.Element(d.block_size, d.padding[::-1]))
+
+
+def element_offsets_aligned(kernel):
+    """``pl.Element`` offsets rounded down to a multiple of 8 (as a backend
+    that only moves aligned tiles might)."""
+    def align(mapping):
+        element = [k for k, d in enumerate(mapping.block_dims) if isinstance(d, pl.Element)]
+        if not element:
+            return mapping
+
+        def wrap(run, ids, rest):
+            out = run(ids, rest)
+            for k in element:
+                out[k] = (out[k] // 8 * 8).astype(jnp.int32)
+            return out
+        return _wrap_index_map(kernel, mapping, wrap)
+    return kernel.replace(in_mappings=tuple(map(align, kernel.in_mappings)),
+                          out_mappings=tuple(map(align, kernel.out_mappings)))
+
+
+def last_grid_step_dropped(kernel):
+    """The last grid axis runs one point short (an off-by-one in a launch bound)."""
+    if not _static(kernel) or kernel.num_grid_axes <= kernel.num_batch_axes \
+            or kernel.grid[-1] < 2:
+        return kernel
+    return kernel.replace(grid=(*kernel.grid[:-1], kernel.grid[-1] - 1))
+
+
 def aliases_ignored(kernel):
     """input_output_aliases dropped: aliased outputs start empty."""
     return kernel.replace(input_output_aliases=())
@@ -189,6 +238,10 @@ FAULTS = {
     "scratch_reset": Fault(kernel=scratch_reset),
     "program_ids_reversed": Fault(kernel=program_ids_reversed),
     "input_writes_dropped": Fault(kernel=input_writes_dropped),
+    "element_padding_at_end": Fault(kernel=element_padding_at_end),
+    "element_padding_swapped": Fault(kernel=element_padding_swapped),
+    "element_offsets_aligned": Fault(kernel=element_offsets_aligned),
+    "last_grid_step_dropped": Fault(kernel=last_grid_step_dropped),
 }
 
 

@@ -3,8 +3,10 @@ plant one fault (tests/conformance_mutants.py: the built-in interpreter with
 aliases ignored, float64 rounded through float32, the grid walked
 column-major, outputs reversed, ragged edge blocks clamped into the array,
 scratch zeroed at every grid point, program ids reversed, input-Ref writes
-dropped), the suite must fail each one by at least two tests, and pass the
-same wrapper with no fault.
+dropped, pl.Element padding at the wrong end or with its ends swapped,
+Element offsets rounded to multiples of 8, the last grid step dropped), the
+suite must fail each one by at least two tests, and pass the same wrapper
+with no fault.
 
 The mutants are installed as a distribution (a ``*.dist-info`` with entry
 points on PYTHONPATH, as tests/fake_dists.py does) and the suite runs
@@ -29,6 +31,11 @@ SUITE_ARGS = ["-m", "execution or interpret_parity",
               # the mutants' module imports pallas_frontend before pytest starts
               "-W", "ignore::pytest.PytestAssertRewriteWarning"]
 FAULTS = [f for f in cm.FAULTS if f != "none"]
+
+
+def test_at_least_twelve_faults_are_planted():
+    assert len(FAULTS) >= 12, FAULTS
+    assert "element_padding_at_end" in FAULTS
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ class InterpreterBackend(backend_api.Backend):
         "grid", "blocked", "element", "squeezed", "bounded_slice", "scratch", "aliasing",
         "run_scoped", "debug_print", "debug_check", "semaphores", "float64", "loops",
         "vmap", "jvp", "dynamic_grid", "scalar_prefetch",
+        "element_padding",     # pl.Element(n, padding): the conformance suite's halo stencils
     })
 
     def __init__(self):

@@ -211,3 +211,17 @@ def test_prefetched_block_index_whose_offset_wraps_is_refused():
     got = _prefetch_gather(128)(idx, x)
     want = np.concatenate([x[128 * b:128 * (b + 1)].astype(np.float64) + b for b in idx])
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
+def test_aliased_block_seeding_compiles_for_v5e(aot_compile):
+    # the copy of the input block on each new output block lowers through Mosaic
+    def k(x_ref, o_ref):
+        @pl.when(pl.program_id(1) == 1)
+        def _():
+            o_ref[...] += 3.0
+    spec = pl.BlockSpec((8, 128), lambda i, j: (i, 0))
+    f = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32), grid=(2, 3),
+                       in_specs=[spec], out_specs=spec, input_output_aliases={0: 0},
+                       compiler_params=pallas_tpu.CompilerParams())
+    compiled, text = aot_compile(jax.jit(f), jnp.asarray(_rand(10, (16, 128))))
+    assert compiled is not None and "tpu_custom_call" in text

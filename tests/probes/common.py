@@ -100,10 +100,12 @@ def run_in_process(case: Case, seed: int = 0) -> tuple[str, str]:
         return "silent_wrong", "accepted input it should refuse"
     if want is None:
         return "correct", "ran (no reference: an error or any result is allowed)"
-    if callable(want):            # a checker: True, False, or a string naming the difference
-        verdict = want(got)
+    if callable(want):    # a checker: True, False, a string naming the difference, or
+        verdict = want(got)             # (True, note): right by a difference the backend declares
         if isinstance(verdict, str):
             return "silent_wrong", verdict[:600]
+        if isinstance(verdict, tuple):
+            return "correct", verdict[1]
         return ("correct", "") if verdict else ("silent_wrong", repr(got)[:300])
     return ("correct", "") if _matches(got, want, case.tol) else ("silent_wrong", repr(got)[:300])
 

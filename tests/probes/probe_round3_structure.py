@@ -529,6 +529,8 @@ CASES = [
          ("k_zero_grid",), either=True),
     *_on(("builtin", "tpu"), "many_points_4096", many_points, ("k_many_points",),
          subprocess=True, timeout=150),
+    *_on(("tpu",), "many_points_16384", functools.partial(many_points, n=16384),
+         ("k_many_points",), subprocess=True, timeout=200),
     *_on(("builtin",), "many_points_65536", functools.partial(many_points, n=65536),
          ("k_many_points",), subprocess=True, timeout=150),
     *_on(ALL4, "num_programs", num_programs_values, ("k_num_programs",)),

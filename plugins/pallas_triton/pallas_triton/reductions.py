@@ -8,6 +8,7 @@ import numpy as np
 from pallas_triton import padding
 from pallas_triton.emitters import broadcast_expr, in_aval, register
 from pallas_triton.jaxpr_text import is_float, tl_dtype
+from pallas_triton.widening import computed_dtype
 
 
 # Triton's standard combine functions: its interpreter reduces/scans with them in
@@ -32,9 +33,18 @@ def _float_extremum(w, eqn, x: str, kind: str) -> str:
     if w.target != "interpret":
         return reduce_expr(w, x, axes, kind + "_nan")   # one max.NaN per step on a GPU
     # The interpreter's fast path (np.nanmax) drops NaN: put it back where a NaN was seen.
+    # It also returns -0.0 or +0.0 by position; XLA's max of zeros is +0.0 if any is (min:
+    # -0.0 if any is).
     v = w.bind(x)
     nans = reduce_expr(w, f"({v} != {v}).to(tl.int32)", axes, "add")
-    return f"tl.where({nans} > 0, float('nan'), {reduce_expr(w, v, axes, kind)})"
+    bits = np.dtype(computed_dtype(w, eqn, in_aval(eqn).dtype)).itemsize * 8
+    zero = 0 if kind == "max" else -(1 << (bits - 1))         # +0.0 / -0.0 as an int
+    has_zero = reduce_expr(w, f"({v}.to(tl.int{bits}, bitcast=True) == {zero}).to(tl.int32)",
+                           axes, "add")
+    r = w.bind(reduce_expr(w, v, axes, kind))
+    signed = "0.0" if kind == "max" else "-0.0"
+    r = f"tl.where({r} == 0, tl.where({has_zero} > 0, {signed}, {r}), {r})"
+    return f"tl.where({nans} > 0, float('nan'), {r})"
 
 
 def _neutral_padding(w, eqn, x, kind, axes):
@@ -92,8 +102,12 @@ HELPERS = {
     "add": "return a + b",
     "max": "return tl.maximum(a, b)",
     "min": "return tl.minimum(a, b)",
-    "max_nan": "return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)",
-    "min_nan": "return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)",
+    # float max/min: NaN propagates, and of two zeros +0.0 is the max (a + b) and -0.0
+    # the min (-(-a + -b)), as XLA's
+    "max_nan": "r = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)\n"
+               "    return tl.where(a == 0, tl.where(b == 0, a + b, r), r)",
+    "min_nan": "r = tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)\n"
+               "    return tl.where(a == 0, tl.where(b == 0, -(-a + -b), r), r)",
     "and": "return a & b",
     "or": "return a | b",
 }

@@ -259,6 +259,29 @@ def test_pow_of_two_tensors(rng, dtype):
     assert_like_xla(*run_like_xla(lambda b: lax.pow(jnp.asarray(2.0, dtype), b), y), ulps=ulps)
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+def test_reductions_as_declared(rng, dtype):
+    """max/min reductions and scans: XLA's results, NaN-ness for NaN (which NaN is
+    declared as order-dependent); sums within the declared count * eps * sum(|terms|)."""
+    x = float_data(rng, dtype)
+    for op, fn in [("reduce_max", lambda v: jnp.max(v, axis=1)),
+                   ("reduce_min", lambda v: jnp.min(v, axis=0)),
+                   ("cummax", lambda v: lax.cummax(v, axis=1)),
+                   ("cummin", lambda v: lax.cummin(v, axis=0, reverse=True))]:
+        assert not manifests.XLA_DIFFERENCES[op]["nan_bits"]
+        assert_like_xla(*run_like_xla(fn, x), nan_bits=False)
+    finite = jnp.asarray(rng.standard_normal(SHAPE).astype(np.float32)).astype(dtype)
+    eps = float(jnp.finfo(dtype).eps)
+    terms = np.abs(np.asarray(finite, np.float64))
+    for op, fn, bound in [
+            ("reduce_sum", lambda v: jnp.sum(v, axis=1), SHAPE[1] * terms.sum(1)),
+            ("cumsum", lambda v: lax.cumsum(v, axis=1),
+             np.arange(1, SHAPE[1] + 1) * np.cumsum(terms, axis=1))]:
+        assert manifests.XLA_DIFFERENCES[op]["sum_abs_eps"]
+        got, expect = (np.asarray(v, np.float64) for v in run_like_xla(fn, finite))
+        assert np.all(np.abs(got - expect) <= eps * bound), op
+
+
 # --- integer scans ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", INTS, ids=_name)

@@ -926,6 +926,145 @@ def varargs_kernel(rng, interp):
         np.float64) * xs[1] - xs[2]
 
 
+def ragged_k_matmul(rng, interp):
+    m, k, n, bk = 16, 100, 32, 32
+    a, b = _x(rng, m, k), _x(rng, k, n)
+
+    @_named("k_ragged_k")
+    def kernel(a_ref, b_ref, o_ref):
+        kk = pl.program_id(0)
+
+        @pl.when(kk == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        col = kk * bk + lax.broadcasted_iota(jnp.int32, (m, bk), 1)
+        row = kk * bk + lax.broadcasted_iota(jnp.int32, (bk, n), 0)
+        av = jnp.where(col < k, a_ref[...], 0.0)        # the padded tail is undefined: mask it
+        bv = jnp.where(row < k, b_ref[...], 0.0)
+        o_ref[...] += jnp.dot(av, bv, preferred_element_type=F32,
+                              precision=lax.Precision.HIGHEST)
+    f = _call(interp, kernel, _sds((m, n)), grid=(pl.cdiv(k, bk),),
+              in_specs=[pl.BlockSpec((m, bk), lambda kk: (0, kk)),
+                        pl.BlockSpec((bk, n), lambda kk: (kk, 0))],
+              out_specs=pl.BlockSpec((m, n), lambda kk: (0, 0)))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    return (lambda: f(a, b)), (lambda got: np.allclose(got, want, rtol=1e-4, atol=1e-3)
+                               or f"max err {np.abs(np.asarray(got) - want).max()}")
+
+
+def accumulate_into_alias(rng, interp):
+    x, acc = _x(rng, 4, 8, 128), _x(rng, 8, 128)
+
+    @_named("k_acc_alias")
+    def kernel(x_ref, acc_ref, o_ref):
+        o_ref[...] += x_ref[...]
+    f = _call(interp, kernel, _sds((8, 128)), grid=(4,),
+              in_specs=[pl.BlockSpec((None, 8, 128), lambda i: (i, 0, 0)),
+                        pl.BlockSpec((8, 128), lambda i: (0, 0))],
+              out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)), input_output_aliases={1: 0})
+    return (lambda: jax.jit(f)(x, acc)), acc.astype(np.float64) + x.astype(np.float64).sum(0)
+
+
+def scalar_output(rng, interp):
+    x = _x(rng, 8, 128)
+
+    @_named("k_scalar_out")
+    def kernel(x_ref, o_ref):
+        o_ref[...] = jnp.sum(x_ref[...])
+    return (lambda: _call(interp, kernel, _sds(()))(x)), x.astype(np.float64).sum()
+
+
+def last_program_only(rng, interp):
+    x = _x(rng, 32, 128)
+
+    @_named("k_last_only")
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+        @pl.when(pl.program_id(0) == pl.num_programs(0) - 1)
+        def _():
+            o_ref[...] = -x_ref[...]
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+    f = _call(interp, kernel, _sds((32, 128)), grid=(4,), in_specs=[spec], out_specs=spec)
+    want = x.copy()
+    want[24:] *= -1
+    return (lambda: f(x)), want
+
+
+def bool_blocks(rng, interp):
+    a = rng.integers(0, 2, (16, 128)).astype(bool)
+
+    @_named("k_bool_blocks")
+    def kernel(a_ref, o_ref):
+        o_ref[...] = jnp.logical_not(a_ref[...]) | (pl.program_id(0) == 1)
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+    f = _call(interp, kernel, _sds((16, 128), jnp.bool_), grid=(2,), in_specs=[spec],
+              out_specs=spec)
+    want = ~a
+    want[8:] = True
+    return (lambda: f(a)), want
+
+
+def store_dtype_mismatch(rng, interp):
+    x = _x(rng, *SHAPE)
+
+    @_named("k_store_dtype")
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]            # float32 into an int32 Ref
+    return (lambda: _call(interp, kernel, _sds(SHAPE, jnp.int32))(x)), None
+
+
+def store_shape_mismatch(rng, interp):
+    x = _x(rng, *SHAPE)
+
+    @_named("k_store_shape")
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[:4]
+    return (lambda: _call(interp, kernel, _sds(SHAPE))(x)), None
+
+
+def dynamic_row_loop(rng, interp):
+    x = _x(rng, *SHAPE)
+
+    @_named("k_row_loop")
+    def kernel(x_ref, o_ref):
+        def body(i, c):
+            o_ref[i, :] = x_ref[7 - i, :] * (i + 1).astype(F32)
+            return c
+        lax.fori_loop(0, 8, body, 0, unroll=True)
+    return (lambda: _call(interp, kernel, _sds(SHAPE))(x)), x[::-1] * np.arange(1, 9)[:, None]
+
+
+def write_twice(rng, interp):
+    x = _x(rng, *SHAPE)
+
+    @_named("k_write_twice")
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 100
+        o_ref[2:5, :] = x_ref[2:5, :] - 1
+    want = x * 100
+    want[2:5] = x[2:5] - 1
+    return (lambda: _call(interp, kernel, _sds(SHAPE))(x)), want
+
+
+def parallel_semantics_reduction(rng, interp):
+    import pallas_tpu
+    x = _x(rng, 16, 256)
+
+    @_named("k_par_red")
+    def kernel(x_ref, o_ref):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] += x_ref[...]
+    f = _call(interp, kernel, _sds((16, 128)), grid=(2, 2),
+              in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+              out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
+              compiler_params=pallas_tpu.CompilerParams(
+                  dimension_semantics=("parallel", "arbitrary")))
+    return (lambda: f(x)), x[:, :128].astype(np.float64) + x[:, 128:]
+
+
 # --- parameters with bad values -------------------------------------------------------------
 
 def params_case(rng, interp, make_params, where="compiler_params"):
@@ -1099,6 +1238,19 @@ CASES = [
     *_p("kernel_raises", ALL3, kernel_raises, ("user bug 42",), expect_error=True),
     *_p("wrong_arg_count", B, wrong_arg_count, ("k_arg_count",), expect_error=True),
     *_p("varargs_kernel", ALL3, varargs_kernel, ("k_varargs",)),
+    *_p("ragged_k_matmul", ALL3, ragged_k_matmul, ("k_ragged_k",)),
+    *_p("accumulate_into_alias", ALL3, accumulate_into_alias, ("k_acc_alias",), tol=1e-5),
+    *_p("scalar_output", ALL3, scalar_output, ("k_scalar_out",), tol=1e-4),
+    *_p("last_program_only", ALL4, last_program_only, ("k_last_only",)),
+    *_p("bool_blocks", ALL3, bool_blocks, ("k_bool_blocks",)),
+    *_p("store_dtype_mismatch", ALL4, store_dtype_mismatch, ("k_store_dtype",),
+        expect_error=True),
+    *_p("store_shape_mismatch", ALL4, store_shape_mismatch, ("k_store_shape",),
+        expect_error=True),
+    *_p("dynamic_row_loop", ALL3, dynamic_row_loop, ("k_row_loop",)),
+    *_p("write_twice", ALL4, write_twice, ("k_write_twice",)),
+    *_p("parallel_semantics_reduction", BP, parallel_semantics_reduction, ("k_par_red",),
+        uses="pallas_tpu", tol=1e-5),
     *_p("triton_num_warps_1024", ("triton",), P(params_case, make_params=_triton_params(
         num_warps=1024)), ("num_warps",), expect_error=True),
     *_p("triton_num_warps_0", ("triton",), P(params_case, make_params=_triton_params(

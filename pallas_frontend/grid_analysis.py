@@ -11,8 +11,10 @@ axes ``S`` (still in row-major order) when the result cannot differ:
 - every output: two grid points whose ``P`` coordinates differ touch disjoint
   regions of it. Then all points touching an element share their ``P``
   coordinates, and among those the batched schedule keeps the sequential
-  (row-major over ``S``) order. Inputs are never written, so they carry nothing;
-  an aliased output only starts as its input's values.
+  (row-major over ``S``) order. An aliased output only starts as its input's
+  values. An input whose Ref the body writes carries its updates to later
+  points as an output does (its block is written back), so it takes part in
+  this condition too; the other inputs carry nothing.
 - scratch: its incoming value can reach no output of the discharged kernel body
   (a body that overwrites scratch wholly before reading it discharges to one
   that ignores the incoming value), so the state it carries is never observed.
@@ -80,7 +82,10 @@ def analyze_grid(kernel: KernelIR, tables: tuple[BlockTable, ...], body: jc.Jaxp
     for a in declared_sequential_axes(kernel):
         if not reasons[a]:
             reasons[a] = "declared sequential by compiler_params.dimension_semantics"
-    out_tables = tables[len(kernel.in_mappings):]
+    n_in = len(kernel.in_mappings)
+    written = written_inputs(kernel.jaxpr, kernel.num_index_operands + kernel.num_scalar_prefetch,
+                             n_in)
+    out_tables = (*tables[n_in:], *(tables[k] for k in written))
     chosen: list[int] = []
     for a in range(n):
         if reasons[a]:
@@ -93,6 +98,22 @@ def analyze_grid(kernel: KernelIR, tables: tuple[BlockTable, ...], body: jc.Jaxp
         else:
             reasons[a] = f"{clash} revisits a block (or overlaps another) along it"
     return GridAnalysis(grid, tuple(chosen), tuple(reasons))
+
+
+def written_inputs(jaxpr, num_index: int, num_inputs: int) -> tuple[int, ...]:
+    """The inputs whose Ref the kernel ``jaxpr`` (not discharged) writes, by its
+    write and accumulate effects (nested loops and branches included). Such a
+    block is written back, so a later grid point reads the update (as JAX's
+    interpreter does)."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    refs = jaxpr.invars[num_index:num_index + num_inputs]
+    written = set()
+    for e in jaxpr.effects:
+        if isinstance(e, (jc.state_types.WriteEffect, jc.state_types.AccumEffect)):
+            at = e.input
+            written.update(k for k, v in enumerate(refs)
+                           if at is v or (isinstance(at, int) and at == num_index + k))
+    return tuple(sorted(written))
 
 
 def _whole_kernel_reason(kernel: KernelIR, body: jc.Jaxpr, scratch_is_shared: bool = True) -> str:

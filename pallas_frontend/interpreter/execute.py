@@ -27,6 +27,7 @@ from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
 from pallas_frontend.block_indices import (BlockTable, block_positions, check_block_ranges,
                                            grid_coordinates)
+from pallas_frontend.grid_analysis import written_inputs
 from pallas_frontend.interpreter.globals import lift_globals
 from pallas_frontend.primitives import semaphore_ref_positions
 from pallas_frontend.specs import BoundedSlice, Squeezed
@@ -148,22 +149,6 @@ def make_plan(kernel: KernelIR) -> InterpreterPlan:
     layouts = tuple(operand_layout(t) for t in tables)
     body = jc.discharge_kernel_body(kernel.jaxpr, len(kernel.grid))
     return InterpreterPlan(kernel, layouts, body)
-
-
-def written_inputs(jaxpr, num_index: int, num_inputs: int) -> tuple[int, ...]:
-    """The inputs whose Ref the kernel ``jaxpr`` (not discharged) writes, by its
-    write and accumulate effects (nested loops and branches included). Such a
-    block is written back, so a later grid point reads the update (as JAX's
-    interpreter does)."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    refs = jaxpr.invars[num_index:num_index + num_inputs]
-    written = set()
-    for e in jaxpr.effects:
-        if isinstance(e, (jc.state_types.WriteEffect, jc.state_types.AccumEffect)):
-            at = e.input
-            written.update(k for k, v in enumerate(refs)
-                           if at is v or (isinstance(at, int) and at == num_index + k))
-    return tuple(sorted(written))
 
 
 def read_block(buf, layout: OperandLayout, starts):

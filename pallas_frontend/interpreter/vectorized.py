@@ -25,7 +25,8 @@ from jax import lax
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import KernelIR
-from pallas_frontend.grid_analysis import GridAnalysis, analyze_grid, coverage_report
+from pallas_frontend.grid_analysis import (GridAnalysis, analyze_grid, coverage_report,
+                                           written_inputs)
 from pallas_frontend.interpreter import accumulate, execute, rowwise
 from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access, unravel_step
 from pallas_frontend.interpreter.specialize import Filled, body_for_steps
@@ -82,7 +83,7 @@ def make_plan(kernel: KernelIR, *, trial_trace: bool = True) -> VectorizedPlan:
     if kernel.debug:
         print(analysis.describe(), file=sys.stdout)
         print(coverage_report(kernel, tables), file=sys.stdout)
-    written = execute.written_inputs(kernel.jaxpr, len(kernel.grid), len(kernel.in_mappings))
+    written = written_inputs(kernel.jaxpr, len(kernel.grid), len(kernel.in_mappings))
     if written and base.num_points > 1:
         # Batching assumes inputs carry nothing from one point to the next.
         return VectorizedPlan(base, analysis, (), tuple(range(len(kernel.grid))), (),

@@ -61,6 +61,7 @@ class Case:
     defect: int | None = None         # the issue-24 defect it re-probes
     tol: float = 1e-5
     slow: bool = False                # in-process but slow: PALLAS_PROBES_ALL=1 only
+    xfail: str | None = None          # a known, reported defect not fixed yet: why
 
 
 def _matches(got, want, tol) -> bool:

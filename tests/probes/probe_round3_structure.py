@@ -419,6 +419,19 @@ def alias_partial_writes(rng, interp):
     return (lambda: jax.jit(ours)(x)), want     # the user guide: unwritten blocks keep the input
 
 
+def alias_empty_grid(rng, interp):
+    x = _x(rng, 16, 128)
+
+    @_named("k_alias_empty")
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 5
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+    f = pl.pallas_call(kernel, out_shape=_sds((16, 128)), grid=(0,), in_specs=[spec],
+                       out_specs=spec, input_output_aliases={0: 0},
+                       interpret=interpret_of(interp))
+    return (lambda: jax.jit(f)(x)), x          # the user guide: untouched, as the input
+
+
 def alias_same_array_twice(rng, interp):
     x = _x(rng, 32)
 
@@ -523,8 +536,8 @@ def _alias_mismatch(rng, interp, kind):
 
 CASES = [
     *_on(ALL4, "ragged_2d", ragged_2d, ("k_ragged2d",)),
-    *_on(ALL3, "grid_of_ones", grid_of_ones, ("k_ones5d",)),
-    *_on(ALL3, "grid_zero", grid_zero, ("k_zero_grid",), either=True),
+    *_on(ALL4, "grid_of_ones", grid_of_ones, ("k_ones5d",)),
+    *_on(ALL4, "grid_zero", grid_zero, ("k_zero_grid",), either=True),
     *_on(("builtin",), "grid_zero_2d", functools.partial(grid_zero, grid=(4, 0)),
          ("k_zero_grid",), either=True),
     *_on(("builtin", "tpu"), "many_points_4096", many_points, ("k_many_points",),
@@ -534,19 +547,19 @@ CASES = [
     *_on(("builtin",), "many_points_65536", functools.partial(many_points, n=65536),
          ("k_many_points",), subprocess=True, timeout=150),
     *_on(ALL4, "num_programs", num_programs_values, ("k_num_programs",)),
-    *_on(ALL3, "three_d_permuted", three_d_permuted, ("k_perm3d",)),
+    *_on(ALL4, "three_d_permuted", three_d_permuted, ("k_perm3d",)),
     *_on(ALL4, "one_element", one_element, ("k_one_elem",), tol=1e-6),
     *_on(("builtin", "tpu"), "long_vector", long_vector, ("k_long_vec",)),
-    *_on(ALL3, "block_bigger_one_dim", block_bigger_one_dim, ("k_bigger_dim",)),
+    *_on(ALL4, "block_bigger_one_dim", block_bigger_one_dim, ("k_bigger_dim",)),
     *_maps(),
     *_on(ALL3, "element_offsets", element_offsets, ("k_elem_unaligned",)),
     *_on(ALL3, "element_halo", element_halo, ("k_halo",)),
     *_on(ALL4, "squeezed_dim", squeezed_dim, ("k_squeezed",)),
     *_on(ALL3, "all_squeezed", all_squeezed, ("k_all_squeezed",)),
     *_on(ALL4, "full_block_accumulate", full_block_accumulate, ("k_full_acc",), tol=1e-5),
-    *_on(ALL3, "spec_without_index_map", spec_without_index_map, ("k_no_index_map",)),
-    *_on(ALL3, "dict_operands", dict_operands, ("k_dict_in",)),
-    *_on(ALL3, "nested_outputs", nested_outputs, ("k_nested_out",)),
+    *_on(ALL4, "spec_without_index_map", spec_without_index_map, ("k_no_index_map",)),
+    *_on(ALL4, "dict_operands", dict_operands, ("k_dict_in",)),
+    *_on(ALL4, "nested_outputs", nested_outputs, ("k_nested_out",)),
     *_on(("builtin", "tpu"), "revisit_nonconsecutive", revisit_nonconsecutive,
          ("k_revisit_mod",), either=True),
     *[Case(f"{i}-prefetch_edges", functools.partial(prefetch_edges, interp=i),
@@ -564,8 +577,9 @@ CASES = [
     *[Case(f"builtin-alias_{k}_mismatch", functools.partial(_alias_mismatch, interp="builtin",
                                                             kind=k),
            ("k_alias_mismatch",), expect_error=True) for k in ("dtype", "shape")],
-    *_on(ALL3, "alias_partial_writes", alias_partial_writes, ("k_alias_skip",)),
-    *_on(ALL3, "alias_same_array_twice", alias_same_array_twice, ("k_alias_twice",)),
+    *_on(ALL4, "alias_partial_writes", alias_partial_writes, ("k_alias_skip",)),
+    *_on(ALL4, "alias_empty_grid", alias_empty_grid, ("k_alias_empty",)),
+    *_on(ALL4, "alias_same_array_twice", alias_same_array_twice, ("k_alias_twice",)),
     *_on(("builtin",), "many_points_2pow20", functools.partial(many_points, n=1 << 20),
          ("k_many_points",), subprocess=True, timeout=200),
     *[Case(f"{i}-alias_with_prefetch", functools.partial(alias_with_prefetch, interp=i),

@@ -279,4 +279,20 @@ def _slice(w, eqn, ins):
     return [x]
 
 
+@register("rev")
+def _rev(w, eqn, ins):
+    # lax.rev (x[::-1]): a gather with reversed lanes along each reversed axis
+    x = ins[0]
+    shape = list(in_aval(eqn).shape)
+    for axis in eqn.params["dimensions"]:
+        n = shape[axis]
+        if n == 1:
+            continue
+        lanes = f"({n - 1} - tl.arange(0, {padding.size(n)}))"
+        if padding.size(n) != n:                  # padded lanes gather an in-range element
+            lanes = f"tl.maximum({lanes}, 0)"
+        x = w.bind(f"tl.gather({x}, {broadcast_expr(lanes, (n,), shape, (axis,))}, {axis})")
+    return [x]
+
+
 # reductions and scans: reductions.py; dot_general: dots.py

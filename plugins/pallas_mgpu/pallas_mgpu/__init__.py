@@ -87,4 +87,9 @@ def __getattr__(name):
     if name == "format_tcgen05_sparse_metadata":
         from jax.experimental.pallas.mosaic_gpu import format_tcgen05_sparse_metadata
         return format_tcgen05_sparse_metadata
+    # the stages of a pipeline of pipelines (emit_pipeline_warp_specialized's
+    # pipeline_state=), JAX's enum: the rebuilt kernel gets it as given
+    if name == "PipelinePipeline":
+        from jax.experimental.pallas.mosaic_gpu import PipelinePipeline
+        return PipelinePipeline
     raise AttributeError(f"module 'pallas_mgpu' has no attribute {name!r}")

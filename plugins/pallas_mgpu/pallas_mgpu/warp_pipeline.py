@@ -78,7 +78,8 @@ class WarpSpecializedPipeline:
 
     def __init__(self, body, *, grid, memory_registers, in_specs, out_specs,
                  max_concurrent_steps, wg_axis, num_compute_wgs, memory_thread_idx,
-                 compute_context, manual_consumed_barriers, manual_produced_barriers):
+                 compute_context, manual_consumed_barriers, manual_produced_barriers,
+                 pipeline_state=None):
         self.body, self.compute_context = body, compute_context
         self.in_specs, self.in_tree = _flat_specs(in_specs)
         self.out_specs, self.out_tree = _flat_specs(out_specs)
@@ -96,6 +97,10 @@ class WarpSpecializedPipeline:
             "num_compute_wgs": self.num_compute_wgs, "memory_thread_idx": memory_thread_idx,
             "manual_consumed_barriers": self.manual_consumed,
             "manual_produced_barriers": self.manual_produced}
+        # a pipeline of pipelines (START, STEADY..., STOP sharing allocations)
+        self.static["pipeline_state"], self.traced_state = _pipeline_state(
+            pipeline_state, self.grid, int(max_concurrent_steps))
+        self.has_state = pipeline_state is not None
 
     def _flat_refs(self, gmem_refs) -> list:
         """The GMEM operands' leaves, checked against the specs' structure."""
@@ -175,6 +180,10 @@ class WarpSpecializedPipeline:
     def __call__(self, *gmem_refs, allocations=None):
         gmem_refs = self._flat_refs(gmem_refs)
         self._check_operands(gmem_refs)
+        if self.has_state and allocations is None:
+            raise ValueError("emit_pipeline_warp_specialized: pipeline_state needs the "
+                             "allocations shared by the pipelines (get_allocations, then "
+                             "pipeline(..., allocations=refs)), as in JAX.")
         idx_avals = [jax.core.ShapedArray((), jnp.int32)] * len(self.grid)
         operand_avals = idx_avals + self._body_avals(gmem_refs)
         if self.compute_context is None:
@@ -187,7 +196,8 @@ class WarpSpecializedPipeline:
             inner, consts = _trace_context(self, operand_avals)
         maps = [_trace_index_map(s, len(self.grid)) for s in self.in_specs + self.out_specs]
         operands = ([_split_view(r) for r in gmem_refs], allocations, list(consts),
-                    [list(c) for _, c in maps], list(self.grid_sizes))
+                    [list(c) for _, c in maps], list(self.grid_sizes),
+                    [] if self.traced_state is None else [self.traced_state])
         flat, tree = jax.tree.flatten(operands)
         mgpu_ws_pipeline_p.bind(
             *flat, tree=tree, grid=self.grid, inner=inner,
@@ -265,16 +275,35 @@ def emit_pipeline_warp_specialized(body, *, grid, memory_registers: int, in_spec
     default the last of ``wg_axis``) while ``num_compute_wgs`` warpgroups run
     ``body(indices, *in_blocks, *out_blocks[, *barriers][, carry])``; the
     arguments of JAX's function of the same name."""
-    if pipeline_state is not None:
-        raise NotImplementedError("pallas_mgpu.emit_pipeline_warp_specialized: pipeline_state "
-                                  "(a pipeline of pipelines) is not supported; run the "
-                                  "pipelines one after the other without it.")
     return WarpSpecializedPipeline(
         body, grid=grid, memory_registers=memory_registers, in_specs=in_specs,
         out_specs=out_specs, max_concurrent_steps=max_concurrent_steps, wg_axis=wg_axis,
         num_compute_wgs=num_compute_wgs, memory_thread_idx=memory_thread_idx,
         compute_context=compute_context, manual_consumed_barriers=manual_consumed_barriers,
-        manual_produced_barriers=manual_produced_barriers)
+        manual_produced_barriers=manual_produced_barriers, pipeline_state=pipeline_state)
+
+
+def _pipeline_state(state, grid, max_concurrent_steps):
+    """(static state, traced state) of a pipeline of pipelines (JAX's
+    ``PipelinePipeline`` or an int32 scalar known at run time), refused here
+    where JAX's pipeline would refuse it when the kernel is rebuilt."""
+    if state is None:
+        return None, None
+    from jax.experimental.pallas.mosaic_gpu import PipelinePipeline
+    where = "pallas_mgpu.emit_pipeline_warp_specialized: pipeline_state"
+    if None in grid:
+        raise NotImplementedError(f"{where} (a pipeline of pipelines) needs a grid known at "
+                                  f"trace time, as in JAX; this grid has a run-time size.")
+    if math.prod(grid) % max_concurrent_steps:
+        raise NotImplementedError(
+            f"{where}: the number of steps ({math.prod(grid)}) must be divisible by "
+            f"max_concurrent_steps={max_concurrent_steps}, as in JAX.")
+    if isinstance(state, (int, np.integer)) and not isinstance(state, bool):
+        return PipelinePipeline(int(state)), None
+    if jnp.shape(state) != () or not jnp.issubdtype(jnp.result_type(state), jnp.integer):
+        raise TypeError(f"{where} must be a PipelinePipeline or an integer scalar, got "
+                        f"{jnp.result_type(state)}{list(jnp.shape(state))}.")
+    return None, jnp.asarray(state, jnp.int32)
 
 
 # --- replay ----------------------------------------------------------------------------
@@ -285,7 +314,7 @@ _contexts: list = []     # (JAX's pipeline callback, the body's slot), innermost
 def _replay(eqn, invals):
     from jax.experimental.pallas import mosaic_gpu as plgpu
     p = eqn.params
-    gmem, allocations, consts, map_consts, sizes = jax.tree.unflatten(p["tree"], invals)
+    gmem, allocations, consts, map_consts, sizes, state = jax.tree.unflatten(p["tree"], invals)
     gmem = [_join(x) for x in gmem]
     specs = [jax_block_spec(rec, jaxpr, c)
              for rec, jaxpr, c in zip(p["specs"], p["index_maps"], map_consts)]
@@ -311,6 +340,8 @@ def _replay(eqn, invals):
                 _contexts.pop()
         kw["compute_context"] = jax_context
     static = {k: v for k, v in p["static"] if v is not None}
+    if state:
+        kw["pipeline_state"] = state[0]
     pipeline = plgpu.emit_pipeline_warp_specialized(
         jax_body, grid=_join_grid(p["grid"], sizes), in_specs=specs[:p["num_in"]],
         out_specs=specs[p["num_in"]:],

@@ -71,11 +71,11 @@ def _cumulative(w, eqn, ins):
     kind = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}[
         eqn.primitive.name]
     if kind in ("max", "min") and is_float(in_aval(eqn).dtype):
-        kind += "_nan"
+        kind += "_nan" if w.target != "interpret" else "_nan_zeros"
     axis, reverse = eqn.params["axis"], bool(eqn.params.get("reverse", False))
     if not in_aval(eqn).shape:
         return [ins[0]]
-    x = _neutral_padding(w, eqn, ins[0], kind, (axis,))
+    x = _neutral_padding(w, eqn, ins[0], kind.removesuffix("_zeros"), (axis,))
     # The interpreter scans in NumPy only with Triton's sum/prod combines; any other it
     # calls element by element outside @jit, where Triton's own max/min cannot run.
     combine = combine_fn(w, kind) if kind in ("add", "mul") else w.helper(kind)
@@ -102,12 +102,16 @@ HELPERS = {
     "add": "return a + b",
     "max": "return tl.maximum(a, b)",
     "min": "return tl.minimum(a, b)",
-    # float max/min: NaN propagates, and of two zeros +0.0 is the max (a + b) and -0.0
-    # the min (-(-a + -b)), as XLA's
-    "max_nan": "r = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)\n"
-               "    return tl.where(a == 0, tl.where(b == 0, a + b, r), r)",
-    "min_nan": "r = tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)\n"
-               "    return tl.where(a == 0, tl.where(b == 0, -(-a + -b), r), r)",
+    # float max/min that propagate NaN: on a GPU llvm.maximum/minimum (max.NaN), which
+    # also order -0.0 below +0.0 as XLA does
+    "max_nan": "return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)",
+    "min_nan": "return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)",
+    # the same under the interpreter, whose NumPy maximum/minimum return either zero: of two
+    # zeros +0.0 is the max (a + b) and -0.0 the min (-(-a + -b))
+    "max_nan_zeros": "r = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)\n"
+                     "    return tl.where(a == 0, tl.where(b == 0, a + b, r), r)",
+    "min_nan_zeros": "r = tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)\n"
+                     "    return tl.where(a == 0, tl.where(b == 0, -(-a + -b), r), r)",
     "and": "return a & b",
     "or": "return a | b",
 }

@@ -35,6 +35,7 @@ from pallas_tpu.keyed_random import sample_block, to_pallas_key
 from pallas_tpu.kernel_hints import touch, trace_value
 from pallas_tpu.conv import conv
 from pallas_tpu.memory_query import has_memory_space
+from pallas_tpu.access_hints import annotate
 from pallas_tpu.lowering_errors import LoweringException
 from pallas_tpu.narrow_types import (
     join_bits, pack_elementwise, pack_fp6, split_bits, stochastic_round, unpack_elementwise,
@@ -56,6 +57,6 @@ __all__ = [
     "VMEM_SHARED", "core_barrier", "get_barrier_semaphore", "run_on_first_core",
     "with_memory_space_constraint", "sample_block", "to_pallas_key",
     "touch", "trace_value", "conv", "join_bits", "pack_elementwise", "pack_fp6", "split_bits",
-    "stochastic_round", "unpack_elementwise", "unpack_fp6", "has_memory_space",
+    "stochastic_round", "unpack_elementwise", "unpack_fp6", "has_memory_space", "annotate",
     "LoweringException",
 ]

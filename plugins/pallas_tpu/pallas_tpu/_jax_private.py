@@ -170,3 +170,10 @@ def linear_revisit_check():
         finally:
             ipc._check_for_revisiting = original
     return swapped()
+
+
+def access_assumption_transform(**flags):
+    """JAX's Ref transform carrying Mosaic access assumptions (``pltpu.annotate``),
+    and the class of it, to merge with one already on a view."""
+    from jax._src.pallas.mosaic.core import AccessAssumption, AccessAssumptionTransform
+    return AccessAssumptionTransform(AccessAssumption(**flags)), AccessAssumptionTransform

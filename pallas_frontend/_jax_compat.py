@@ -328,3 +328,12 @@ def register_elementwise_with_jax_fuser(prim) -> None:
     except ImportError:
         return
     fuser.register_eltwise_rule(prim)
+
+
+def select_view(idx, refs):
+    """JAX's view choosing one of ``refs`` by the run-time ``idx`` (what
+    ``jax.experimental.pallas.select_ref`` builds), so a backend replaying a
+    DMA into JAX hands JAX's own view over."""
+    return state_types.TransformedRef(ref=tuple(refs),
+                                      transforms=(state_types.SelectTransform(idx),))
+

@@ -153,3 +153,25 @@ def _trip_count(lower, upper, step, static_step=None):
     # ceil((upper - lower) / step) == -floor((lower - upper) / step), for both signs
     return jnp.maximum(0, -((lower - upper) // step))
 
+
+def select_ref(idx, *refs):
+    """One of ``refs`` (Refs or views of the same shape and dtype), chosen by
+    the int32 scalar ``idx`` when the kernel runs: the source or destination
+    of a backend's DMA (e.g. ``pltpu.async_copy``), as in JAX, where nothing
+    else accepts it."""
+    from pallas_frontend import _jax_compat
+    if len(refs) < 2:
+        raise ValueError(f"pl.select_ref: got {len(refs)} Ref(s); it chooses among two or more.")
+    types = []
+    for i, ref in enumerate(refs):
+        aval = jax.typeof(ref.ref if hasattr(ref, "transforms") else ref)
+        if not isinstance(aval, jax.ref.AbstractRef):
+            raise TypeError(f"pl.select_ref: refs[{i}] is a {aval}, not a Ref or a view of one.")
+        types.append((tuple(ref.shape), jnp.dtype(ref.dtype)))
+    if len(set(types)) > 1:
+        raise TypeError(f"pl.select_ref: the Refs must have one shape and dtype, got "
+                        f"{[f'{d}{list(s)}' for s, d in types]}.")
+    if jnp.shape(idx) != () or not jnp.issubdtype(jnp.result_type(idx), jnp.integer):
+        raise TypeError(f"pl.select_ref: idx must be an integer scalar, got "
+                        f"{jnp.result_type(idx)}{list(jnp.shape(idx))}.")
+    return _jax_compat.select_view(idx, refs)

@@ -11,6 +11,9 @@ to another backend); run such kernels with ``interpret=InterpretParams()``.
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -97,14 +100,36 @@ class AsyncCopyDescriptor:
     def _parts(self):
         return (self.src_ref, self.dst_ref, self.dst_sem, self.src_sem, self.device_id)
 
+    def _each_selected(self, action) -> bool:
+        """Where ``src_ref`` or ``dst_ref`` is a ``pl.select_ref`` view: runs
+        ``action`` on the copy of the Ref ``idx`` picks (a ``lax.switch``, which
+        every interpreter and Mosaic run) and returns True."""
+        for field in ("src_ref", "dst_ref"):
+            view = getattr(self, field)
+            if hasattr(view, "transforms") and isinstance(getattr(view, "ref", None), tuple):
+                idx = view.transforms[0].idx
+
+                def branch(ref, field=field):
+                    chosen = copy.copy(self)
+                    setattr(chosen, field, ref)
+                    action(chosen)
+                jax.lax.switch(jnp.asarray(idx, jnp.int32),
+                               [functools.partial(branch, r) for r in view.ref])
+                return True
+        return False
+
     def start(self, priority: int = 0, *, add: bool = False):
         """Issues the DMA; ``add=True`` adds into ``dst_ref`` instead of
         overwriting it. ``priority`` is handed to Mosaic as is."""
+        if self._each_selected(lambda d: d.start(priority, add=add)):
+            return
         flat, tree, spec = _flatten_with_effects(self._parts(), ("r", "w", "w", "w", None))
         dma_start_p.bind(*flat, tree=tree, effect_spec=spec, priority=int(priority),
                          add=bool(add), device_id_type=self.device_id_type)
 
     def _wait(self, wait_for: str):
+        if self._each_selected(lambda d: d._wait(wait_for)):
+            return
         flat, tree, spec = _flatten_with_effects(self._parts(), ("r", "w", "w", "w", None))
         dma_wait_p.bind(*flat, tree=tree, effect_spec=spec, wait_for=wait_for,
                         device_id_type=self.device_id_type)

@@ -18,7 +18,8 @@ from pallas_mgpu.memory import (
     SwizzleTransform, TilingTransform, Transform, WGMMAAccumulatorRef)
 from pallas_mgpu.mesh_kernel import Mesh, kernel
 from pallas_mgpu.multi_gpu import (
-    SemaphoreType, multimem_load_reduce, multimem_store, remote_ref, semaphore_signal,
+    SemaphoreType, multicast_ref, multimem_load_reduce, multimem_store, remote_ref,
+    semaphore_signal,
     semaphore_signal_multicast, semaphore_wait)
 from pallas_mgpu.warp_mesh import WarpMesh
 from pallas_mgpu.params import (
@@ -52,7 +53,8 @@ __all__ = [
     "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace", "Mesh",
     "MosaicGpuBackend", "NDLoopInfo", "OOBFillMode", "REGS", "SMEM", "SemaphoreSignal",
     "SemaphoreType", "SwizzleTransform", "TMEM", "multimem_load_reduce", "multimem_store",
-    "remote_ref", "semaphore_signal", "semaphore_signal_multicast", "semaphore_wait",
+    "multicast_ref", "remote_ref", "semaphore_signal", "semaphore_signal_multicast",
+    "semaphore_wait",
     "TilingTransform", "TraceScope", "Transform", "WGMMAAccumulatorRef", "WarpMesh",
     "__version__", "async_copy_scales_to_tmem", "async_copy_smem_to_tmem", "async_load_tmem",
     "async_store_tmem", "barrier_arrive", "barrier_arrive_and_wait", "barrier_wait",
@@ -89,6 +91,10 @@ def __getattr__(name):
         return format_tcgen05_sparse_metadata
     # the stages of a pipeline of pipelines (emit_pipeline_warp_specialized's
     # pipeline_state=), JAX's enum: the rebuilt kernel gets it as given
+    # the transform of remote_ref's views (they are JAX's own), for isinstance checks
+    if name == "PeerMemRef":
+        from jax.experimental.pallas.mosaic_gpu import PeerMemRef
+        return PeerMemRef
     if name == "PipelinePipeline":
         from jax.experimental.pallas.mosaic_gpu import PipelinePipeline
         return PipelinePipeline

@@ -152,6 +152,14 @@ def remote_ref(ref, device_id, device_id_type=None):
     return plgpu.remote_ref(ref, device_id, device_id_type)
 
 
+def multicast_ref(ref, collective_axes):
+    """``ref`` (GMEM) on every device along ``collective_axes`` (all the mesh's
+    axes, as in JAX): a TMA copy (``copy_smem_to_gmem``) into it reaches each."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    # JAX's view, as for remote_ref: lowered by JAX's Mosaic GPU rules on replay
+    return plgpu.multicast_ref(ref, collective_axes)
+
+
 # --- the frontend's pl.semaphore_* on this backend's semaphores -----------------------------
 
 def is_semaphore_op(eqn) -> bool:

@@ -108,7 +108,8 @@ def _polynomial(w, eqn, ins):
 def _one_minus_square(w, eqn, ins):
     # what tanh's JVP multiplies the tangent by: 1 - tanh(x)^2
     x = w.bind(ins[0])
-    return [f"(1.0 - {x} * {x})"]
+    one = "1.0" if is_float(out_aval(eqn).dtype) else "1"   # integers stay integers (wrapping)
+    return [f"({one} - {x} * {x})"]
 
 
 @register("logistic")

@@ -282,6 +282,15 @@ def test_reductions_as_declared(rng, dtype):
         assert np.all(np.abs(got - expect) <= eps * bound), op
 
 
+@pytest.mark.parametrize("dtype", INTS, ids=_name)
+def test_one_minus_square_of_integers_wraps(rng, dtype):
+    """tanh's JVP factor 1 - x*x on integers computed in float (1.0 - x * x) and lost the
+    wrapping product; XLA wraps."""
+    info = np.iinfo(dtype)
+    x = jnp.asarray(rng.integers(info.min, int(info.max) + 1, SHAPE).astype(dtype))
+    assert_like_xla(*run_like_xla(lax.one_minus_square, x))
+
+
 # --- integer scans ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", INTS, ids=_name)

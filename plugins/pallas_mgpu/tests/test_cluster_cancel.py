@@ -1,0 +1,74 @@
+"""Cluster launch control: ``try_cluster_cancel``, ``query_cluster_cancel``
+and the ``TryClusterCancelResult`` scratch, recorded and replayed as JAX's.
+A kernel asking for another cluster's work gives JAX's result in GPU
+interpret mode (where, as in JAX, the request never succeeds, so every block
+runs its own work) and NumPy's; it lowers for an H100 to the same Mosaic GPU
+operations as JAX's kernel; the scratch type is JAX's."""
+
+import functools
+import re
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+
+import pallas_mgpu as plgpu
+from pallas_mgpu import _jax_private
+
+LIBS = {"jax": jax_plgpu, "ours": plgpu}
+BLOCKS = 3
+
+
+def _claiming_kernel(gpu, interpret=True):
+    """o[i] = 2 x[i] + (10 + j where the claim of block j succeeded)."""
+    @functools.partial(
+        gpu.kernel, out_type=jax.ShapeDtypeStruct((BLOCKS, 128), jnp.float32), grid=(BLOCKS,),
+        grid_names=("x",), scratch_types=[gpu.TryClusterCancelResult(2), gpu.Barrier()],
+        interpret=gpu.InterpretGPUParams() if interpret else None)
+    def k(x_ref, o_ref, results, barrier):
+        i = jax.lax.axis_index("x")
+        gpu.try_cluster_cancel(results.at[1], barrier)
+        gpu.barrier_wait(barrier)
+        (j,), claimed = gpu.query_cluster_cancel(results.at[1], grid_names=("x",))
+        o_ref[i] = x_ref[i] * 2 + jnp.where(claimed, 10.0 + j.astype(jnp.float32), 0.0)
+    return k
+
+
+def test_interpret_mode_matches_jax_and_numpy(rng):
+    x = rng.standard_normal((BLOCKS, 128)).astype(np.float32)
+    got = {name: np.asarray(jax.jit(_claiming_kernel(lib))(x)) for name, lib in LIBS.items()}
+    np.testing.assert_array_equal(got["ours"], got["jax"])
+    np.testing.assert_allclose(got["ours"], 2 * x.astype(np.float64), rtol=1e-7)
+
+
+def _h100_ops(lib):
+    P = jax.sharding.PartitionSpec
+    h100 = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", platform="gpu",
+                                       num_cores=132)
+    mesh = jax.sharding.AbstractMesh((1,), ("d",), abstract_device=h100)
+    f = jax.shard_map(_claiming_kernel(lib, interpret=False), mesh=mesh, in_specs=P(),
+                      out_specs=P(), check_vma=False)
+    x = jax.ShapeDtypeStruct((BLOCKS, 128), jnp.float32,
+                             sharding=jax.sharding.NamedSharding(mesh, P()))
+    with jax.sharding.use_abstract_mesh(mesh):
+        lowered = jax.jit(f).trace(x).lower(lowering_platforms=("cuda",))
+    (module,) = _jax_private.mosaic_gpu_modules(lowered)
+    ops = Counter(re.findall(r'"stable_mosaic_gpu\.([a-z_]+\.[a-z_.0-9]+)"\(', module))
+    ops.pop("memref.cast", None)
+    ops.pop("builtin.unrealized_conversion_cast", None)
+    return ops, module
+
+
+def test_lowers_for_h100_as_jaxs():
+    (ours, module), (jaxs, _) = _h100_ops(plgpu), _h100_ops(jax_plgpu)
+    assert ours == jaxs, (ours - jaxs, jaxs - ours)
+    assert "clusterlaunchcontrol" in module          # the PTX of the request and the query
+
+
+@pytest.mark.parametrize("num_buffers", [None, 4])
+def test_result_scratch_is_jaxs(num_buffers):
+    ours = plgpu.TryClusterCancelResult(num_buffers)
+    assert ours.to_jax() == jax_plgpu.TryClusterCancelResult(num_buffers)

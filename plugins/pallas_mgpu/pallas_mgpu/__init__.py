@@ -30,7 +30,7 @@ from pallas_mgpu.warp_pipeline import emit_pipeline_warp_specialized
 from pallas_mgpu import run_state as _run_state  # noqa: F401  (replays pl.run_state)
 from pallas_mgpu.copy_partition import CopyPartition
 from pallas_mgpu.cluster_cancel import (
-    TryClusterCancelResult, query_cluster_cancel, try_cluster_cancel)
+    TryClusterCancelResult, async_store_smem, query_cluster_cancel, try_cluster_cancel)
 from pallas_mgpu.dynamic_scheduling import dynamic_scheduling_loop
 from pallas_mgpu.inline import RefType, ShapeDtypeStruct, inline_mgpu
 from pallas_mgpu.ref_union import RefUnion
@@ -69,7 +69,8 @@ __all__ = [
     "wgmma_wait", "async_prefetch", "atomic_add", "atomic_and", "atomic_max",
     "atomic_min", "atomic_or", "atomic_xor", "barrier_test", "griddepcontrol_launch_dependents",
     "griddepcontrol_wait", "max", "min", "print_layout", "prod", "store", "sum",
-    "wait_gmem_to_smem", "TryClusterCancelResult", "query_cluster_cancel", "try_cluster_cancel",
+    "wait_gmem_to_smem", "TryClusterCancelResult", "async_store_smem", "query_cluster_cancel",
+    "try_cluster_cancel",
 ]
 
 

@@ -1,7 +1,8 @@
-"""Cluster launch control (Blackwell), JAX's ``plgpu`` names: a CTA asks to
-cancel the launch of a cluster not yet started and take over its work
-(``try_cluster_cancel``), then decodes the 16-byte answer
-(``query_cluster_cancel``) kept in a ``TryClusterCancelResult`` SMEM buffer.
+"""Work across the CTAs of a cluster, JAX's ``plgpu`` names: cluster launch
+control (Blackwell), where a CTA asks to cancel the launch of a cluster not yet
+started and take over its work (``try_cluster_cancel``), then decodes the
+16-byte answer (``query_cluster_cancel``) kept in a ``TryClusterCancelResult``
+SMEM buffer; and ``async_store_smem``, a store into a peer CTA's SMEM.
 
 Recorded by ``ops.bind`` and replayed as JAX's functions, so the semantics are
 JAX's: in Mosaic GPU interpret mode the request arrives on the barrier and
@@ -53,3 +54,30 @@ def _replay_query(result_ref, *, grid_names):
 
 
 ops.ADAPTERS["query_cluster_cancel"] = _replay_query
+
+
+# --- stores into a peer CTA's SMEM ------------------------------------------------------------
+
+_ATOMICS = (None, "add", "max", "min", "and", "or", "xor")
+
+
+def async_store_smem(src, ref, barrier, *, cluster_idx, cluster_dim, optimized: bool = True,
+                     atomic=None) -> None:
+    """Stores the register array ``src`` into ``ref`` (tiled, swizzled SMEM) of
+    the block ``cluster_idx`` along the cluster axis ``cluster_dim``, arriving
+    on that block's ``barrier`` when done; ``atomic`` combines instead of
+    overwriting ("add", "max", "min", "and", "or", "xor")."""
+    if atomic not in _ATOMICS:
+        raise ValueError(f"pallas_mgpu.async_store_smem: atomic must be one of {_ATOMICS}, "
+                         f"got {atomic!r}.")
+    bind("async_store_smem", src, ref, barrier, jnp.asarray(cluster_idx, jnp.int32),
+         cluster_dim=cluster_dim, optimized=bool(optimized), atomic=atomic)
+
+
+def _replay_store(src, ref, barrier, cluster_idx, *, cluster_dim, optimized, atomic):
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    plgpu.async_store_smem(src, ref, barrier, cluster_idx=cluster_idx, cluster_dim=cluster_dim,
+                           optimized=optimized, atomic=atomic)
+
+
+ops.ADAPTERS["async_store_smem"] = _replay_store

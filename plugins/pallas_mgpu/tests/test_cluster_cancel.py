@@ -72,3 +72,35 @@ def test_lowers_for_h100_as_jaxs():
 def test_result_scratch_is_jaxs(num_buffers):
     ours = plgpu.TryClusterCancelResult(num_buffers)
     assert ours.to_jax() == jax_plgpu.TryClusterCancelResult(num_buffers)
+
+
+def _peer_store(lib):
+    """Each CTA of a 2-CTA cluster stores a register array into its peer's SMEM."""
+    tiled = (lib.TilingTransform((8, 64)), lib.SwizzleTransform(128))
+
+    def body(x_ref, o_ref, smem, barrier):
+        c = jax.lax.axis_index("c")
+        value = lib.broadcasted_iota(jnp.float16, (64, 64), 1, layout=lib.Layout.WGMMA)
+        lib.async_store_smem(value, smem, barrier, cluster_idx=1 - c, cluster_dim="c")
+        lib.barrier_wait(barrier)
+        lib.commit_smem()
+        lib.copy_smem_to_gmem(smem, o_ref)
+        lib.wait_smem_to_gmem(0)
+    scratch = [lib.SMEM((64, 64), jnp.float16, transforms=tiled), lib.Barrier()]
+    return body, scratch
+
+
+def test_async_store_smem_lowers_for_h100_as_jaxs():
+    from test_plain_ops import _lowered_ops
+    got = {}
+    for name, lib in LIBS.items():
+        body, scratch = _peer_store(lib)
+        got[name] = _lowered_ops(lib, lambda _: body, (64, 64), jnp.float16,
+                                 lambda _: scratch, cluster=(2,), cluster_names=("c",))
+    assert got["ours"] == got["jax"], (got["ours"] - got["jax"], got["jax"] - got["ours"])
+
+
+def test_async_store_smem_refuses_an_unknown_atomic():
+    with pytest.raises(ValueError, match="atomic must be one of"):
+        plgpu.async_store_smem(jnp.zeros((64, 64)), None, None, cluster_idx=0, cluster_dim="c",
+                               atomic="mul")

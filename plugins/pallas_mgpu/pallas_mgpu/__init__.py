@@ -18,7 +18,7 @@ from pallas_mgpu.memory import (
     SwizzleTransform, TilingTransform, Transform, WGMMAAccumulatorRef)
 from pallas_mgpu.mesh_kernel import Mesh, kernel
 from pallas_mgpu.multi_gpu import (
-    SemaphoreType, multicast_ref, multimem_load_reduce, multimem_store, remote_ref,
+    SemaphoreType, cluster_ref, multicast_ref, multimem_load_reduce, multimem_store, remote_ref,
     semaphore_signal,
     semaphore_signal_multicast, semaphore_wait)
 from pallas_mgpu.warp_mesh import WarpMesh
@@ -55,7 +55,7 @@ __all__ = [
     "InterpretGPUParams", "InterpretParams", "Layout", "LoweringSemantics", "MemorySpace", "Mesh",
     "MosaicGpuBackend", "NDLoopInfo", "OOBFillMode", "REGS", "SMEM", "SemaphoreSignal",
     "SemaphoreType", "SwizzleTransform", "TMEM", "multimem_load_reduce", "multimem_store",
-    "multicast_ref", "remote_ref", "semaphore_signal", "semaphore_signal_multicast",
+    "cluster_ref", "multicast_ref", "remote_ref", "semaphore_signal", "semaphore_signal_multicast",
     "semaphore_wait",
     "TilingTransform", "TraceScope", "Transform", "WGMMAAccumulatorRef", "WarpMesh",
     "__version__", "async_copy_scales_to_tmem", "async_copy_smem_to_tmem", "async_load_tmem",

@@ -160,6 +160,14 @@ def multicast_ref(ref, collective_axes):
     return plgpu.multicast_ref(ref, collective_axes)
 
 
+def cluster_ref(ref, block_id):
+    """``ref`` (SMEM) as it lives in another CTA of the cluster, ``block_id`` a
+    dict from one cluster axis name to that CTA's index along it."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    # JAX's view, as for remote_ref: lowered by JAX's Mosaic GPU rules on replay
+    return plgpu.cluster_ref(ref, block_id)
+
+
 # --- the frontend's pl.semaphore_* on this backend's semaphores -----------------------------
 
 def is_semaphore_op(eqn) -> bool:

@@ -1,8 +1,11 @@
-"""``multicast_ref`` and ``PeerMemRef``: the views are JAX's own, so a TMA copy
-into a multicast view lowers for an H100 to the same Mosaic GPU operations as
-JAX's kernel (and to more than a plain copy: the broadcast reaches the
-lowering), and ``remote_ref``'s views carry JAX's ``PeerMemRef``. JAX's
+"""``multicast_ref``, ``cluster_ref`` and ``PeerMemRef``: the views are JAX's
+own, so a TMA copy into a multicast view lowers for an H100 to the same Mosaic
+GPU operations as JAX's kernel (and to more than a plain copy: the broadcast
+reaches the lowering), as does a load from a peer CTA's SMEM through a cluster
+view; ``remote_ref``'s views carry JAX's ``PeerMemRef``. JAX's
 refusals hold for ours alike."""
+
+from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -56,3 +59,39 @@ def test_remote_views_carry_jaxs_peer_transform():
     out = jax.ShapeDtypeStruct((128,), jnp.float32)
     jax.jit(pallas_mgpu.kernel(body, out_type=out)).trace(out)
     assert [type(t) for t in seen[0]] == [pallas_mgpu.PeerMemRef]
+
+
+def _peer_load(lib):
+    def body(x_ref, o_ref, smem):
+        c = jax.lax.axis_index("c")
+        smem[...] = x_ref[...]
+        o_ref[...] = lib.cluster_ref(smem, {"c": 1 - c})[...]
+    return body
+
+
+def _peer_store(lib):
+    def body(x_ref, o_ref, smem):
+        c = jax.lax.axis_index("c")
+        lib.cluster_ref(smem, {"c": 1 - c})[...] = x_ref[...]
+        o_ref[...] = smem[...]
+    return body
+
+
+@pytest.mark.parametrize("semantics", ["Lane", "Warpgroup"])
+def test_cluster_ref_load_lowers_for_h100_as_jaxs(semantics):
+    """A load from the peer CTA's SMEM lowers to JAX's operations; a store
+    through the view is refused by JAX's lowering, for ours alike."""
+    got = {}
+    for name, lib in LIBS.items():
+        params = lib.CompilerParams(lowering_semantics=getattr(lib.LoweringSemantics, semantics))
+        got[name] = _lowered_ops(lib, _peer_load, (128,), jnp.float32, _scratch,
+                                 cluster=(2,), cluster_names=("c",), compiler_params=params)
+    # in Lane semantics the rebuilt kernel takes 4 more memref.subview of the SMEM
+    # buffer on the way to the peer's view (views, no data moved); nothing else differs
+    extra = Counter({"memref.subview": 4}) if semantics == "Lane" else Counter()
+    assert got["ours"] - got["jax"] == extra and not got["jax"] - got["ours"], (
+        got["ours"] - got["jax"], got["jax"] - got["ours"])
+    for lib in LIBS.values():
+        with pytest.raises(ValueError, match="smem_cluster"):
+            _lowered_ops(lib, _peer_store, (128,), jnp.float32, _scratch, cluster=(2,),
+                         cluster_names=("c",))

@@ -107,9 +107,12 @@ def _polynomial(w, eqn, ins):
 @register("one_minus_square")
 def _one_minus_square(w, eqn, ins):
     # what tanh's JVP multiplies the tangent by: 1 - tanh(x)^2
+    # (1 - x) * (1 + x), as XLA computes it (1 - x * x loses 300 ULP at x = 0.001);
+    # integers stay integers (wrapping)
+    from pallas_triton.widening import rounded
     x = w.bind(ins[0])
-    one = "1.0" if is_float(out_aval(eqn).dtype) else "1"   # integers stay integers (wrapping)
-    return [f"({one} - {x} * {x})"]
+    one = "1.0" if is_float(out_aval(eqn).dtype) else "1"
+    return [f"(({rounded(w, eqn, f'{one} - {x}')}) * ({rounded(w, eqn, f'{one} + {x}')}))"]
 
 
 @register("logistic")
@@ -129,15 +132,17 @@ def _integer_pow(w, eqn, ins):
     y = eqn.params["y"]
     if y == 0:
         return [f"tl.full({padding.shape(out_aval(eqn).shape)}, 1, {tl_dtype(out_aval(eqn).dtype)})"]
+    from pallas_triton.widening import rounded
     x = w.bind(ins[0])
-    # square-and-multiply keeps the number of multiplies at O(log y)
+    # square-and-multiply keeps the number of multiplies at O(log y); each product rounded
+    # to a widened 16-bit type, as XLA's multiplies are
     acc, base, n = None, x, abs(y)
     while n:
         if n & 1:
-            acc = base if acc is None else w.bind(f"{acc} * {base}")
+            acc = base if acc is None else w.bind(rounded(w, eqn, f"{acc} * {base}"))
         n >>= 1
         if n:
-            base = w.bind(f"{base} * {base}")
+            base = w.bind(rounded(w, eqn, f"{base} * {base}"))
     return [f"(1.0 / {acc})" if y < 0 else acc]
 
 

@@ -60,6 +60,9 @@ def literal(value, dtype) -> str:
     if is_float(dtype):
         text = repr(float(value)) if math.isfinite(value) else f"float('{value}')"
         return text if dtype == np.float32 else f"tl.full([], {text}, {tl_dtype(dtype)})"
+    if dtype == np.uint64 and int(value) >= 2 ** 63:
+        # past int64: Triton (and its interpreter) would make the Python int a float
+        return f"tl.full([], {int(value) - 2 ** 64}, tl.int64).to(tl.uint64, bitcast=True)"
     return str(int(value)) if dtype == np.int32 else f"tl.full([], {int(value)}, {tl_dtype(dtype)})"
 
 

@@ -43,7 +43,8 @@ def _float_extremum(w, eqn, x: str, kind: str) -> str:
                            axes, "add")
     r = w.bind(reduce_expr(w, v, axes, kind))
     signed = "0.0" if kind == "max" else "-0.0"
-    r = f"tl.where({r} == 0, tl.where({has_zero} > 0, {signed}, {r}), {r})"
+    exact_zero = f"({r}.to(tl.int{bits}, bitcast=True) & {(1 << (bits - 1)) - 1}) == 0"
+    r = f"tl.where({exact_zero}, tl.where({has_zero} > 0, {signed}, {r}), {r})"
     return f"tl.where({nans} > 0, float('nan'), {r})"
 
 
@@ -76,6 +77,10 @@ def _cumulative(w, eqn, ins):
     if not in_aval(eqn).shape:
         return [ins[0]]
     x = _neutral_padding(w, eqn, ins[0], kind.removesuffix("_zeros"), (axis,))
+    if kind in ("add", "mul") and is_float(in_aval(eqn).dtype):
+        # XLA's scan starts from 0 (1): -0.0 + 0.0 is +0.0, and a denormal is flushed
+        # where the processor flushes (XLA on CPU, the interpreter)
+        x = f"({x} {'+ 0.0' if kind == 'add' else '* 1.0'})"
     # The interpreter scans in NumPy only with Triton's sum/prod combines; any other it
     # calls element by element outside @jit, where Triton's own max/min cannot run.
     combine = combine_fn(w, kind) if kind in ("add", "mul") else w.helper(kind)

@@ -65,6 +65,16 @@ def computed_dtype(w, eqn, dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype.name in widened_dtypes(w.target, eqn) else dtype
 
 
+def rounded(w, eqn, expr: str) -> str:
+    """An intermediate of a widened equation rounded to its 16-bit output type (and back to
+    float32), so that an equation of several operations rounds after each as a 16-bit ALU
+    (and XLA) does; unchanged where the equation is not widened."""
+    dtype = np.dtype(eqn.outvars[0].aval.dtype)
+    if dtype.name not in widened_dtypes(w.target, eqn):
+        return expr
+    return w.bind(to_float32(w, cast(w, expr, np.float32, dtype), dtype))
+
+
 def widen_inputs(w, eqn, ins, dtypes) -> list[str]:
     out = []
     for v, x in zip(eqn.invars, ins):

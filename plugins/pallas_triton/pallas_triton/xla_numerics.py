@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 from jax.extend.core import Literal
 
-from pallas_triton.emitters import in_aval, is_float, literal, out_aval, register, tl_dtype
+from pallas_triton.emitters import (_python_number, in_aval, is_float, literal, out_aval,
+                                    register, tl_dtype)
 from pallas_triton.widening import cast
 
 
@@ -102,7 +103,11 @@ def _shift_right_arithmetic(w, eqn, ins):
     def sign_fill(x, dt):
         return f"tl.where({as_signed(x)} < 0, {literal(-1 if _signed(dt) else np.iinfo(dt).max, dt)}, " \
                f"{literal(0, dt)})"
-    return _shift(w, eqn, ins, lambda x, y: back(f"({as_signed(x)} >> {y})"), sign_fill)
+    def amount(y):
+        # signed too: int64 >> uint64 is promoted to float (NumPy, the interpreter)
+        return y if _python_number(y) else as_signed(y)
+    return _shift(w, eqn, ins, lambda x, y: back(f"({as_signed(x)} >> {amount(y)})"),
+                  sign_fill)
 
 
 @register("shift_right_logical")

@@ -270,6 +270,17 @@ def test_reductions_as_declared(rng, dtype):
                    ("cummin", lambda v: lax.cummin(v, axis=0, reverse=True))]:
         assert not manifests.XLA_DIFFERENCES[op]["nan_bits"]
         assert_like_xla(*run_like_xla(fn, x), nan_bits=False)
+    # the sign of zero and denormals: XLA's scan starts from +0.0, its max keeps a denormal
+    # (values whose sums are exact, so the order of summation does not matter)
+    # (XLA's float16 scans flush float16 denormals: within the declared sum bound)
+    tiny = float(jnp.finfo(dtype).smallest_subnormal) if dtype != jnp.float16 else 0.0
+    zeros = rng.choice([0.0, -0.0, tiny, -tiny, 1.0, -1.0, 2.0], SHAPE)
+    zeros[:4] = -0.0
+    zeros = jnp.asarray(zeros.astype(np.float32)).astype(dtype)
+    for fn in (lambda v: lax.cumsum(v, axis=1), lambda v: lax.cumsum(v, axis=0),
+               lambda v: lax.cumprod(v[:4], axis=1), lambda v: jnp.max(v, axis=1),
+               lambda v: jnp.min(v, axis=1)):
+        assert_like_xla(*run_like_xla(fn, zeros), nan_bits=False)
     finite = jnp.asarray(rng.standard_normal(SHAPE).astype(np.float32)).astype(dtype)
     eps = float(jnp.finfo(dtype).eps)
     terms = np.abs(np.asarray(finite, np.float64))
@@ -282,13 +293,36 @@ def test_reductions_as_declared(rng, dtype):
         assert np.all(np.abs(got - expect) <= eps * bound), op
 
 
-@pytest.mark.parametrize("dtype", INTS, ids=_name)
-def test_one_minus_square_of_integers_wraps(rng, dtype):
-    """tanh's JVP factor 1 - x*x on integers computed in float (1.0 - x * x) and lost the
-    wrapping product; XLA wraps."""
-    info = np.iinfo(dtype)
-    x = jnp.asarray(rng.integers(info.min, int(info.max) + 1, SHAPE).astype(dtype))
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+@pytest.mark.parametrize("y", [3, -2])
+def test_integer_pow_rounds_each_product(rng, dtype, y):
+    """bfloat16 x ** 3 under the interpreter multiplied in float32 and rounded once
+    (1 ULP from XLA's bfloat16 products in 283 of 2048 elements)."""
+    assert_like_xla(*run_like_xla(lambda v: lax.integer_pow(v, y), float_data(rng, dtype)))
+
+
+@pytest.mark.parametrize("dtype", INTS + FLOATS, ids=_name)
+def test_one_minus_square(rng, dtype):
+    """tanh's JVP factor: on integers it was computed in float (1.0 - x * x) and lost the
+    wrapping product; on floats 1 - x * x was 300 ULP from XLA's (1 - x) * (1 + x) at
+    x = 0.001."""
+    if jnp.issubdtype(dtype, jnp.integer):
+        info = np.iinfo(dtype)
+        x = jnp.asarray(rng.integers(info.min, int(info.max) + 1, SHAPE).astype(dtype))
+    else:
+        x = float_data(rng, dtype, scale=(1e-3, 1.0, 30.0))
     assert_like_xla(*run_like_xla(lax.one_minus_square, x))
+
+
+def test_uint64_arithmetic_shift_and_literals(rng):
+    """uint64 shift_right_arithmetic came out as float64 bits (int64 >> uint64 is promoted
+    to float), and a uint64 literal past int64 (the sign fill) was made a float."""
+    with jax.enable_x64(True):
+        x = jnp.asarray(rng.integers(0, 2 ** 64, SHAPE, dtype=np.uint64))
+        y = jnp.asarray(rng.integers(0, 70, SHAPE).astype(np.uint64))
+        assert_like_xla(*run_like_xla(lax.shift_right_arithmetic, x, y))
+        assert_like_xla(*run_like_xla(
+            lambda v: lax.shift_right_arithmetic(v, jnp.asarray(3, jnp.uint64)), x))
 
 
 # --- integer scans ----------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pallas_mgpu.pipeline import BlockSpec, OOBFillMode, emit_pipeline
 from pallas_mgpu.warp_pipeline import emit_pipeline_warp_specialized
 from pallas_mgpu import run_state as _run_state  # noqa: F401  (replays pl.run_state)
 from pallas_mgpu.copy_partition import CopyPartition
+from pallas_mgpu.im2col import im2col_ref
 from pallas_mgpu.cluster_cancel import (
     TryClusterCancelResult, async_store_smem, query_cluster_cancel, try_cluster_cancel)
 from pallas_mgpu.dynamic_scheduling import dynamic_scheduling_loop
@@ -69,7 +70,7 @@ __all__ = [
     "wgmma_wait", "async_prefetch", "atomic_add", "atomic_and", "atomic_max",
     "atomic_min", "atomic_or", "atomic_xor", "barrier_test", "griddepcontrol_launch_dependents",
     "griddepcontrol_wait", "max", "min", "print_layout", "prod", "store", "sum",
-    "wait_gmem_to_smem", "TryClusterCancelResult", "async_store_smem", "query_cluster_cancel",
+    "wait_gmem_to_smem", "TryClusterCancelResult", "async_store_smem", "im2col_ref", "query_cluster_cancel",
     "try_cluster_cancel",
 ]
 

@@ -1265,6 +1265,10 @@ CASES = [
         maxnreg=-5)), ("maxnreg",), expect_error=True),
     *_p("triton_precision_bogus", ("triton",), P(params_case, make_params=_triton_params(
         dot_input_precision="bogus")), ("dot_input_precision",), expect_error=True),
+    *_p("triton_cc_negative", ("triton",), P(params_case, make_params=_triton_params(
+        compute_capability=-1)), ("compute_capability",), expect_error=True),
+    *_p("triton_ptx_version_0", ("triton",), P(params_case, make_params=_triton_params(
+        ptx_version=0)), ("ptx_version",), expect_error=True),
     *_p("triton_num_warps_str", ("triton",), P(params_case, make_params=_triton_params(
         num_warps="4")), ("num_warps",), expect_error=True),
     *_p("tpu_dim_sem_bogus", ("tpu",), P(tpu_dim_semantics, sem=("bogus",)), ("bogus",),

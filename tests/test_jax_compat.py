@@ -623,7 +623,7 @@ def test_every_jax_pallas_name_is_importable_or_documented():
     doc = (pathlib.Path(__file__).parent.parent / "docs" / "api.md").read_text()
     for n in missing:
         assert f"| `{n}` |" in doc, f"pl.{n} is neither provided nor explained in docs/api.md"
-    assert set(missing) <= {"select_ref", "semaphore"}
+    assert set(missing) <= {"semaphore"}       # kept out: docs/api-parity.md says why
 
 
 def test_indirect_block_dim_is_refused_by_pallas_call(rng):

@@ -102,9 +102,10 @@ XLA_DIFFERENCES = {
        for name in ("max", "min")},
     # two-operand library functions: which NaN comes out of two NaN operands is the
     # library's; float16 add/mul of two NaNs: NumPy's float16 returns the second's sign
-    **{name: {"nan_bits": False, "ulps": dict.fromkeys(_FLOATS, 0),
-              "why": "which NaN of two NaN operands comes out is the library's"}
-       for name in ("atan2", "nextafter")},
+    "atan2": _math(4, why=f"{_TRITON_MATH}; which NaN of two NaN operands comes out is "
+                          f"the library's"),
+    "nextafter": {"nan_bits": False, "ulps": dict.fromkeys(_FLOATS, 0),
+                  "why": "which NaN of two NaN operands comes out is the library's"},
     **{name: {"nan_bits": False, "ulps": {"float16": 0},
               "why": "under the interpreter float16 arithmetic is NumPy's: of two NaN operands "
                      "it returns the second's sign, XLA the first's"}

@@ -14,9 +14,8 @@ from pallas_triton.errors import TritonCapabilityError
 TRITON = dict(interpret=pt.InterpretParams())
 REF = dict(interpret=True)
 
-# Host-side GPU introspection in JAX, not called by kernels; see README "Audit".
-NOT_PROVIDED = {"GpuInfo", "GpuVersion", "get_gpu_info", "get_gpu_info_from_version",
-                "is_gpu_device"}
+# Every name is provided now (the host-side GPU queries are JAX's own, re-exported)
+NOT_PROVIDED = set()
 
 
 def f64(x):

@@ -173,8 +173,10 @@ def _multiple_of(w, eqn, ins):
     return [f"tl.multiple_of({ins[0]}, {values if len(values) > 1 else values[0]})"]
 
 
-@register("copy", "copy_p", "reduce_precision", "optimization_barrier", "stop_gradient",
-          "reshard")
+# reduce_precision: float_edges.py (XLA's rounding, overflow and underflow on the bits)
+
+
+@register("copy", "copy_p", "optimization_barrier", "stop_gradient", "reshard")
 def _identity(w, eqn, ins):
     return list(ins)
 

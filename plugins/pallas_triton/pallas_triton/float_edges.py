@@ -31,7 +31,7 @@ import numpy as np
 
 from pallas_triton.emitters import _python_number, in_aval, is_float, out_aval, register
 from pallas_triton.jaxpr_text import tl_dtype
-from pallas_triton.widening import cast, computed_dtype
+from pallas_triton.widening import cast, computed_dtype, to_float32
 
 
 def _tensor(w, expr: str, dtype) -> str:
@@ -183,4 +183,48 @@ def _cosh(w, eqn, ins):
     x = w.bind(ins[0])
     a = w.bind(f"tl.abs({x})")
     r = f"tl.where({a} < 88.0, 0.5 * (tl.exp({a}) + tl.exp(-{a})), {_half_exp(w, a)})"
+    return [f"tl.where({x} != {x}, {x}, {r})"]
+
+
+# --- reduce_precision -------------------------------------------------------------------
+
+def _reduced_bits(u: str, nbits: int, src_mant: int, exponent_bits: int, mantissa_bits: int):
+    """XLA's reduce_precision on the unsigned bits ``u`` of a float with ``src_mant``
+    mantissa bits: the mantissa rounded to nearest even at ``mantissa_bits``, then an
+    exponent past the reduced range made ±inf (above) or ±0 (below, the target's
+    denormals included). NaN inputs are the caller's."""
+    src_exp = nbits - 1 - src_mant
+    if mantissa_bits < src_mant:
+        drop = src_mant - mantissa_bits
+        last = 1 << drop                      # the lowest mantissa bit that stays
+        # + (half - 1) + the kept lowest bit: ties go to the even neighbour
+        u = f"(({u} + (({u} & {last}) >> {drop}) + {(last >> 1) - 1}) & {~(last - 1) & ((1 << nbits) - 1)})"
+    if exponent_bits < src_exp:
+        exp_mask = ((1 << src_exp) - 1) << src_mant
+        bias, reduced_bias = (1 << (src_exp - 1)) - 1, (1 << (exponent_bits - 1)) - 1
+        exponent = f"({u} & {exp_mask})"
+        signed_zero = f"({u} & {1 << (nbits - 1)})"
+        u = (f"tl.where({exponent} > {(bias + reduced_bias) << src_mant}, "
+             f"{signed_zero} | {exp_mask}, tl.where({exponent} <= "
+             f"{(bias - reduced_bias) << src_mant}, {signed_zero}, {u}))")
+    return u
+
+
+@register("reduce_precision")
+def _reduce_precision(w, eqn, ins):
+    """lax.reduce_precision as XLA computes it, on the bits (so denormals are neither
+    flushed nor read as zero): NaN stays the input NaN; bfloat16 is computed on its
+    float32 bits (the same results) and a NaN comes out XLA's quiet NaN, sign kept."""
+    dt = np.dtype(in_aval(eqn).dtype)
+    e, m = int(eqn.params["exponent_bits"]), int(eqn.params["mantissa_bits"])
+    x = _tensor(w, ins[0], dt)
+    if dt.name == "bfloat16":
+        wide = w.bind(to_float32(w, x, dt))
+        u = w.bind(f"{wide}.to(tl.uint32, bitcast=True)")
+        r = w.bind(f"{_reduced_bits(u, 32, 23, e, m)}.to(tl.float32, bitcast=True)")
+        quiet = f"(({u} & 0x80000000) | 0x7FC00000).to(tl.float32, bitcast=True)"
+        return [cast(w, f"tl.where({wide} != {wide}, {quiet}, {r})", np.float32, dt)]
+    nbits = dt.itemsize * 8
+    u = w.bind(f"{x}.to(tl.uint{nbits}, bitcast=True)")
+    r = f"{_reduced_bits(u, nbits, int(np.finfo(dt).nmant), e, m)}.to({tl_dtype(dt)}, bitcast=True)"
     return [f"tl.where({x} != {x}, {x}, {r})"]

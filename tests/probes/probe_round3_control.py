@@ -10,6 +10,7 @@ print, switch process-wide state or may hang run in their own process; cases
 on a plugin's interpreter are ``slow``."""
 
 import functools
+import importlib
 import os
 import tempfile
 import threading
@@ -1083,19 +1084,24 @@ def params_case(rng, interp, make_params, where="compiler_params"):
     return thunk, None
 
 
+def _plugin_params(plugin, **kw):
+    """CompilerParams of ``plugin``, made when the case runs: collecting the cases
+    must not need the plugin (the frontend-only tox envs have none)."""
+    def make():
+        return importlib.import_module(plugin).CompilerParams(**kw)
+    return make
+
+
 def _triton_params(**kw):
-    import pallas_triton
-    return lambda: pallas_triton.CompilerParams(**kw)
+    return _plugin_params("pallas_triton", **kw)
 
 
 def _tpu_params(**kw):
-    import pallas_tpu
-    return lambda: pallas_tpu.CompilerParams(**kw)
+    return _plugin_params("pallas_tpu", **kw)
 
 
 def _tpu_interpret(**kw):
-    import pallas_tpu
-    return lambda: pallas_tpu.InterpretParams(**kw)
+    return lambda: importlib.import_module("pallas_tpu").InterpretParams(**kw)
 
 
 def tpu_dim_semantics(rng, interp, sem):

@@ -45,6 +45,9 @@ def _split_view(x):
 
 
 def _is_ref(x) -> bool:
+    # a view (ref.at[...]) is a Ref too; jax.typeof refuses it
+    if isinstance(x, _jax_private.transformed_ref_type()):
+        return True
     try:
         return isinstance(jax.typeof(x), jax.ref.AbstractRef)
     except TypeError:

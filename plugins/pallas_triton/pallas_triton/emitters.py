@@ -96,12 +96,28 @@ def _tan(w, eqn, ins):
 
 @register("polynomial")
 def _polynomial(w, eqn, ins):
-    # c0 + c1*x + c2*x^2 + ... (coefficients ascending), by Horner's rule
+    # c0 + c1*x + c2*x^2 + ... (coefficients ascending), by Horner's rule, rounded as XLA
+    # on CPU rounds it: float32/float64 steps fused (fma), float16 an fma in float32
+    # rounded to float16 per step, bfloat16 every multiply and add rounded to bfloat16
+    from pallas_triton.widening import computed_dtype, rounded
     x, coeffs = w.bind(ins[0]), ins[1:]
+    dt = np.dtype(out_aval(eqn).dtype)
     acc = coeffs[-1]
+    if not is_float(dt) or dt.name == "bfloat16":
+        for c in reversed(coeffs[:-1]):
+            acc = rounded(w, eqn, f"({rounded(w, eqn, f'({acc} * {x})')} + {c})")
+        return [acc]
+    wide = "tl.float64" if dt == np.float64 else "tl.float32"
+    narrow = dt == np.float16 and computed_dtype(w, eqn, dt) == dt
+    as_wide = lambda v: v if _python_number(v) else f"({v}).to({wide})"  # noqa: E731
+    xw = w.bind(as_wide(x))
+    acc = f"tl.full([], {acc}, {wide})" if _python_number(acc) else as_wide(acc)
     for c in reversed(coeffs[:-1]):
-        acc = f"({acc} * {x} + {c})"
-    return [acc]
+        acc = w.bind(f"tl.fma({acc}, {xw}, {as_wide(c)})")
+        if dt == np.float16:          # each step rounded to float16
+            acc = w.bind(f"{acc}.to(tl.float16).to(tl.float32)") if narrow else \
+                rounded(w, eqn, acc)
+    return [f"{acc}.to(tl.float16)" if narrow else acc]
 
 
 @register("one_minus_square")

@@ -17,8 +17,11 @@ def _check_count(field, value, low, high, *, power_of_two, why, example):
         return
     rule = (f"a power of two from {low} to {high}" if power_of_two
             else f"an integer >= {low}" if high is None else f"an integer from {low} to {high}")
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low and (
-        high is None or value <= high) and (not power_of_two or value & (value - 1) == 0)
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"pallas_triton.CompilerParams.{field} must be {rule} or None, got "
+                        f"{value!r} ({type(value).__name__}). Pass e.g. {field}={example}.")
+    ok = value >= low and (high is None or value <= high) and (
+        not power_of_two or value & (value - 1) == 0)
     if not ok:
         raise ValueError(f"pallas_triton.CompilerParams({field}={value!r}): {field} must be {rule} "
                          f"({why}). Pass e.g. {field}={example}, or leave it None for "

@@ -72,8 +72,6 @@ def test_compiler_params_on_cpu_point_to_interpret_params():
     ("num_warps", 1024, "a power of two from 1 to 32"),
     ("num_warps", 3, "a power of two from 1 to 32"),
     ("num_warps", 0, "a power of two from 1 to 32"),
-    ("num_warps", True, "a power of two from 1 to 32"),
-    ("num_warps", 4.0, "a power of two from 1 to 32"),
     ("num_stages", -1, "an integer >= 1"),
     ("num_stages", 0, "an integer >= 1"),
 ])
@@ -82,6 +80,16 @@ def test_compiler_params_refuse_bad_warps_and_stages(field, value, rule):
     took num_warps=1024 and num_stages=-1 and failed only when compiling or launching)."""
     with pytest.raises(ValueError, match=rf"CompilerParams\({field}={value!r}\): {field} must "
                                          rf"be {rule} .*Pass e\.g\. {field}=\d+, or leave it None"):
+        pt.CompilerParams(**{field: value})
+
+
+@pytest.mark.parametrize("field, value", [("num_warps", True), ("num_warps", 4.0),
+                                          ("num_warps", "4"), ("num_stages", 2.5)])
+def test_compiler_params_refuse_non_integer_warps_and_stages(field, value):
+    """A value of the wrong type is a TypeError, in the words the frontend's field
+    check uses (CompilerParams.<field> must be ...)."""
+    with pytest.raises(TypeError, match=rf"CompilerParams\.{field} must be .* or None, got "
+                                        rf".*Pass e\.g\. {field}=\d+"):
         pt.CompilerParams(**{field: value})
 
 

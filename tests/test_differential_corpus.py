@@ -30,34 +30,7 @@ SEED = int(os.environ.get("PALLAS_DIFFERENTIAL_SEED", "0"))
 # Defects of issue 32 being fixed elsewhere: (interpreter, case pattern, dtype pattern)
 # -> the defect. Not declarations (nothing here is deliberate): each is an xfail that
 # names it, and an entry that no longer shows fails the test until it is dropped.
-_MATH = "a math function's results beyond the bound pallas_triton.manifests.XLA_DIFFERENCES declares"
-PENDING: dict[tuple[str, str, str], str] = {
-    # the sign of an input NaN dropped (exp(-NaN) is +NaN), NaNs made with other bits than
-    # XLA's (log(-inf): XLA 0xffffffff), and float64 (no bound declared for it)
-    **{("triton", op, "*"): f"{op}: {_MATH} (NaN signs and bits, float64)" for op in (
-        "acos", "acosh", "asin", "asinh", "atan", "atanh", "cbrt", "cos", "cosh", "erf_inv",
-        "exp", "exp2", "expm1", "log", "log1p", "logistic", "rsqrt", "sin", "sinh", "tan",
-        "tanh", "pow", "atan2")},
-    ("triton", "nextafter", "*"): "nextafter(x, NaN) keeps the other NaN's sign",
-    ("triton", "add", "float16"): "float16 add of two NaNs of different signs keeps the second",
-    ("triton", "mul", "float16"): "float16 mul of two NaNs of different signs keeps the second",
-    ("triton", "one_minus_square", "*"): "one_minus_square: up to 300 ulp on floats; on "
-                                         "int32/int64/uint64 wrong values (computed in float)",
-    ("triton", "polynomial", "*"): "polynomial: up to 66 ulp (bfloat16), 25 (float32)",
-    ("triton", "integer_pow*", "bfloat16"): "integer_pow on bfloat16 rounds once (XLA rounds "
-                                           "every multiply in bfloat16): 1 ulp",
-    ("triton", "reduce_precision*", "*"): "reduce_precision keeps denormals and values below "
-                                         "the target exponent range (XLA: zero)",
-    ("triton", "reduce_m*", "*"): "reduce_max/min: a -NaN comes out +NaN; denormals flushed "
-                                  "to zero (issue 32: bf16 min)",
-    ("triton", "cumsum*", "*"): "cumsum of -0.0 is -0.0 (XLA +0.0); denormals kept where "
-                                "XLA flushes them",
-    ("triton", "cumprod*", "*"): "cumprod keeps denormals where XLA flushes them",
-    ("triton", "cummax*", "*"): "cummax: NaN sign (XLA's scan flips it), denormals and -0.0",
-    ("triton", "cummin*", "*"): "cummin: NaN sign (XLA's scan flips it), denormals and -0.0",
-    ("triton", "shift_right_arithmetic", "uint64"): "uint64 shift_right_arithmetic returns "
-                                                    "the bits of a float64",
-}
+PENDING: dict[tuple[str, str, str], str] = {}
 
 
 # --- the catalogue ---------------------------------------------------------------------
@@ -144,7 +117,78 @@ def test_declared_differences_come_from_each_backends_manifest():
         from pallas_triton import manifests
     except ImportError:
         pytest.skip("pallas_triton is not installed here")
-    assert decl["triton"] == dict(getattr(manifests, "XLA_DIFFERENCES", {}))
+    assert decl["triton"] == {**manifests.XLA_DIFFERENCES,
+                              D.EVERY: manifests.XLA_DIFFERENCES_EVERY_PRIMITIVE}
+    # every field of every declaration is one the tool reads (an unknown one raises)
+    for dtype in ("float32", "bfloat16", "float16", "float64"):
+        for case in C.CASES:
+            D.allowance(decl["triton"], case, dtype)
+
+
+def test_an_unknown_declared_field_is_refused():
+    case = next(c for c in C.CASES if c.name == "exp")
+    with pytest.raises(ValueError, match="fields this tool does not read: .'ulp_bound'."):
+        D.allowance({"exp": {"ulp_bound": 3}}, case, "float32")
+    with pytest.raises(ValueError, match="does not read"):
+        D.allowance({D.EVERY: {"x": {"nan_sign": False}}}, case, "float32")
+
+
+def _case(name):
+    return next(c for c in C.CASES if c.name == name)
+
+
+def test_every_primitive_declarations_apply_to_each_case_but_their_exceptions():
+    every = {D.EVERY: {"nans": {"nan_bits": False, "except": ("neg",)},
+                       "daz": {"inputs_read_as_zero": True}}}
+    exp, neg = D.allowance(every, _case("exp"), "float32"), D.allowance(every, _case("neg"), "float32")
+    assert not exp.nan_bits and exp.inputs_read_as_zero
+    assert neg.nan_bits and neg.inputs_read_as_zero
+
+
+def test_each_declared_field_allows_only_its_difference():
+    """A planted difference of each kind is 'declared' only under the field that
+    declares it (and 'undeclared' without it)."""
+    f32 = np.float32
+    tiny = np.finfo(f32).tiny
+    want = np.array([[np.nan, 0.0, 1.0, 0.0]], f32)
+    cases = {
+        # field -> (case, got, entry)
+        "nan_bits": ("exp", np.array([[-np.nan, 0.0, 1.0, 0.0]], f32), {"nan_bits": False}),
+        "denormal_ties": ("reduce_max[axis1]", np.array([[np.nan, 0.0, 1.0, tiny / 4]], f32),
+                          {"denormal_ties": True}),
+        "flushed_results": ("logistic", np.array([[np.nan, 0.0, 1.0, tiny / 8]], f32),
+                            {"flushed_results": {"float32": "why"}}),
+        "scalar_bounds": ("clamp[scalar bounds]", np.array([[-np.nan, -0.0, 1.0, 0.0]], f32),
+                          {"scalar_bounds": True}),
+        "scalar_operand": ("max[constant]", np.array([[-np.nan, 0.0, 1.0, 0.0]], f32),
+                           {"scalar_operand": {"dtypes": ("float32",)}}),
+    }
+    ops = {k: np.zeros((1, 4), f32) for k in D.KEYS}
+    for field, (name, got, entry) in cases.items():
+        case = next(c for c in C.CASES if c.name == name)
+        r = D.compare("triton", "float32", case, got, want, ops, {"triton": {case.primitive: entry}})
+        assert r.status == "declared", (field, r.detail)
+        r = D.compare("triton", "float32", case, got, want, ops, {"triton": {}})
+        assert r.status == "undeclared", (field, r.detail)
+
+
+def test_a_sum_is_held_to_count_eps_sum_of_abs_terms():
+    case = _case("reduce_sum[axis1]")
+    ops = C.operands("float32", np.random.default_rng(SEED))
+    p = D.Prepared("float32", [case], ops, {})
+    want = D.reference([case], ops)[0]
+    terms = p.abs_terms(case)
+    bound = C.SHAPE[1] * np.finfo(np.float32).eps * terms
+    finite = np.isfinite(want) & (terms > 0) & (bound < np.abs(want) * 1e-3)
+    assert finite.any()
+    got = want.copy()
+    got[finite] = (want[finite].astype(np.float64) + bound[finite] * 0.9).astype(np.float32)
+    decl = {"triton": {"reduce_sum": {"sum_abs_eps": True}}}
+    r = D.compare("triton", "float32", case, got, want, ops, decl, abs_terms=lambda: terms)
+    assert r.status == "declared", r.detail
+    got[finite] = (want[finite].astype(np.float64) + bound[finite] * 3).astype(np.float32)
+    r = D.compare("triton", "float32", case, got, want, ops, decl, abs_terms=lambda: terms)
+    assert r.status == "undeclared", r.detail
 
 
 def test_a_declared_bound_is_held_to():
@@ -162,7 +206,7 @@ def test_a_declared_bound_is_held_to():
     assert D.compare("interpret", "float32", case, got, want, ops, decl2).status == "undeclared"
     got.reshape(-1)[finite[0]] = np.nextafter(got.reshape(-1)[finite[0]], np.float32(np.inf))
     r = D.compare("interpret", "float32", case, got, want, ops, decl)
-    assert r.status == "undeclared" and "1 outside the declared 1 ulp" in r.detail, r.detail
+    assert r.status == "undeclared" and "1 outside the declared (within 1 ulp)" in r.detail, r.detail
 
 
 def test_a_planted_difference_is_found():

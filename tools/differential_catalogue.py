@@ -30,6 +30,12 @@ class Case:
     kind: str                     # unary | binary | ternary | reduction | cumulative | cast
     fn: Callable                  # {operand name: array} -> array (SHAPE or reducible to it)
     target: str | None = None     # casts: the dtype cast to
+    scalars: bool = False         # a constant operand or scalar bounds (XLA may simplify)
+
+
+def _const(x, value):
+    """A constant of operand a's dtype."""
+    return jnp.asarray(value, x["a"].dtype)
 
 
 def _u(prim, f):
@@ -78,6 +84,12 @@ BINARY = [_b(n, getattr(lax, n)) for n in (
 
 TERNARY = [
     Case("clamp", "clamp", "ternary", lambda x: lax.clamp(x["b"], x["a"], x["c"])),
+    Case("clamp[scalar bounds]", "clamp", "unary",
+         lambda x: lax.clamp(_const(x, 0), x["a"], _const(x, 100)), scalars=True),
+    Case("max[constant]", "max", "unary", lambda x: lax.max(x["a"], _const(x, 1)),
+         scalars=True),
+    Case("min[constant]", "min", "unary", lambda x: lax.min(x["a"], _const(x, 1)),
+         scalars=True),
     Case("select_n", "select_n", "ternary", lambda x: lax.select_n(x["pred"], x["a"], x["b"])),
     Case("select_n[3]", "select_n", "ternary",
          lambda x: lax.select_n(x["which"], x["a"], x["b"], x["c"])),

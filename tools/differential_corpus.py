@@ -212,11 +212,14 @@ def ulps_apart(got: np.ndarray, want: np.ndarray, nan_sign=True) -> np.ndarray:
     return d
 
 
+EVERY = "*"          # the key of a backend's declarations for every primitive
+
+
 def declared() -> dict[str, dict]:
-    """{interpreter: {primitive: entry}}: the differences from XLA each installed
-    backend declares, from its manifest module's ``XLA_DIFFERENCES`` (described in
-    its README). An entry's "ulps" ({dtype: n}) bounds finite results in those
-    dtypes; "nan_bits": False lets a NaN's sign and payload differ."""
+    """{interpreter: {primitive: entry, EVERY: {name: entry}}}: the differences from XLA
+    each installed backend declares in its manifest module (``XLA_DIFFERENCES`` and
+    ``XLA_DIFFERENCES_EVERY_PRIMITIVE``, described in its README); ``allowance`` reads
+    them."""
     out = {}
     for name, (module_name, _) in INTERPRETERS.items():
         if module_name is None:
@@ -226,9 +229,106 @@ def declared() -> dict[str, dict]:
                 module = importlib.import_module(f"{module_name}.{sub}")
             except ImportError:
                 continue
-            out[name] = dict(getattr(module, "XLA_DIFFERENCES", {}))
+            out[name] = {**getattr(module, "XLA_DIFFERENCES", {}),
+                         EVERY: dict(getattr(module, "XLA_DIFFERENCES_EVERY_PRIMITIVE", {}))}
             break
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Allowance:
+    """What a backend's declarations let one case's float results differ in (the
+    defaults: nothing, bit for bit)."""
+    ulps: int = 0                     # finite results within this many ULP
+    nan_bits: bool = True             # False: a NaN's sign and payload are free
+    inputs_read_as_zero: bool = False  # may be XLA's result on denormals read as +-0
+    denormal_ties: bool = False       # results compare with denormals read as +-0
+    zero_sign: bool = True            # False: the sign of a zero result is free
+    sum_abs_eps: bool = False         # within count * eps * sum(|terms|)
+    flushed_results: bool = False     # a denormal here where XLA gives +-0
+    fields: tuple = ()                # the declarations that gave it, for the report
+
+    def __bool__(self):
+        return bool(self.fields)
+
+
+ENTRY_FIELDS = {"why", "ulps", "nan_bits", "sum_abs_eps", "scalar_operand", "scalar_bounds",
+                "denormal_ties", "flushed_results"}
+EVERY_FIELDS = {"why", "inputs_read_as_zero", "nan_bits", "except"}
+
+
+def allowance(entries: dict, case: C.Case, dtype: str) -> Allowance:
+    """The one reader of a backend's declarations (``declared()[interpreter]``): what
+    they allow ``case`` on ``dtype``. A field it does not know raises, so that nothing
+    a manifest declares goes unread."""
+    entry = entries.get(case.primitive, {})
+    every = {k: v for k, v in entries.get(EVERY, {}).items()
+             if case.primitive not in v.get("except", ())}
+    for where, fields, known in [(case.primitive, entry, ENTRY_FIELDS)] + [
+            (f"{EVERY}{k}", v, EVERY_FIELDS) for k, v in every.items()]:
+        unknown = set(fields) - known
+        if unknown:
+            raise ValueError(f"declared difference {where!r} has fields this tool does not "
+                             f"read: {sorted(unknown)} (tools/differential_corpus.py allowance)")
+    got: dict = {}
+    names = []
+    if dtype in entry.get("ulps", {}):
+        got["ulps"] = entry["ulps"][dtype]
+        names.append(f"within {got['ulps']} ulp")
+    if entry.get("nan_bits", True) is False:
+        got["nan_bits"] = False
+        names.append("NaN bits free")
+    for key in ("denormal_ties", "sum_abs_eps"):
+        if entry.get(key):
+            got[key] = True
+            names.append(key.replace("_", " "))
+    if dtype in entry.get("flushed_results", {}):
+        got["flushed_results"] = True
+        names.append("XLA's flushed results")
+    if case.scalars and dtype in entry.get("scalar_operand", {}).get("dtypes", ()):
+        got["nan_bits"] = False
+        names.append("constant operand: NaN bits free")
+    if case.scalars and entry.get("scalar_bounds"):
+        got.update(nan_bits=False, zero_sign=False, denormal_ties=True)
+        names.append("scalar bounds: NaN bits, zero signs free, denormals as zero")
+    for name, e in every.items():
+        if e.get("inputs_read_as_zero"):
+            got["inputs_read_as_zero"] = True
+            names.append("denormal inputs may read as zero")
+        if e.get("nan_bits", True) is False and got.get("nan_bits", True):
+            got["nan_bits"] = False
+            names.append(f"NaN bits free ({name})")
+    return Allowance(**got, fields=tuple(names))
+
+
+def _read_as_zero(x: np.ndarray) -> np.ndarray:
+    """``x`` with every denormal replaced by a zero of its sign."""
+    tiny = float(jnp.finfo(x.dtype).tiny)
+    wide = x.astype(np.float32) if x.dtype.itemsize < 4 else x
+    return np.where((wide != 0) & (np.abs(wide) < tiny), np.copysign(0, wide), wide) \
+        .astype(x.dtype)
+
+
+def allowed(a: Allowance, dtype: str, got, refs, abs_terms=None, count=0) -> np.ndarray:
+    """Where ``got`` is one of the results ``a`` allows from any reference in ``refs``
+    (XLA's, and XLA's on denormals read as zero where ``a`` says so)."""
+    ok = np.zeros(got.shape, bool)
+    tiny = float(jnp.finfo(got.dtype).tiny)
+    wide = got.astype(np.float64)
+    for ref in refs:
+        ok |= within(got, ref, a.ulps, a.nan_bits)
+        if a.denormal_ties:
+            ok |= within(_read_as_zero(got), _read_as_zero(ref), a.ulps, a.nan_bits)
+        r = ref.astype(np.float64)
+        if not a.zero_sign:
+            ok |= (wide == 0) & (r == 0)
+        if a.flushed_results:
+            ok |= (r == 0) & (np.abs(wide) < tiny)
+        if a.sum_abs_eps and abs_terms is not None:
+            eps = float(jnp.finfo(got.dtype).eps)
+            with np.errstate(invalid="ignore"):
+                ok |= np.isfinite(r) & (np.abs(wide - r) <= count * eps * abs_terms)
+    return ok
 
 
 @dataclasses.dataclass
@@ -284,15 +384,8 @@ def _capability_error(e: BaseException) -> str:
 
 def _flushed(ops: dict) -> dict:
     """``ops`` with every denormal float replaced by a zero of its sign."""
-    out = {}
-    for k, x in ops.items():
-        if x.dtype.kind == "f" or x.dtype.name == "bfloat16" or "float8" in x.dtype.name:
-            tiny = float(jnp.finfo(x.dtype).tiny)
-            wide = x.astype(np.float32) if x.dtype.itemsize < 4 else x
-            x = np.where((wide != 0) & (np.abs(wide) < tiny), np.copysign(0, wide), wide) \
-                .astype(x.dtype)
-        out[k] = x
-    return out
+    return {k: _read_as_zero(x) if x.dtype.kind == "f" or x.dtype.name == "bfloat16"
+            or "float8" in x.dtype.name else x for k, x in ops.items()}
 
 
 def within(got, want, ulps: int, nan_bits: bool) -> np.ndarray:
@@ -305,10 +398,12 @@ def within(got, want, ulps: int, nan_bits: bool) -> np.ndarray:
     return ok
 
 
-def compare(interp, dtype, case, got, want, ops, decl, flushed_reference=None) -> Result:
-    """``got`` (an interpreter's output or exception) against XLA's ``want``.
-    ``flushed_reference()``: XLA's output on ``ops`` with denormals read as zero
-    (what a declared math function may compute on denormal inputs)."""
+def compare(interp, dtype, case, got, want, ops, decl, flushed_reference=None,
+            abs_terms=None) -> Result:
+    """``got`` (an interpreter's output or exception) against XLA's ``want``, allowing
+    what the backend declares (``allowance``). ``flushed_reference()``: XLA's output on
+    ``ops`` with denormals read as zero; ``abs_terms()``: XLA's output on the absolute
+    values (the sum of |terms| a declared summation-order bound scales with)."""
     if isinstance(got, Exception):
         refusal = _capability_error(got)
         if refusal:
@@ -328,21 +423,21 @@ def compare(interp, dtype, case, got, want, ops, decl, flushed_reference=None) -
         detail += f" (at most {finite.max()} ulp apart" + (
             f", {d.size - finite.size} NaN where XLA has none or the reverse)" if
             finite.size < d.size else ")") if finite.size else " (NaN vs number)"
-    entry = decl.get(interp, {}).get(case.primitive, {})
-    bound = entry.get("ulps", {}).get(dtype)
-    if floating and bound is not None:
-        nan_bits = entry.get("nan_bits", True)
-        ok = within(got, want, bound, nan_bits)
-        if not ok.all() and flushed_reference is not None and case.kind in (
-                "unary", "binary", "ternary"):
-            ok |= within(got, flushed_reference(), bound, nan_bits)
+    a = allowance(decl.get(interp, {}), case, dtype)
+    if floating and a:
+        refs = [want]
+        if a.inputs_read_as_zero and flushed_reference is not None:
+            refs.append(flushed_reference())
+        terms, count = None, 0
+        if a.sum_abs_eps and abs_terms is not None and case.kind in ("reduction", "cumulative"):
+            terms = abs_terms()
+            count = C.SHAPE[int(re.search(r"axis(\d)", case.name).group(1))]
+        ok = ~diff | allowed(a, dtype, got, refs, terms, count)
         if ok.all():
             return Result(interp, dtype, case.name, "declared",
-                          f"{detail}; declared: within {bound} ulp"
-                          + ("" if nan_bits else ", NaN bits free")
-                          + ", denormal inputs may read as zero")
+                          f"{detail}; declared: " + ", ".join(a.fields))
         where = np.argwhere(~ok)
-        detail += f"; {len(where)} outside the declared {bound} ulp"
+        detail += f"; {len(where)} outside the declared ({', '.join(a.fields)})"
     shown = "; ".join(_describe(ops, case, tuple(i), got, want) for i in where[:3])
     return Result(interp, dtype, case.name, "undeclared", f"{detail}: {shown}")
 
@@ -387,6 +482,13 @@ class Prepared:
                                                 lambda: reference([case], ops)[0])
         return self._flushed[case.name]
 
+    def abs_terms(self, case: C.Case) -> np.ndarray:
+        """``case`` on the absolute values of the float operands, in float64 (for a sum:
+        the sum of |terms| behind each result)."""
+        ops = {k: np.abs(x.astype(np.float64)) if x.dtype.kind == "f"
+               or x.dtype.name == "bfloat16" else x for k, x in self.ops.items()}
+        return _in_mode(True, lambda: reference([case], ops)[0]).astype(np.float64)
+
 
 def prepare(dtype: str, all_dtypes, seed: int) -> Prepared:
     cases = cases_for(dtype, all_dtypes)
@@ -424,7 +526,8 @@ def run_interpreter(interp: str, mine, p: Prepared, decl, log=None) -> list[Resu
         if isinstance(got[c.name], Exception) and _capability_error(got[c.name]):
             refused_before.add(c.primitive)
     mine_results = [compare(interp, p.dtype, c, got[c.name], p.want[c.name], p.ops, decl,
-                            lambda c=c: p.flushed_reference(c)) for c in runnable]
+                            lambda c=c: p.flushed_reference(c), lambda c=c: p.abs_terms(c))
+                    for c in runnable]
     if log:
         counts = {}
         for r in mine_results:
@@ -504,9 +607,13 @@ def page(results, skipped, seed) -> str:
         "(`--all-special` runs them everywhere).",
         "",
         "- equal: every bit equal.",
-        "- declared: differs where the backend declares a deliberate difference from XLA "
-        "(`XLA_DIFFERENCES` in its manifest module, described in its README), within the "
-        "ULP bound given there; a denormal input may read as zero.",
+        "- declared: differs only where the backend declares a deliberate difference from "
+        "XLA (`XLA_DIFFERENCES` and `XLA_DIFFERENCES_EVERY_PRIMITIVE` in its manifest "
+        "module, described in its README), as far as the declaration allows: a ULP bound "
+        "per dtype, NaN bits, denormal inputs read as zero, which of a denormal and a zero "
+        "that compare equal, a summation-order bound (count x eps x sum of |terms|), "
+        "results XLA flushes, constant operands and scalar bounds. Every field a "
+        "declaration has is read (`allowance` in the tool; an unknown field fails).",
         "- undeclared: differs and nothing declares it (the CI test fails).",
         "- error: the kernel raised while running (undeclared: the CI test fails).",
         "- refused: the backend's `check()` refused the kernel before running it, "

@@ -13,6 +13,8 @@ and under Triton's interpreter:
 - ``round``: the sign of ``x`` is kept (``round(-0.0) = -0.0``, ``round(-0.3) = -0.0``).
 - ``log1p(inf) = inf``; ``expm1`` of a large ``x`` is ``exp(x) - 1`` (finite up to
   ``exp``'s own overflow, 88.72 in float32), ``expm1(inf) = inf``.
+- ``reduce_precision``: XLA's rounding (nearest even) and exponent range on the bits,
+  NaN kept (it was an identity).
 - ``sinh`` near 0 from ``expm1`` (``exp(x) - exp(-x)`` cancels: 3.1e-6 gave 3.0994e-6),
   ``sinh(-0.0) = -0.0``; ``sinh``/``cosh`` finite up to their own overflow (89.4 in
   float32, where ``exp`` alone overflows at 88.72).

@@ -55,6 +55,13 @@ KNOWN_GAPS = {
 # "scalar_bounds": a lax.clamp with scalar bounds, where XLA's own NaN sign, sign of zero
 # and denormal results depend on how it simplifies the clamp (constant bounds,
 # broadcasts); with array bounds the result is XLA's bit for bit.
+# "scalar_operand": {"dtypes": (...)}: with a constant operand in those dtypes only
+# NaN-ness matches (not the NaN's sign).
+# "denormal_ties": which of two values that compare equal (a denormal and a zero, with
+# denormals treated as zero) comes out: results compare with denormals read as zero.
+# "flushed_results": {dtype: why}: XLA returns +-0 where the result here is a denormal.
+# Every field is read by tools/differential_corpus.py (``allowance``), which refuses a
+# field it does not know.
 # float64 bounds: twice what tools/differential_corpus.py measured (XLA's float64 exp2 and
 # sinh/cosh are 490 ULP from ours, which match float64 references).
 _TRITON_MATH = "Triton's math library, not XLA's CPU approximation"
@@ -72,8 +79,8 @@ XLA_DIFFERENCES = {
     "exp": _math(4), "log": _math(4), "log2": _math(4, 3, 3), "rsqrt": _math(4),
     "exp2": _math(128, 192, 32, f64=1024, why="XLA's CPU exp2 is the less accurate (exp(x * ln 2))"),
     "tanh": _math(8, f64=16), "sin": _math(4), "cos": _math(4), "tan": _math(6), "erf": _math(8),
-    "logistic": _math(8, 3, 3, float16_denormal_results="XLA flushes float16 results below "
-                                                        "6.1e-5 to zero; kept here"),
+    "logistic": _math(8, 3, 3, flushed_results={
+        "float16": "XLA flushes float16 results below 6.1e-5 to zero; kept here"}),
     "atan": _math(4), "asin": _math(6), "acos": _math(4), "asinh": _math(4),
     "acosh": _math(6, 3, 3), "atanh": _math(6), "cbrt": _math(4),
     "erf_inv": _math(128, why="XLA's CPU erf_inv is the less accurate near +-1 (50 ULP at "
@@ -86,9 +93,11 @@ XLA_DIFFERENCES = {
     "pow": _math(2, why="libdevice's/NumPy's pow; under the interpreter a denormal exponent "
                         "counts as zero (XLA's pow keeps it: pow(-2.5, 1e-45) is NaN there, "
                         "1 here)"),
-    **{name: {"nan_bits": False, "ulps": dict.fromkeys(_FLOATS, 0),
-              "why": "which NaN a reduction returns when it meets several (sign, payload) "
-                     "follows the reduction order; NaN-ness and every other result are XLA's"}
+    **{name: {"nan_bits": False, "ulps": dict.fromkeys(_FLOATS, 0), "denormal_ties": True,
+              "why": "which NaN a reduction returns when it meets several (sign, payload), "
+                     "and which of a denormal and a zero that compare equal (XLA on CPU "
+                     "compares with denormals treated as zero), follows the reduction "
+                     "order; NaN-ness and every other result are XLA's"}
        for name in ("reduce_max", "reduce_min", "cummax", "cummin")},
     **{name: {"sum_abs_eps": True,
               "why": "the summation order is Triton's (a tree on a GPU, NumPy's under the "
@@ -96,7 +105,7 @@ XLA_DIFFERENCES = {
                      "once); results differ from XLA's by rounding: within count * eps(dtype) "
                      "* sum(|terms|)"}
        for name in ("reduce_sum", "cumsum")},
-    **{name: {"scalar_operand": "bfloat16 with a constant operand: only NaN-ness matches",
+    **{name: {"scalar_operand": {"dtypes": ("bfloat16",)},
               "why": "XLA gives 0x7FC0 for a NaN from two bfloat16 arrays (as here, always) but "
                      "keeps the NaN's sign when the other operand is a constant"}
        for name in ("max", "min")},
@@ -110,20 +119,24 @@ XLA_DIFFERENCES = {
               "why": "under the interpreter float16 arithmetic is NumPy's: of two NaN operands "
                      "it returns the second's sign, XLA the first's"}
        for name in ("add", "mul")},
-    "clamp": {"scalar_bounds": "NaN-ness and values match; denormals compare as zero",
+    "clamp": {"scalar_bounds": True,
               "why": "XLA's result depends on its simplification of the clamp"},
 }
 
 # Differences that hold for every float primitive, as in XLA_DIFFERENCES.
+# "inputs_read_as_zero": results may be XLA's on inputs with denormals read as zero;
+# "nan_bits": False with "except": NaN sign and payload free but for those primitives.
 XLA_DIFFERENCES_EVERY_PRIMITIVE = {
-    "denormal_inputs": "under the interpreter a denormal input follows the processor's "
+    "denormal_inputs": {"inputs_read_as_zero": True, "why": "under the interpreter a denormal input follows the processor's "
                        "denormals-are-zero mode that XLA on CPU also runs in, not XLA's choice "
                        "per operation (XLA keeps some: tanh(-7e-45) and sin(-7e-45) are "
                        "-7e-45 there, -0.0 here); compare results on denormal inputs with "
-                       "denormals read as zero. A GPU keeps float32 denormals.",
-    "nan_from_nan_operands": "the sign and payload of a NaN that arithmetic or a math function "
+                       "denormals read as zero. A GPU keeps float32 denormals."},
+    "nan_from_nan_operands": {"nan_bits": False, "except": (
+        "sign", "neg", "abs", "round", "max", "min", "clamp", "convert_element_type",
+        "bitcast_convert_type", "select_n", "copy", "reduce_precision"), "why": "the sign and payload of a NaN that arithmetic or a math function "
                              "computes from NaN operands (float16 add/mul, 16-bit exp/log/"
                              "tanh/sin) can differ; NaN-ness is XLA's. sign, neg, abs, round, "
                              "max/min with array operands, conversions and selects keep XLA's "
-                             "NaN bits.",
+                             "NaN bits."},
 }

@@ -9,6 +9,7 @@ References: NumPy (float64) or the same kernel under JAX's Pallas
 print, switch process-wide state or may hang run in their own process; cases
 on a plugin's interpreter are ``slow``."""
 
+import dataclasses
 import functools
 import importlib
 import os
@@ -1309,3 +1310,33 @@ CASES = [
     *_p("cost_dict", B, P(cost_estimate_case, make=lambda: {"flops": 1}), ("k_cost",),
         expect_error=True),
 ]
+
+
+# Reported defects not fixed by the end of the session (issue 32 round 3 report)
+XFAIL = {
+    "mgpu-accumulate_into_alias":
+        "pallas_mgpu: an aliased output does not start as its input (reads NaN)",
+    "mgpu-threads_concurrent_mgpu":
+        "Mosaic GPU interpret mode from several threads: wrong results or internal errors",
+    "tpu-debug_check_in_loop":
+        "TPU interpret: a failed pl.debug_check inside fori_loop does not name the kernel",
+    "tpu-ds_static_negative":
+        "pallas_tpu: static pl.ds(-2, 4) is not refused at trace time (JAX's IndexError at run time)",
+    "tpu-interp_threads_zero":
+        "pallas_tpu.InterpretParams(num_cores_or_threads=0): JAX's message, field not named",
+    "tpu-threads_concurrent":
+        "JAX's TPU interpret mode keeps process-global state: not thread-safe (JAX's own too)",
+    "triton-masked_load_bad_mask":
+        "pallas_triton: a mask of the wrong shape fails inside Triton's interpreter, no kernel name",
+    "triton-triton_cc_negative":
+        "pallas_triton.CompilerParams does not check compute_capability",
+    "triton-triton_maxnreg_neg":
+        "pallas_triton.CompilerParams does not check maxnreg",
+    "triton-triton_num_ctas_0":
+        "pallas_triton.CompilerParams does not check num_ctas",
+    "triton-triton_precision_bogus":
+        "pallas_triton.CompilerParams does not check dot_input_precision",
+    "triton-triton_ptx_version_0":
+        "pallas_triton.CompilerParams does not check ptx_version",
+}
+CASES = [dataclasses.replace(c, xfail=XFAIL.get(c.id)) for c in CASES]

@@ -7,6 +7,7 @@ defines the result, else NumPy (float64) on the documented semantics; a case
 whose input must be refused has no reference (an error naming the kernel is
 the only good outcome). Cases on a plugin's interpreter are ``slow``."""
 
+import dataclasses
 import functools
 
 import jax
@@ -586,3 +587,19 @@ CASES = [
            ("k_alias_prefetch",), needs="pallas_tpu", slow=i != "builtin")
       for i in ("builtin", "tpu")],
 ]
+
+
+# Reported defects not fixed by the end of the session (issue 32 round 3 report)
+XFAIL = {
+    "mgpu-alias_partial_writes":
+        "pallas_mgpu: an aliased block left unwritten under pl.when is not the input's",
+    "tpu-prefetch_minus1":
+        "TPU interpret: a prefetched block index out of range is JAX's IndexError, no kernel name",
+    "tpu-prefetch_past_end":
+        "TPU interpret: a prefetched block index out of range is JAX's IndexError, no kernel name",
+    "tpu-prefetch_two_pow_25":
+        "TPU interpret: a prefetched block index out of range is JAX's IndexError, no kernel name",
+    "tpu-revisit_nonconsecutive":
+        "JAX's TPU interpret 'Revisited block' error does not name the kernel",
+}
+CASES = [dataclasses.replace(c, xfail=XFAIL.get(c.id)) for c in CASES]

@@ -1328,15 +1328,5 @@ XFAIL = {
         "JAX's TPU interpret mode keeps process-global state: not thread-safe (JAX's own too)",
     "triton-masked_load_bad_mask":
         "pallas_triton: a mask of the wrong shape fails inside Triton's interpreter, no kernel name",
-    "triton-triton_cc_negative":
-        "pallas_triton.CompilerParams does not check compute_capability",
-    "triton-triton_maxnreg_neg":
-        "pallas_triton.CompilerParams does not check maxnreg",
-    "triton-triton_num_ctas_0":
-        "pallas_triton.CompilerParams does not check num_ctas",
-    "triton-triton_precision_bogus":
-        "pallas_triton.CompilerParams does not check dot_input_precision",
-    "triton-triton_ptx_version_0":
-        "pallas_triton.CompilerParams does not check ptx_version",
 }
 CASES = [dataclasses.replace(c, xfail=XFAIL.get(c.id)) for c in CASES]

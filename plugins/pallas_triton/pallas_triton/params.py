@@ -9,6 +9,11 @@ import pallas_frontend as pl
 
 
 MAX_NUM_WARPS = 32        # 1024 threads per block on NVIDIA GPUs (16 wavefronts of 64 on AMD)
+MAX_NUM_CTAS = 16         # the largest (non-portable) thread-block cluster on sm_90
+MAX_REGISTERS = 255       # registers a PTX thread may use
+MIN_COMPUTE_CAPABILITY = 70
+MIN_PTX_VERSION = 60
+DOT_INPUT_PRECISIONS = ("tf32", "tf32x3", "ieee")
 
 
 def _check_count(field, value, low, high, *, power_of_two, why, example):
@@ -64,6 +69,23 @@ class CompilerParams(pl.CompilerParams):
         _check_count("num_stages", self.num_stages, 1, None, power_of_two=False,
                      why="the software pipeline keeps that many copies of each loop's loads in "
                          "flight; 1 means no pipelining", example=3)
+        _check_count("num_ctas", self.num_ctas, 1, MAX_NUM_CTAS, power_of_two=False,
+                     why="the CTAs of one thread-block cluster (sm_90 and newer)", example=1)
+        _check_count("maxnreg", self.maxnreg, 1, MAX_REGISTERS, power_of_two=False,
+                     why="ptxas' cap on registers per thread", example=128)
+        _check_count("compute_capability", self.compute_capability, MIN_COMPUTE_CAPABILITY,
+                     None, power_of_two=False,
+                     why="the NVIDIA GPU generation as major * 10 + minor, e.g. 80 for an "
+                         "A100, 90 for an H100", example=90)
+        _check_count("ptx_version", self.ptx_version, MIN_PTX_VERSION, None, power_of_two=False,
+                     why="the PTX ISA version as major * 10 + minor, e.g. 84 for PTX 8.4",
+                     example=84)
+        if self.dot_input_precision not in DOT_INPUT_PRECISIONS:
+            raise ValueError(
+                f"pallas_triton.CompilerParams(dot_input_precision={self.dot_input_precision!r}): "
+                f"dot_input_precision must be one of {', '.join(map(repr, DOT_INPUT_PRECISIONS))} "
+                "(how float32 dots that are not Precision.HIGHEST multiply). Pass e.g. "
+                "dot_input_precision='ieee'.")
 
     def triton_options(self) -> dict:
         """The ``options`` dict for ``triton.compile``; unset fields are left to Triton."""

@@ -73,6 +73,10 @@ def test_compiler_params_on_cpu_point_to_interpret_params():
     ("num_warps", 3, "a power of two from 1 to 32"),
     ("num_warps", 0, "a power of two from 1 to 32"),
     ("num_stages", -1, "an integer >= 1"),
+    ("num_ctas", 0, "an integer from 1 to 16"),
+    ("maxnreg", -5, "an integer from 1 to 255"),
+    ("compute_capability", -1, "an integer >= 70"),
+    ("ptx_version", 0, "an integer >= 60"),
     ("num_stages", 0, "an integer >= 1"),
 ])
 def test_compiler_params_refuse_bad_warps_and_stages(field, value, rule):
@@ -91,6 +95,12 @@ def test_compiler_params_refuse_non_integer_warps_and_stages(field, value):
     with pytest.raises(TypeError, match=rf"CompilerParams\.{field} must be .* or None, got "
                                         rf".*Pass e\.g\. {field}=\d+"):
         pt.CompilerParams(**{field: value})
+
+
+def test_compiler_params_refuse_an_unknown_dot_precision():
+    with pytest.raises(ValueError, match=r"dot_input_precision must be one of 'tf32', 'tf32x3', "
+                                         r"'ieee'.*Pass e\.g\. dot_input_precision='ieee'"):
+        pt.CompilerParams(dot_input_precision="bogus")
 
 
 def test_compiler_params_take_every_valid_warp_count():

@@ -1316,16 +1316,12 @@ CASES = [
 XFAIL = {
     "mgpu-accumulate_into_alias":
         "pallas_mgpu: an aliased output does not start as its input (reads NaN)",
-    "mgpu-threads_concurrent_mgpu":
-        "Mosaic GPU interpret mode from several threads: wrong results or internal errors",
     "tpu-debug_check_in_loop":
         "TPU interpret: a failed pl.debug_check inside fori_loop does not name the kernel",
     "tpu-ds_static_negative":
         "pallas_tpu: static pl.ds(-2, 4) is not refused at trace time (JAX's IndexError at run time)",
     "tpu-interp_threads_zero":
         "pallas_tpu.InterpretParams(num_cores_or_threads=0): JAX's message, field not named",
-    "tpu-threads_concurrent":
-        "JAX's TPU interpret mode keeps process-global state: not thread-safe (JAX's own too)",
     "triton-masked_load_bad_mask":
         "pallas_triton: a mask of the wrong shape fails inside Triton's interpreter, no kernel name",
 }

@@ -11,11 +11,16 @@
   ``pl.run_state(f)(plgpu.ACC.init(x))`` takes this plugin's accumulators.
 - ``mpmd_map_primitive`` / ``mpmd_map``: JAX's ``mpmd_map`` (kernel code
   written for JAX calls it with ``plgpu.WarpMesh``), replayed with JAX's mesh.
+- ``serialized_interpreter``: interpreted kernel runs one at a time (``interpret_serial``).
+- ``serialized_interpreter``: interpreted kernel runs, one at a time
+  process-wide (``interpret_serial``).
 - ``gpu_interpreter_fixes``: JAX's GPU interpreter's end-of-kernel barrier
   check, made once every device of a ``shard_map`` has finished.
 """
 
 from __future__ import annotations
+
+import threading
 
 
 def bind_axis_names(sizes: dict[str, int]):
@@ -179,4 +184,65 @@ def gpu_interpreter_fixes():
             yield
         finally:
             gpu_callbacks._assert_no_barriers_allocated = original
+    return swapped()
+
+
+def _run_failed(memory) -> bool:
+    return getattr(memory, "_failure", None) is not None
+
+
+_serial_users = 0
+_serial_lock = threading.Lock()
+_serial_originals = None
+
+
+def serialized_interpreter():
+    """A context manager: JAX Mosaic GPU interpret kernels lowered inside it
+    run one at a time, process-wide (``interpret_serial``). The gate is
+    entered by the run's first host callback (shared-memory set-up) and left
+    by its last (clean-up), which JAX looks up when the kernel is lowered."""
+    import contextlib
+    from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+    from pallas_mgpu.interpret_serial import GATE
+
+    global _serial_originals
+    if _serial_originals is None:
+        init = gpu_callbacks._initialize_shared_memory
+        clean_up = gpu_callbacks._clean_up_shared_memory
+
+        def serialized_init(*, num_gpus, **kw):
+            GATE.enter(int(num_gpus), _run_failed)
+            try:
+                out = init(num_gpus=num_gpus, **kw)
+            except BaseException:
+                GATE.leave()
+                raise
+            GATE.memory = gpu_callbacks._shared_memory
+            return out
+
+        def serialized_clean_up(*args, **kw):
+            try:
+                return clean_up(*args, **kw)
+            finally:
+                GATE.leave()
+        _serial_originals = (init, clean_up, serialized_init, serialized_clean_up)
+
+    init, clean_up, serialized_init, serialized_clean_up = _serial_originals
+
+    @contextlib.contextmanager
+    def swapped():
+        # a count, so that overlapping lowerings from several threads keep it in place
+        global _serial_users
+        with _serial_lock:
+            _serial_users += 1
+            gpu_callbacks._initialize_shared_memory = serialized_init
+            gpu_callbacks._clean_up_shared_memory = serialized_clean_up
+        try:
+            yield
+        finally:
+            with _serial_lock:
+                _serial_users -= 1
+                if _serial_users == 0:
+                    gpu_callbacks._initialize_shared_memory = init
+                    gpu_callbacks._clean_up_shared_memory = clean_up
     return swapped()

@@ -99,7 +99,8 @@ class MosaicGpuBackend(Backend):
         if interpret is None:
             return ctx.lower_fun(build, *args)
         from pallas_mgpu import _jax_private
-        with _jax_private.gpu_interpreter_fixes():   # see there
+        # serialized: JAX's interpreter keeps one process-global simulated memory
+        with _jax_private.gpu_interpreter_fixes(), _jax_private.serialized_interpreter():
             return ctx.lower_fun(build, *args)
 
 

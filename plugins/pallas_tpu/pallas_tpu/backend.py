@@ -98,7 +98,12 @@ def _interpreter_patches(interpret):
     if interpret is None:
         return contextlib.nullcontext()
     from pallas_tpu import _jax_private
-    return _jax_private.linear_revisit_check()
+    patches = contextlib.ExitStack()
+    patches.enter_context(_jax_private.linear_revisit_check())
+    # JAX's interpreter keeps one process-global simulated memory: runs from
+    # several threads must not overlap (see interpret_serial)
+    patches.enter_context(_jax_private.serialized_interpreter())
+    return patches
 
 
 def _interpreter_effects() -> frozenset:

@@ -591,8 +591,6 @@ CASES = [
 
 # Reported defects not fixed by the end of the session (issue 32 round 3 report)
 XFAIL = {
-    "mgpu-alias_partial_writes":
-        "pallas_mgpu: an aliased block left unwritten under pl.when is not the input's",
     "tpu-prefetch_minus1":
         "TPU interpret: a prefetched block index out of range is JAX's IndexError, no kernel name",
     "tpu-prefetch_past_end":

@@ -54,11 +54,41 @@ def check_kernel(kernel: KernelIR) -> None:
               "Add the batch axis to the kernel's grid instead.")
     if not is_mesh:
         _check_written_inputs(kernel)
+        _check_aliased_outputs(kernel)
     for eqn in kernel.iter_equations():
         name = eqn.primitive.name
         if primitive_owner(eqn.primitive) is not None and name in _REFUSED_FRONTEND \
                 and not multi_gpu.is_semaphore_op(eqn):
             _fail(kernel, _where(eqn, kernel), f"primitive '{name}'", _REFUSED_FRONTEND[name] + ".")
+
+
+def _check_aliased_outputs(kernel: KernelIR):
+    """plgpu.kernel has no aliasing: an aliased output is a fresh buffer whose
+    blocks no grid point visits are filled from the input afterwards. A visited
+    block therefore starts empty, so the body must write it whole before
+    anything reads it, and not under a condition (else it would not keep, or
+    not start as, the input's values)."""
+    jaxpr = getattr(kernel.jaxpr, "jaxpr", kernel.jaxpr)
+    first = kernel.num_index_operands + kernel.num_scalar_prefetch + len(kernel.in_mappings)
+    for i, o in kernel.input_output_aliases:
+        ref = jaxpr.invars[first + o]
+        for eqn in jaxpr.eqns:
+            if not any(v is ref for v in eqn.invars):
+                continue
+            whole_write = (eqn.primitive.name == "swap" and eqn.invars[0] is ref
+                           and tuple(eqn.invars[1].aval.shape) == tuple(ref.aval.shape))
+            if whole_write:
+                break
+            _fail(kernel, _where(eqn, kernel),
+                  f"output {o}, aliased to input {i}, is read, or written in part or under a "
+                  f"condition ('{eqn.primitive.name}') before the body writes its whole block",
+                  "A Mosaic GPU kernel starts each aliased output block empty, not as the "
+                  "input's values: write the whole block first (o_ref[...] = ...), e.g. "
+                  "o_ref[...] = x_ref[...] before updating it, or run it with interpret=True.")
+        else:
+            _fail(kernel, kernel.source, f"output {o}, aliased to input {i}, is never written",
+                  "A Mosaic GPU kernel starts each aliased output block empty: write the "
+                  "whole block (o_ref[...] = x_ref[...]).")
 
 
 def _check_written_inputs(kernel: KernelIR):

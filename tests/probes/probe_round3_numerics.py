@@ -24,22 +24,10 @@ from jax import lax
 
 import pallas_frontend as pl
 from probes.common import Case
+from probes.probe_round3_structure import interpret_of
 
 SHAPE = (8, 128)
 BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
-
-
-def _interpret(name):
-    if name == "builtin":
-        return True
-    if name == "triton":
-        import pallas_triton
-        return pallas_triton.InterpretParams()
-    if name == "tpu":
-        import pallas_tpu
-        return pallas_tpu.InterpretParams()
-    import pallas_mgpu
-    return pallas_mgpu.InterpretParams()
 
 
 NEEDS = {"builtin": None, "triton": "pallas_triton", "tpu": "pallas_tpu", "mgpu": "pallas_mgpu"}
@@ -212,7 +200,7 @@ def _build(interp, name, fn, in_dtypes, exact, ulps, rng):
         refs[-1][...] = fn(*[r[...] for r in refs[:-1]])
     kernel.__name__ = kernel.__qualname__ = f"k_{name}"
     f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(want.shape, want.dtype),
-                       interpret=_interpret(interp))
+                       interpret=interpret_of(interp))
     op = name.split("_")[0]
     declared = _declared(interp, op, in_dtypes[0])
     bound, is_exact = ((declared["ulps"], False) if declared["ulps"] is not None

@@ -27,6 +27,7 @@ each with ``device_timing.time_per_call``. Python 3.11 syntax throughout.
 
 import argparse
 import datetime
+import functools
 import importlib.util
 import json
 import os
@@ -42,7 +43,9 @@ TOPOLOGY = "v5e:2x2"
 DEVICE_KIND = "TPU v5 lite"          # what a v5e chip calls itself (jax.devices()[0].device_kind)
 
 
+@functools.cache
 def _load_file(name, path):
+    """The module at ``path`` (loaded once per process: every case reads the refs)."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -187,7 +190,7 @@ def pack_cases(out, size="full", only=None, platform="tpu"):
 
 # --- check and run (the TPU host's JAX) -----------------------------------------------
 
-def _exports(pack, entry):
+def _exports(entry):
     """(label, file) of every export of a case: its sides, then its candidates."""
     yield from ((side, e) for side, e in entry["sides"].items())
     yield from ((f"tune:{label}", e) for label, e in entry["tune"].items())
@@ -209,7 +212,7 @@ def check_pack(pack):
     mesh = jax.sharding.Mesh(devices[:1], ("x",))
     failures = []
     for entry in manifest["cases"]:
-        for label, export in [("inputs", entry["inputs"]), *_exports(pack, entry)]:
+        for label, export in [("inputs", entry["inputs"]), *_exports(entry)]:
             if "error" in export:
                 continue
             try:
@@ -223,7 +226,7 @@ def check_pack(pack):
             except Exception as error:
                 failures.append((entry["name"], label, f"{type(error).__name__}: {error}"[:300]))
                 print(f"FAIL {entry['name']} [{label}]: {failures[-1][2]}", flush=True)
-    print(f"checked {sum(1 for e in manifest['cases'] for _ in _exports(pack, e))} exports "
+    print(f"checked {sum(1 for e in manifest['cases'] for _ in _exports(e))} exports "
           f"against {TOPOLOGY} with JAX {jax.__version__}: {len(failures)} failed")
     return failures
 
@@ -303,7 +306,7 @@ def run_pack(pack, out, timing=None, time_limit=None):
             row["error"] = f"inputs/reference: {type(error).__name__}: {error}"[:400]
             continue
         outputs = {}
-        for label, export in _exports(pack, entry):
+        for label, export in _exports(entry):
             side, target = label, row["sides"]
             if label.startswith("tune:"):
                 side, target = label[5:], row["tune"]

@@ -96,7 +96,7 @@ def conformance_modules():
 
 
 def _conformance_case(name, build, args, operands, xla, ref_kwargs=None, seed=0, ref=None,
-                 on_cpu=False):
+                      on_cpu=False, rtol=1e-4):
     ours, theirs = conformance_modules()
     # JAX's pallas_call runs on a CPU only when told to interpret (the dry run)
     jax_call = {"interpret": True} if on_cpu else {}
@@ -108,7 +108,7 @@ def _conformance_case(name, build, args, operands, xla, ref_kwargs=None, seed=0,
         sides={"ours": getattr(ours, build)(*args),
                "jax": getattr(theirs, build)(*args, **jax_call),
                "xla": xla},
-        rtol=1e-4)
+        rtol=rtol)
 
 
 def _layer_norm_xla(x, w, b, eps=1e-5):
@@ -135,7 +135,9 @@ def conformance_cases(size, on_cpu=False):
         _conformance("blocked_matmul", "blocked_matmul", (mm, mm, mm, 256, 256, 256),
                      [(mm, mm), (mm, mm)],
                      lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32),
-                     ref="matmul"),
+                     # a TPU's default f32 dot rounds operands to bf16 (one MXU pass), in
+                     # XLA's jnp.dot as in a kernel's: both measured 2.4e-3 at K=1024 on v5e
+                     ref="matmul", rtol=1e-2),
     ]
 
 

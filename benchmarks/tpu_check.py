@@ -117,7 +117,32 @@ def render(results) -> str:
             lines.append(f"| {row['name']} | {row['default']} | {_fmt_ms(d)} | {label or '–'} | "
                          f"{_fmt_ms(b)} | {_ratio(d, b)}x | {_fmt_ms(x)} | {_ratio(b, x)} | "
                          f"{_speed(row, best)} | {ok} of {len(row['tune'])} |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", summary(results)])
+
+
+def summary(results) -> str:
+    """The run in three sentences: bits, time against JAX, autotune gains."""
+    rows = [row for row in results["cases"] if "error" not in row]
+    equal = sum(1 for row in rows if row.get("ours_equals_jax"))
+    within = sum(1 for row in rows if all(cell.get("ok") for cell in row["sides"].values()))
+    ratios = [_ms(row["sides"]["ours"]) / _ms(row["sides"]["jax"]) for row in rows
+              if _ms(row["sides"].get("ours")) and _ms(row["sides"].get("jax"))
+              and _ms(row["sides"]["jax"]) >= 0.1]
+    text = [f"Ours = JAX bit for bit on {equal} of {len(results['cases'])} kernels; "
+            f"{within} of them within tolerance of NumPy float64 on every side."]
+    if ratios:
+        text.append(f"Time ours / JAX on the {len(ratios)} kernels of 0.1 ms or more: "
+                    f"{min(ratios):.2f} to {max(ratios):.2f}.")
+    gains = []
+    for row in rows:
+        if row.get("tune"):
+            default = _ms(row["tune"].get(row["default"], {}))
+            label, best = best_candidate(row)
+            if default and best:
+                gains.append(f"{row['name']} {default / _ms(best):.2f}x")
+    if gains:
+        text.append("Autotuned against JAX's default launch parameters: " + ", ".join(gains) + ".")
+    return " ".join(text)
 
 
 def write(table: str, path: Path = BENCHMARKS) -> None:

@@ -12,6 +12,7 @@ it (each a concept of its own, none importing this one):
 - ``backend_helpers``: a backend's own primitives, gathered accesses,
   parallel grid axes;
 - ``kernel_arrays``: a ``KernelIR`` as plain array code;
+- ``run_gate``: interpreted kernel runs one at a time (``RunGate``);
 - ``hookspecs``: the pluggy markers, loaded on first use.
 
 Versioning: ``API_VERSION = (major, minor)``. A backend declares the version
@@ -35,6 +36,7 @@ from pallas_frontend.contract import (_iter_equations, BackendCapabilityError,  
                                       ScopedAllocation, scoped_allocation_of)
 from pallas_frontend.kernel_arrays import (block_window, kernel_body_fn, replay_equations,
                                            scratch_structs)
+from pallas_frontend.run_gate import RunGate
 
 # The constants, re-bound here so that the API reference shows each with its comment.
 
@@ -44,7 +46,7 @@ from pallas_frontend.kernel_arrays import (block_window, kernel_body_fn, replay_
 #: capability collective_run_scoped; 1.5: dynamic grids, gathered_ref_accesses,
 #: KernelIR.function_name / name_and_src_info; 1.6: replay_equations; 1.7:
 #: Backend.adopt_foreign_params; 1.8: nested_grid, tracing_kernel, source_line;
-#: 1.9: Backend.seconds_per_call, default_seconds_per_call.
+#: 1.9: Backend.seconds_per_call, default_seconds_per_call; 1.10: RunGate.
 API_VERSION = _contract.API_VERSION
 #: The pluggy project name that hook markers and the plugin manager share.
 PROJECT_NAME = _contract.PROJECT_NAME
@@ -76,7 +78,7 @@ def __getattr__(name):
 __all__ = [
     "API_VERSION", "BackendCapabilityError", "BackendUnavailableError", "Backend", "BlockMapping",
     "CAPABILITY_TAGS", "ENTRY_POINT_GROUP", "FRONTEND_OWNER", "KernelIR", "LoweringContext",
-    "PROJECT_NAME", "ScopedAllocation", "TRANSFORM_METADATA_KEY", "block_window",
+    "PROJECT_NAME", "RunGate", "ScopedAllocation", "TRANSFORM_METADATA_KEY", "block_window",
     "check_capabilities", "check_dtypes", "check_primitive_owners", "def_pure_primitive",
     "default_seconds_per_call",
     "gathered_ref_accesses", "hookimpl", "hookspec", "interpretable", "kernel_body_fn",

@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 # (KernelIR.grid entries None, dynamic_grid_axes, num_index_operands, tag "dynamic_grid"),
 # gathered_ref_accesses, KernelIR.function_name / name_and_src_info; 1.6: replay_equations;
 # 1.7: Backend.adopt_foreign_params; 1.8: nested_grid, tracing_kernel, source_line;
-# 1.9: Backend.seconds_per_call (the timing hook of pl.autotune)
-API_VERSION: tuple[int, int] = (1, 9)
+# 1.9: Backend.seconds_per_call (the timing hook of pl.autotune); 1.10: RunGate (interpreted
+# kernel runs one at a time, for interpreters that keep a run's state in module globals)
+API_VERSION: tuple[int, int] = (1, 10)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 

@@ -11,16 +11,15 @@
   ``pl.run_state(f)(plgpu.ACC.init(x))`` takes this plugin's accumulators.
 - ``mpmd_map_primitive`` / ``mpmd_map``: JAX's ``mpmd_map`` (kernel code
   written for JAX calls it with ``plgpu.WarpMesh``), replayed with JAX's mesh.
-- ``serialized_interpreter``: interpreted kernel runs one at a time (``interpret_serial``).
 - ``serialized_interpreter``: interpreted kernel runs, one at a time
-  process-wide (``interpret_serial``).
+  process-wide (``RUN_GATE``).
 - ``gpu_interpreter_fixes``: JAX's GPU interpreter's end-of-kernel barrier
   check, made once every device of a ``shard_map`` has finished.
 """
 
 from __future__ import annotations
 
-import threading
+from pallas_frontend.backend_api import RunGate
 
 
 def bind_axis_names(sizes: dict[str, int]):
@@ -191,58 +190,16 @@ def _run_failed(memory) -> bool:
     return getattr(memory, "_failure", None) is not None
 
 
-_serial_users = 0
-_serial_lock = threading.Lock()
-_serial_originals = None
+# JAX's Mosaic GPU interpreter keeps a run's simulated memory in one module global
+RUN_GATE = RunGate(failed=_run_failed)
 
 
 def serialized_interpreter():
     """A context manager: JAX Mosaic GPU interpret kernels lowered inside it
-    run one at a time, process-wide (``interpret_serial``). The gate is
-    entered by the run's first host callback (shared-memory set-up) and left
-    by its last (clean-up), which JAX looks up when the kernel is lowered."""
-    import contextlib
+    run one at a time, process-wide (``backend_api.RunGate``), entering the
+    gate in their shared-memory set-up and leaving it in their clean-up."""
     from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
-    from pallas_mgpu.interpret_serial import GATE
-
-    global _serial_originals
-    if _serial_originals is None:
-        init = gpu_callbacks._initialize_shared_memory
-        clean_up = gpu_callbacks._clean_up_shared_memory
-
-        def serialized_init(*, num_gpus, **kw):
-            GATE.enter(int(num_gpus), _run_failed)
-            try:
-                out = init(num_gpus=num_gpus, **kw)
-            except BaseException:
-                GATE.leave()
-                raise
-            GATE.memory = gpu_callbacks._shared_memory
-            return out
-
-        def serialized_clean_up(*args, **kw):
-            try:
-                return clean_up(*args, **kw)
-            finally:
-                GATE.leave()
-        _serial_originals = (init, clean_up, serialized_init, serialized_clean_up)
-
-    init, clean_up, serialized_init, serialized_clean_up = _serial_originals
-
-    @contextlib.contextmanager
-    def swapped():
-        # a count, so that overlapping lowerings from several threads keep it in place
-        global _serial_users
-        with _serial_lock:
-            _serial_users += 1
-            gpu_callbacks._initialize_shared_memory = serialized_init
-            gpu_callbacks._clean_up_shared_memory = serialized_clean_up
-        try:
-            yield
-        finally:
-            with _serial_lock:
-                _serial_users -= 1
-                if _serial_users == 0:
-                    gpu_callbacks._initialize_shared_memory = init
-                    gpu_callbacks._clean_up_shared_memory = clean_up
-    return swapped()
+    return RUN_GATE.gating(
+        gpu_callbacks, set_up="_initialize_shared_memory", clean_up="_clean_up_shared_memory",
+        parties=lambda *, num_gpus, **_: int(num_gpus),
+        memory=lambda: gpu_callbacks._shared_memory)

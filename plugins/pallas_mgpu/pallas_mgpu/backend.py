@@ -20,7 +20,7 @@ class MosaicGpuBackend(Backend):
     name = "mgpu"
     distribution = "pallas-mgpu"
     version = __version__
-    api_version = (1, 8)     # source_line (1.6: replay_equations, 1.4: ScopedAllocation)
+    api_version = (1, 10)    # RunGate (1.8: source_line, 1.6: replay_equations)
     platforms = ("cuda",)
     priority = -10       # pallas_triton stays the cuda default; pass CompilerParams to pick this
     compiler_params_type = CompilerParams

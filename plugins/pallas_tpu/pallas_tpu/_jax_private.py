@@ -5,12 +5,12 @@ it targets; on a CPU host (AOT compilation, TPU interpret mode) we must name
 one ourselves, and JAX has no public constructor for it.
 
 ``serialized_interpreter``: interpreted kernel runs, one at a time
-process-wide (``interpret_serial``).
+process-wide (``RUN_GATE``).
 """
 
 from __future__ import annotations
 
-import threading
+from pallas_frontend.backend_api import RunGate
 
 
 def abstract_tpu_device(device_kind: str = "TPU v5 lite", num_cores: int = 1):
@@ -188,57 +188,16 @@ def _run_failed(memory) -> bool:
     return getattr(memory, "_failure", None) is not None
 
 
-_serial_users = 0
-_serial_lock = threading.Lock()
-_serial_originals = None
+# JAX's TPU interpreter keeps a run's simulated memory in one module global
+RUN_GATE = RunGate(failed=_run_failed)
 
 
 def serialized_interpreter():
     """A context manager: JAX TPU interpret kernels traced inside it run one
-    at a time, process-wide (``interpret_serial``). The gate is entered by the
-    run's first host callback (shared-memory set-up) and left by its last
-    (clean-up), which JAX looks up when the kernel is traced."""
-    import contextlib
+    at a time, process-wide (``backend_api.RunGate``), entering the gate in
+    their shared-memory set-up and leaving it in their clean-up."""
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-    from pallas_tpu.interpret_serial import GATE
-
-    global _serial_originals
-    if _serial_originals is None:
-        init, clean_up = ipc._initialize_shared_memory, ipc._clean_up_shared_memory
-
-        def serialized_init(token, device_id, num_devices, num_cores_per_device, **kw):
-            GATE.enter(int(num_devices), _run_failed)
-            try:
-                out = init(token, device_id, num_devices, num_cores_per_device, **kw)
-            except BaseException:
-                GATE.leave()
-                raise
-            GATE.memory = ipc._shared_memory
-            return out
-
-        def serialized_clean_up(*args, **kw):
-            try:
-                return clean_up(*args, **kw)
-            finally:
-                GATE.leave()
-        _serial_originals = (init, clean_up, serialized_init, serialized_clean_up)
-
-    init, clean_up, serialized_init, serialized_clean_up = _serial_originals
-
-    @contextlib.contextmanager
-    def swapped():
-        # a count, so that overlapping traces from several threads keep it in place
-        global _serial_users
-        with _serial_lock:
-            _serial_users += 1
-            ipc._initialize_shared_memory = serialized_init
-            ipc._clean_up_shared_memory = serialized_clean_up
-        try:
-            yield
-        finally:
-            with _serial_lock:
-                _serial_users -= 1
-                if _serial_users == 0:
-                    ipc._initialize_shared_memory = init
-                    ipc._clean_up_shared_memory = clean_up
-    return swapped()
+    return RUN_GATE.gating(
+        ipc, set_up="_initialize_shared_memory", clean_up="_clean_up_shared_memory",
+        parties=lambda token, device_id, num_devices, *_, **__: int(num_devices),
+        memory=lambda: ipc._shared_memory)

@@ -20,7 +20,7 @@ class TpuBackend(Backend):
     name = "tpu"
     distribution = "pallas-tpu"
     version = __version__
-    api_version = (1, 8)      # nested_grid (1.6: replay_equations, 1.5: dynamic grids)
+    api_version = (1, 10)     # RunGate (1.8: nested_grid, 1.6: replay_equations)
     platforms = ("tpu",)
     priority = 10
     compiler_params_type = CompilerParams
@@ -101,7 +101,7 @@ def _interpreter_patches(interpret):
     patches = contextlib.ExitStack()
     patches.enter_context(_jax_private.linear_revisit_check())
     # JAX's interpreter keeps one process-global simulated memory: runs from
-    # several threads must not overlap (see interpret_serial)
+    # several threads must not overlap (backend_api.RunGate)
     patches.enter_context(_jax_private.serialized_interpreter())
     return patches
 

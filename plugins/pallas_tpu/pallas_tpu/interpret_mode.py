@@ -89,8 +89,8 @@ def _fail(error: Exception):
     global _failed_since_reset
     with _failure_lock:
         _failed_since_reset = True
-    from pallas_tpu.interpret_serial import GATE
-    GATE.abandon()      # this run stops here: let the next one in
+    from pallas_tpu._jax_private import RUN_GATE
+    RUN_GATE.abandon()      # this run stops here: let the next one in
     raise error
 
 

@@ -23,6 +23,7 @@ from pallas_tpu.params import (
     reset_tpu_interpret_mode_state, set_tpu_interpret_mode)
 from pallas_tpu.buffered_ref import BufferedRef, BufferType
 from pallas_tpu.pipeline import emit_pipeline, emit_pipeline_with_allocations
+from pallas_tpu.async_prefetch import emit_pipeline_with_async_prefetch
 from pallas_tpu.pipeline_schedule import PipelineStep
 from pallas_tpu.primitives import (
     AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
@@ -51,6 +52,7 @@ __all__ = [
     "SideEffectType", "TpuBackend", "VMEM", "__version__", "async_copy", "async_remote_copy",
     "BufferType", "BufferedRef", "bitcast", "einshape", "emit_pipeline",
     "emit_pipeline_with_allocations", "PipelineStep", "force_tpu_interpret_mode", "load", "make_async_copy",
+    "emit_pipeline_with_async_prefetch",
     "make_async_remote_copy", "prng_random_bits", "prng_seed", "reciprocal", "roll",
     "set_tpu_interpret_mode", "stateful_bernoulli", "stateful_bits", "stateful_normal",
     "stateful_uniform", "store", "sync_copy",

@@ -143,3 +143,13 @@ def test_kernels_run_on_both_sides_and_are_compared(tmp_path, monkeypatch):
     page = out.read_text()
     assert "kernels tried 2, working under JAX 2, **under ours 1 of those**" in page
     assert "- the rest: nothing else here" in page
+
+
+def test_blackwell_kernels_compile_for_a_b200_the_rest_for_an_h100():
+    """--h100 adds a device-less compile after each cuda lowering, for the GPU
+    the kernel is written for (an H100 cannot take tcgen05/TMEM code)."""
+    case = lambda kind: types.SimpleNamespace(kind=kind, modes=("interpret", "cuda"))  # noqa
+    assert ecosystem._modes(case("mgpu"), True) == ("interpret", "cuda", "H100")
+    assert ecosystem._modes(case("blackwell"), True) == ("interpret", "cuda", "B200")
+    assert ecosystem._modes(case("blackwell"), False) == ("interpret", "cuda")
+    assert "B200" in ecosystem_page.MODES

@@ -153,7 +153,7 @@ def _run_one(case, mod, mode: str, ours: bool, seed: int, out: Path):
         np.savez(out, *outs)
         return {"status": "ok", "outputs": len(outs)}
     import jax_ops_aot
-    if mode in ("v5e", "H100"):     # compiled for a device this machine does not have
+    if mode in ("v5e", "H100", "B200"):   # compiled for a device this machine does not have
         target = jax_ops_aot.make_target(mode)
         mesh = target.all_devices if case.sharded else target.mesh
         run = Run(mode, ours, False, target, target.all_devices)
@@ -265,7 +265,7 @@ def run_side(catalog: Path, lib, side: str, root: Path, out: Path, seed: int, ke
     """{key: cell}; a worker that dies is restarted past the row it died in."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-    if any(k.endswith("|H100") for k in keys):    # the XLA:GPU compiler, as jax_ops uses it
+    if any(k.endswith(("|H100", "|B200")) for k in keys):   # XLA:GPU, as jax_ops uses it
         import jax_ops_aot
         env["PYTHONPATH"] = jax_ops_aot._worker_env("cuda").get("PYTHONPATH",
                                                                env.get("PYTHONPATH", ""))
@@ -320,9 +320,11 @@ def _check_reference(case, mode: str, out: Path, row: dict, seed: int) -> None:
 
 
 def _modes(case, h100: bool) -> tuple[str, ...]:
-    """The case's modes; with ``h100`` a device-less H100 compile after each cuda lowering."""
+    """The case's modes; with ``h100`` a device-less compile after each cuda
+    lowering: for an H100, or a B200 for a Blackwell kernel (tcgen05, TMEM)."""
+    gpu = "B200" if case.kind == "blackwell" else "H100"
     return tuple(m for mode in case.modes for m in
-                 ((mode, "H100") if h100 and mode == "cuda" else (mode,)))
+                 ((mode, gpu) if h100 and mode == "cuda" else (mode,)))
 
 
 def check_library(catalog: Path, lib, root: Path, work: Path, seed: int, only=None, log=None,
@@ -406,7 +408,8 @@ def main(argv=None) -> int:
     p.add_argument("--libraries", nargs="*", help="library names to check (default: all)")
     p.add_argument("--seed", type=int, default=None, help="default: a fresh one")
     p.add_argument("--h100", action="store_true",
-                   help="also compile the cuda rows device-less for an H100 (XLA:GPU compiler)")
+                   help="also compile the cuda rows device-less for an H100 (XLA:GPU "
+                        "compiler; a B200 for the Blackwell kernels)")
     p.add_argument("--jobs", type=int, default=1, help="run JAX's and our side at once (2)")
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--out", type=Path, default=None, help="the markdown page")

@@ -282,6 +282,156 @@ def _tk_mgpu_attention(mod, args, run):
     return out
 
 
+def _attn_sm100_inputs(rng):
+    import ml_dtypes
+    return tuple(_normal(rng, 256, 2, 64).astype(ml_dtypes.bfloat16) for _ in range(3))
+
+
+def _tk_mgpu_attention_sm100(mod, args, run):
+    import jax.numpy as jnp
+    q, k, v = args
+    out, _ = mod.flash_attention_kernel(
+        q, k, v, None, None, None, None, is_causal=True, logits_soft_cap=None,
+        logits_scale=q.shape[-1] ** -0.5, out_dtype=jnp.dtype("float32"), normalize_output=True,
+        return_residuals=False, use_stable_softmax=True, rescale_threshold=0.0,
+        config=mod.Config(block_q=256, block_kv=128, num_stages=2))   # 128 rows per CTA
+    return out
+
+
+def _attn_fwd64(q, k, v, causal):
+    """Float64 attention over [T, H, D] arrays: (out, m, l, weights), m and l
+    [H, T] as the forward kernels' residuals (max and sum of the scaled logits)."""
+    s = np.einsum("thd,shd->hts", q, k) * q.shape[-1] ** -0.5
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[1:], bool)), s, -np.inf)
+    m = s.max(-1)
+    e = np.exp(s - m[..., None])
+    l = e.sum(-1)
+    w = e / l[..., None]
+    return np.einsum("hts,shd->thd", w, v), m, l, w
+
+
+def _attn_vjp_inputs(rng, t, h, d, dtype, causal=True):
+    """q, k, v, m, l, out, dout: the forward's residuals and output in float64
+    from the rounded q, k, v, so the backward sees a consistent set."""
+    q, k, v, dout = (_normal(rng, t, h, d).astype(dtype) for _ in range(4))
+    out, m, l, _ = _attn_fwd64(*(np.asarray(x, np.float64) for x in (q, k, v)), causal)
+    return q, k, v, m.astype(np.float32), l.astype(np.float32), out.astype(dtype), dout
+
+
+def _attn_vjp_reference(args, causal=True):
+    """[dq, dk, dv] in float64 from the inputs of ``_attn_vjp_inputs``."""
+    q, k, v, _, _, out, dout = (np.asarray(a, np.float64) for a in args)
+    _, _, _, w = _attn_fwd64(q, k, v, causal)
+    scale = q.shape[-1] ** -0.5
+    dv = np.einsum("hts,thd->shd", w, dout)
+    dp = np.einsum("thd,shd->hts", dout, v)
+    ds = w * (dp - np.einsum("thd,thd->ht", out, dout)[..., None])
+    return [np.einsum("hts,shd->thd", ds, k) * scale, np.einsum("hts,thd->shd", ds, q) * scale,
+            dv]
+
+
+def _attn_vjp_mgpu_inputs(rng):
+    import ml_dtypes
+    return _attn_vjp_inputs(rng, 128, 2, 64, ml_dtypes.bfloat16)
+
+
+def _tk_mgpu_attention_vjp(mod, args, run):
+    q, k, v, m, l, out, dout = args
+    cfg = mod.Config(block_q_dkv=64, block_kv_dkv=64, block_q_dq=64, block_kv_dq=64,
+                     num_stages=2, compute_wgs=2)
+    dq, dk, dv, _ = mod.flash_attention_vjp_kernel(
+        q, k, v, (m, l), out, dout, None, None, None, None, logits_scale=q.shape[-1] ** -0.5,
+        logits_soft_cap=None, is_causal=True, ds_dtype=None, config=cfg)
+    return dq, dk, dv
+
+
+def _tk_mgpu_attention_vjp_sm100(mod, args, run):
+    q, k, v, m, l, out, dout = args
+    cfg = mod.Config(block_q_dkv=128, block_kv_dkv=128, block_q_dq=128, block_kv_dq=128,
+                     num_stages=2)
+    dq, dk, dv, _ = mod.flash_attention_vjp_kernel(
+        q, k, v, (m, l), out, dout, None, None, None, None, logits_scale=q.shape[-1] ** -0.5,
+        logits_soft_cap=None, is_causal=True, ds_dtype=None, config=cfg)
+    return dq, dk, dv
+
+
+def _attn_vjp_mgpu_bias_inputs(rng):
+    """As ``_attn_vjp_mgpu_inputs`` plus a full [H, T, t] bias and mask (their
+    blocks then go through the pipeline, with dS as a fourth output)."""
+    import ml_dtypes
+    args = _attn_vjp_mgpu_inputs(rng)
+    t, h = args[0].shape[:2]
+    return (*args, _normal(rng, h, t, t).astype(ml_dtypes.bfloat16),
+            rng.random((h, t, t)) < 0.9)
+
+
+def _tk_mgpu_attention_vjp_bias(mod, args, run):
+    import jax.numpy as jnp
+    q, k, v, m, l, out, dout, bias, mask = args
+    cfg = mod.Config(block_q_dkv=64, block_kv_dkv=64, block_q_dq=64, block_kv_dq=64,
+                     num_stages=2, compute_wgs=2)
+    return mod.flash_attention_vjp_kernel(
+        q, k, v, (m, l), out, dout, bias, mask, None, None, logits_scale=q.shape[-1] ** -0.5,
+        logits_soft_cap=None, is_causal=True, ds_dtype=jnp.dtype(bias.dtype), config=cfg)
+
+
+def _attn_vjp_splash_inputs(rng):
+    return _attn_vjp_inputs(rng, 256, 2, 128, np.float32)
+
+
+def _tk_splash_attention_vjp(mod, args, run):
+    import jax
+    import jax.numpy as jnp
+    q, k, v, m, l, out, dout = args
+    p = jax.lax.Precision.DEFAULT
+    grads, _ = mod.PallasMosaicTpuFlashAttentionVjp()._fwd(
+        (m, m + jnp.log(l)), out, dout, q, k, v, precision=((p, p), (p, p)),  # max, logsumexp
+        logits_dtype=jnp.dtype("float32"), logits_scale=q.shape[-1] ** -0.5, bias=None,
+        logits_soft_cap=None, mask=mod.base.Mask(is_causal=True), dropout_mask=None,
+        dropout_rate=0.0, paging_info=None, q_indices=None, k_indices=None,
+        normalize_output=True, return_residuals=False,
+        config=mod.Config(block_q_dkv=128, block_kv_dkv=128, block_kv_dkv_compute=128))
+    return grads["q"], grads["k"], grads["v"]
+
+
+def _attn_vjp_triton_inputs(rng):
+    return _attn_vjp_inputs(rng, 64, 2, 64, np.float32)
+
+
+def _tk_triton_attention_vjp(mod, args, run):
+    import jax
+    import jax.numpy as jnp
+    q, k, v, m, l, out, dout = args
+    p = jax.lax.Precision.DEFAULT
+    grads, _ = mod.PallasTritonFlashAttentionVjp()._fwd(
+        (m, l), out, dout, q, k, v, precision=(p, p), logits_dtype=jnp.dtype("float32"),
+        logits_scale=q.shape[-1] ** -0.5, bias=None, logits_soft_cap=None,
+        mask=mod.Mask(is_causal=True), dropout_mask=None, dropout_rate=0.0, paging_info=None,
+        q_indices=None, k_indices=None, normalize_output=True, return_residuals=False,
+        config=mod.Config(block_m1=32, block_n1=32, block_m2=32, block_n2=32, num_stages=2,
+                          num_warps=4))
+    return grads["q"], grads["k"], grads["v"]
+
+
+def _norm_vjp_inputs(rng):
+    x, scale, offset = _norm_inputs(rng)
+    # [rows, 1]: the normalized axis kept, as the forward kernel returns them
+    mean = x.mean(-1, keepdims=True, dtype=np.float64)
+    rstd = 1 / np.sqrt(x.var(-1, keepdims=True, dtype=np.float64) + 1e-6)
+    return (x, scale, offset, mean.astype(np.float32), rstd.astype(np.float32),
+            _normal(rng, *x.shape))
+
+
+def _tk_triton_norm_vjp(mod, args, run):
+    x, scale, offset, mean, rstd, dout = args
+    (dx, dscale, doffset), _ = mod.PallasTritonNormalizationVjp()._fwd(
+        (mean, rstd), None, dout, x, scale, offset, axis=-1, epsilon=1e-6, scale_offset=0.0,
+        subtract_mean=True, return_residuals=False,
+        config=mod.Config(block_m=8, block_n=None, num_warps=4))
+    return dx, dscale, doffset
+
+
 def _gmm_v2_inputs(rng):
     m, k, n, g = 128, 512, 512, 16
     import ml_dtypes
@@ -415,8 +565,7 @@ TOKAMAX = Library(
              "rich), typeguard 2.13.3, immutabledict, tqdm, xprof (etils, fire, termcolor, six, "
              "protobuf)",
     not_run={
-        "attention: Mosaic GPU sm100, the VJP kernels; "
-        "flex_attention (Triton)": "not given a row yet (their calls take the op's whole "
+        "flex_attention (Triton)": "not given a row yet (its call takes the op's whole "
                                    "argument set: masks, paging, residuals)",
         "gated linear unit (Mosaic GPU sm80/sm100), ragged_dot (Mosaic TPU v2, Mosaic GPU "
         "sm100 and the quantized variants)": "not given a row yet",
@@ -447,6 +596,8 @@ TOKAMAX = Library(
              _gmm_v2_inputs, _tk_gmm_v2, rtol=2e-2),
         Case("flash attention (Mosaic TPU, splash)", f"{TK}.attention.pallas_mosaic_tpu",
              _splash_inputs, _tk_splash_attention, reference=_causal_attention_reference),
+        Case("flash attention VJP (Mosaic TPU, splash)", f"{TK}.attention.pallas_mosaic_tpu_vjp",
+             _attn_vjp_splash_inputs, _tk_splash_attention_vjp, reference=_attn_vjp_reference),
         Case("linear softmax cross-entropy fwd (Mosaic TPU)",
              f"{TK}.linear_softmax_cross_entropy_loss.pallas_mosaic_tpu_kernel",
              _lsce_inputs, _tk_lsce),
@@ -470,6 +621,23 @@ TOKAMAX = Library(
         Case("attention sm90 (Mosaic GPU)", f"{TK}.attention.pallas_mosaic_gpu_kernel_sm90",
              _attn_inputs, _tk_mgpu_attention, kind="mgpu", modes=("interpret", "cuda"),
              rtol=2e-2),
+        Case("attention sm100 (Mosaic GPU)", f"{TK}.attention.pallas_mosaic_gpu_kernel_sm100",
+             _attn_sm100_inputs, _tk_mgpu_attention_sm100, kind="blackwell",
+             modes=("interpret", "cuda")),
+        Case("attention VJP sm90 (Mosaic GPU)",
+             f"{TK}.attention.pallas_mosaic_gpu_vjp_kernel_sm90", _attn_vjp_mgpu_inputs,
+             _tk_mgpu_attention_vjp, kind="mgpu", modes=("interpret", "cuda"), rtol=2e-2,
+             reference=_attn_vjp_reference, ref_rtol=3e-2),
+        Case("attention VJP sm90, bias and mask (Mosaic GPU)",
+             f"{TK}.attention.pallas_mosaic_gpu_vjp_kernel_sm90", _attn_vjp_mgpu_bias_inputs,
+             _tk_mgpu_attention_vjp_bias, kind="mgpu", modes=("cuda",)),
+        Case("attention VJP sm100 (Mosaic GPU)",
+             f"{TK}.attention.pallas_mosaic_gpu_vjp_kernel_sm100", _attn_vjp_mgpu_inputs,
+             _tk_mgpu_attention_vjp_sm100, kind="blackwell", modes=("interpret", "cuda")),
+        Case("flash attention VJP (Triton)", f"{TK}.attention.pallas_triton_vjp",
+             _attn_vjp_triton_inputs, _tk_triton_attention_vjp, kind="gpu", modes=("cuda",)),
+        Case("layer norm VJP (Triton)", f"{TK}.normalization.pallas_triton_vjp",
+             _norm_vjp_inputs, _tk_triton_norm_vjp, kind="gpu", modes=("cuda",)),
     ),
 )
 

@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 MODES = {"interpret": "run on CPU (interpret mode)", "v5e": "AOT compile for TPU v5e",
-         "cuda": "lowered for cuda (no GPU)", "H100": "compiled device-less for an H100"}
+         "cuda": "lowered for cuda (no GPU)", "H100": "compiled device-less for an H100",
+         "B200": "compiled device-less for a B200"}
 
 
 def revision(root: Path) -> str:
@@ -104,7 +105,8 @@ def write(out: Path, catalog, results: dict) -> None:
         "on the same fresh random inputs: `interpret` runs on CPU in JAX's TPU or Mosaic GPU "
         "interpret mode (ours: the plugin's), `v5e` compiles ahead of time for one TPU v5e chip "
         "with libtpu, `cuda` lowers for an NVIDIA GPU without one, `H100` compiles that for "
-        "an H100 without one (XLA:GPU). `rel`: the max difference of "
+        "an H100 without one (XLA:GPU; `B200`: a Blackwell kernel, for a B200). `rel`: the "
+        "max difference of "
         "ours from JAX's output, relative to the largest magnitude of JAX's; `NumPy`: the "
         "same for each side against a float64 NumPy reference, for the kernels that have one "
         "(past its tolerance a side counts as wrong). No library code is "

@@ -6,6 +6,8 @@ Each kernel runs with JAX's API and with ours, in GPU interpret mode,
 against NumPy."""
 
 import functools
+import re
+from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +18,7 @@ from jax.experimental.pallas import mosaic_gpu as jax_plgpu
 
 import pallas_frontend as pl
 import pallas_mgpu as plgpu
+from pallas_mgpu import _jax_private, aot
 
 APIS = {"jax": (jax_pl, jax_plgpu), "ours": (pl, plgpu)}
 ROWS, COLS, BLOCK = 128, 512, 128       # two compute warpgroups of 64 rows each
@@ -148,3 +151,76 @@ def test_traced_grid_size_and_a_none_spec(api, rng):
     got = np.asarray(jax.jit(_first_blocks_sum(api))(x, np.array([n], np.int32)))
     want = x.astype(np.float64).reshape(ROWS, COLS // BLOCK, BLOCK)[:, :n].sum(axis=1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _attention_backward_shape(api, interpret=True, block=BLOCK):
+    """The shape of tokamax's sm90 attention backward (dK/dV kernel): a 2-D
+    grid whose first size (ub - lb) is known only at run time, index maps
+    offset by the run-time lower bound lb, None specs first and in the middle
+    (no bias, no mask), manual consumed barriers (None for the absent
+    operands). o[r, c] = sum over lb <= k < ub, h < 2 of x[h, r, k * BLOCK + c]
+    + 2 * y[h, r, k * BLOCK + c]."""
+    P, gpu = APIS[api]
+    heads = 2
+
+    @functools.partial(
+        gpu.kernel, out_type=jax.ShapeDtypeStruct((ROWS, block), jnp.float32),
+        num_threads=3, thread_name="wg",
+        interpret=gpu.InterpretGPUParams() if interpret else False)
+    def k(x_ref, y_ref, bounds_ref, o_ref):
+        wg = jax.lax.axis_index("wg")
+        rows = pl.ds(wg * 64, 64)
+        lb, ub = bounds_ref[0], bounds_ref[1]
+
+        def body(idx, bias_smem, x_smem, mask_smem, y_smem,
+                 bias_consumed, x_consumed, mask_consumed, y_consumed, carry):
+            assert bias_smem is None and mask_smem is None
+            assert bias_consumed is None and mask_consumed is None
+            total = carry + x_smem[rows, :] + 2 * y_smem[rows, :]
+            gpu.barrier_arrive(x_consumed)
+            gpu.barrier_arrive(y_consumed)
+            return total
+
+        def context(run):
+            o_ref[rows, :] = run(jnp.zeros((64, block), jnp.float32))
+
+        spec = gpu.BlockSpec((None, ROWS, block), lambda i, h: (h, 0, lb + i))
+        gpu.emit_pipeline_warp_specialized(
+            body, grid=(ub - lb, heads), memory_registers=40,
+            in_specs=[None, spec, None, spec], max_concurrent_steps=2, wg_axis="wg",
+            num_compute_wgs=2, manual_consumed_barriers=True,
+            compute_context=context)(None, x_ref, None, y_ref)
+    return k
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_attention_backward_shaped_pipeline(api, rng):
+    x, y = (rng.standard_normal((2, ROWS, COLS)).astype(np.float32) for _ in range(2))
+    lb = int(rng.integers(0, COLS // BLOCK))
+    ub = int(rng.integers(lb + 1, COLS // BLOCK + 1))
+    got = np.asarray(jax.jit(_attention_backward_shape(api))(
+        x, y, np.array([lb, ub], np.int32)))
+    both = (x.astype(np.float64) + 2 * y.astype(np.float64)).reshape(2, ROWS, -1, BLOCK)
+    np.testing.assert_allclose(got, both[:, :, lb:ub].sum(axis=(0, 2)), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_backward_shaped_pipeline_lowers_for_cuda_as_jax():
+    """The same kernel lowered for cuda (no compiler needed): JAX's Mosaic GPU
+    operations, as often. Blocks of 64 columns: two stages of two 128x128
+    float32 operands would not fit in shared memory."""
+    h100 = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", platform="gpu",
+                                       num_cores=132)
+    args = [jax.ShapeDtypeStruct((2, ROWS, COLS), jnp.float32)] * 2 + [
+        jax.ShapeDtypeStruct((2,), jnp.int32)]
+    ops = {}
+    for api in APIS:
+        with jax.sharding.use_abstract_mesh(
+                jax.sharding.AbstractMesh((), (), abstract_device=h100)):
+            lowered = aot.lower_for_cuda(_attention_backward_shape(api, False, 64), *args)
+        (module,) = _jax_private.mosaic_gpu_modules(lowered)
+        ops[api] = Counter(re.findall(r'"stable_mosaic_gpu\.([a-z_]+\.[a-z_.0-9]+)"\(', module))
+        # no-op casts: the rebuilt kernel's Ref views make a few more
+        ops[api].pop("memref.cast", None)
+        ops[api].pop("builtin.unrealized_conversion_cast", None)
+    assert ops["ours"]["nvvm.mbarrier.try_wait.parity"] > 0     # the pipeline's waits
+    assert ops["ours"] == ops["jax"], (ops["ours"] - ops["jax"], ops["jax"] - ops["ours"])

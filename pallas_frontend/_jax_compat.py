@@ -152,6 +152,28 @@ def lower_fun_per_shard(fun, ctx, *args):
     return outs
 
 
+def is_ref_value(x) -> bool:
+    """Whether ``x`` (an array, a tracer or a ``jax.new_ref`` Ref) is a Ref."""
+    return isinstance(core.typeof(x), AbstractRef)
+
+
+def lowered_value_problem(ctx, value, aval) -> str | None:
+    """Why ``value``, a lowering rule's (context ``ctx``) result for an output of type ``aval``, is not
+    an MLIR value of that type (None when it is): a backend's ``lower`` that
+    returns arrays, or values of another shape or dtype, is named before MLIR's
+    verifier reports it as a module dump."""
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, mlir.ir.Value):
+        return f"a {type(value).__module__}.{type(value).__qualname__}, not an MLIR value"
+    if any(is_symbolic_dim(d) for d in getattr(aval, "shape", ())):
+        return None      # shape polymorphism: the types hold dynamic dims
+    expected = mlir.aval_to_ir_type(ctx.module_context, invariant(aval))
+    if value.type != expected:
+        return f"of type {value.type}, not {expected}"
+    return None
+
+
 def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
     """Traces ``fun(*in_avals) -> list`` to ``(jaxpr, consts)`` where the jaxpr
     takes ``*consts, *args``: values ``fun`` closes over (possibly tracers of an

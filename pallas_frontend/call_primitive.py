@@ -66,10 +66,37 @@ def _lower_for(ctx, *args, platform, kernel: KernelIR, interpret, backend):
         if kernel.debug:
             print(kernel.pretty(), file=sys.stdout)
             print(f"  backend: {b.name} {b.version} (platform {platform})", file=sys.stdout)
-        return b.lower(kernel, LoweringContext(ctx, platform, interpret_params=interpret), *args)
+        outs = b.lower(kernel, LoweringContext(ctx, platform, interpret_params=interpret), *args)
+        return _checked_outputs(b, kernel, ctx, outs)
     except Exception as e:
         name_kernel_in_error(e, kernel.name_and_src_info, kernel.name, kernel.source)
         raise
+
+
+def _checked_outputs(b, kernel: KernelIR, ctx, outs) -> list:
+    """``lower``'s results as a list; a backend's mistake in them (a wrong count,
+    arrays instead of MLIR values, another shape or dtype) raises here, naming the
+    backend, the output and the fix, where JAX would report a ``safe_zip`` length
+    or an MLIR verifier dump naming neither."""
+    who = f"backend '{b.name}'" + (f" ({b.distribution} {b.version})" if b.distribution else "")
+    fix = ("Backend.lower must return one MLIR value per kernel.out_mappings, of that "
+           "output's array_shape and dtype; ctx.lower_fun(fn, *args) turns array code "
+           "fn(*arrays) -> list into them.")
+    out_avals = ctx.avals_out
+    try:
+        outs = list(outs)
+    except TypeError:
+        raise TypeError(f"{who}: Backend.lower returned {type(outs).__name__}, not a sequence. "
+                        + fix) from None
+    if len(outs) != len(out_avals):
+        raise TypeError(f"{who}: Backend.lower returned {len(outs)} values for the kernel's "
+                        f"{len(out_avals)} outputs. " + fix)
+    for k, (value, aval, m) in enumerate(zip(outs, out_avals, kernel.out_mappings)):
+        problem = jc.lowered_value_problem(ctx, value, aval)
+        if problem:
+            raise TypeError(f"{who}: Backend.lower's output {k} ({m.origin}, "
+                            f"{aval.str_short()}) is {problem}. " + fix)
+    return outs
 
 
 def name_kernel_in_error(e: Exception, label: str, name: str, source: str) -> None:

@@ -56,8 +56,13 @@ def block_window(mapping: BlockMapping, *grid_ids, prefetch=()) -> tuple[list, l
     (int32 scalars, tracers allowed): per array dim, the element offset of the
     block and its valid extent (the block size, or a ``BoundedSlice``'s size).
     ``Element`` offsets are in the coordinates of the array padded by the
-    dim's padding; ``prefetch`` are the scalar-prefetch values, if any."""
-    outs = iter(jc.eval_jaxpr(mapping.index_map, *grid_ids, *prefetch))
+    dim's padding; ``prefetch`` are the scalar-prefetch operands, if any, as
+    arrays (the values the launch received) or as Refs (``jax.new_ref``)."""
+    index_map = mapping.index_map
+    if prefetch and not any(jc.is_ref_value(p) for p in prefetch):
+        # The index map reads the prefetch operands as Refs; discharge them to values.
+        index_map = jc.discharge_kernel_body(index_map, len(index_map.invars) - len(prefetch))
+    outs = iter(jc.eval_jaxpr(index_map, *grid_ids, *prefetch))
     starts, sizes = [], []
     for dim in mapping.block_dims:
         value = next(outs)

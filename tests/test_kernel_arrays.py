@@ -73,3 +73,35 @@ def test_block_window_gives_element_offsets_and_valid_sizes(capturing):
             starts, sizes = jax.jit(lambda i, j: backend_api.block_window(m_b, i, j))(i, j)
             assert [int(s) for s in starts] == [i, 64 * j]
             assert [int(s) for s in sizes] == [1, 64 - j]
+
+
+def test_block_window_takes_prefetch_values(capturing):
+    # An index map reading pl.num_programs of a dynamic axis gets the size through a
+    # scalar-prefetch operand (a Ref in the index map); block_window takes the
+    # values a launch received (failed before: 'ShapedArray' has no 'inner_aval').
+    def body(x, o):
+        o[...] = x[...] * 2
+
+    def run(x, n):
+        return pl.pallas_call(body, jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(n,),
+                              in_specs=[pl.BlockSpec((1, 128),
+                                                     lambda i: (pl.num_programs(0) - 1 - i, 0))],
+                              out_specs=pl.BlockSpec((1, 128), lambda i: (i, 0)),
+                              backend="capturing")(x)
+    x = np.random.default_rng().standard_normal((8, 128)).astype(np.float32)
+    out = jax.jit(run)(x, 8)
+    np.testing.assert_allclose(out, x[::-1].astype(np.float64) * 2)
+    kernel = capturing.kernel
+    assert kernel.num_scalar_prefetch == 1
+    (m_x,) = kernel.in_mappings
+    sizes = np.array([6], np.int32)                   # the prefetch operand: the grid's size
+    for i in range(6):
+        starts, _ = backend_api.block_window(m_x, np.int32(i), prefetch=[sizes])
+        assert [int(s) for s in starts] == [5 - i, 0]
+        starts, _ = jax.jit(lambda i, p: backend_api.block_window(m_x, i, prefetch=[p]))(
+            np.int32(i), sizes)
+        assert [int(s) for s in starts] == [5 - i, 0]
+        # Refs are accepted as before
+        starts, _ = jax.jit(lambda i, p: backend_api.block_window(
+            m_x, i, prefetch=[jax.new_ref(p)]))(np.int32(i), sizes)
+        assert [int(s) for s in starts] == [5 - i, 0]

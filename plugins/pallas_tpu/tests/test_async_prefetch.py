@@ -113,6 +113,42 @@ def test_async_prefetch_on_tpu_matches_jax():
     np.testing.assert_array_equal(ours, theirs)
 
 
+def _whole_operand_program(Pl, T, interpret=False):
+    """y's block is all of y at every step (JAX's trivial windowing): JAX lets
+    it prefetch more blocks (2) than its buffer count (1)."""
+    mesh = T.TensorCoreMesh(axis_name="core", num_cores=1)
+    pipeline, async_prefetch = T.emit_pipeline_with_async_prefetch(
+        lambda x_ref, y_ref, o_ref: o_ref.__setitem__(..., x_ref[...] - y_ref[:, :BLOCK]),
+        grid=(COLS // BLOCK,), mesh=mesh,
+        in_specs=[Pl.BlockSpec((ROWS, BLOCK), lambda i: (0, i)),
+                  Pl.BlockSpec((ROWS, 2 * BLOCK), lambda i: (0, 0),
+                               pipeline_mode=Pl.Buffered(1, prefetched_count=2))],
+        out_specs=Pl.BlockSpec((ROWS, BLOCK), lambda i: (0, i)))
+
+    def program(x, y):
+        allocations = async_prefetch(x, y)
+
+        @functools.partial(Pl.kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           mesh=mesh, interpret=interpret)
+        def kernel(x_hbm, y_hbm, o_hbm):
+            pipeline(x_hbm, y_hbm, o_hbm, allocations=allocations)
+        return kernel(x, y)
+    return program
+
+
+def test_whole_operand_block_may_prefetch_beyond_its_buffers_as_in_jax(aot_compile):
+    from jax.experimental import pallas as jpl
+    from jax.experimental.pallas import tpu as jpltpu
+    x, y = _inputs()
+    y = y[:, :2 * BLOCK]
+    out = jax.jit(_whole_operand_program(pl, pltpu, interpret=pltpu.InterpretParams()))(x, y)
+    want = x.astype(np.float64) - np.tile(y[:, :BLOCK].astype(np.float64), (1, COLS // BLOCK))
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-6)
+    for Pl, T in ((pl, pltpu), (jpl, jpltpu)):
+        _, text = aot_compile(_whole_operand_program(Pl, T), jnp.asarray(x), jnp.asarray(y))
+        assert "tpu_custom_call" in text
+
+
 # --- refusals, as JAX's ------------------------------------------------------------------
 
 def _pipeline(count=2, prefetched=1):

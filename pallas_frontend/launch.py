@@ -261,12 +261,16 @@ def _mesh_compiler_params(mesh: Any, compiler_params: Any):
 
 def _mesh_specs(mesh: Any, tree: Any):
     """Whole-array specs, in the mesh's ``default_memory_space`` if it has one
-    (a core mesh shares its operands between cores: they stay in HBM)."""
+    (a core mesh shares its operands between cores: they stay in HBM), or in
+    the space the mesh's ``operand_memory_space(aval)`` reads off an operand
+    (e.g. one placed in SMEM with ``pltpu.with_memory_space_constraint``)."""
     space = getattr(mesh, "default_memory_space", None)
     if space is None:
         return no_block_spec
     from pallas_frontend.specs import BlockSpec
-    return jax.tree.map(lambda _: BlockSpec(memory_space=space), tree)
+    placed = getattr(mesh, "operand_memory_space", None) or (lambda aval: None)
+    return jax.tree.map(
+        lambda x: BlockSpec(memory_space=placed(jax.typeof(x)) or space), tree)
 
 
 def _mesh_grid(mesh: Any, fn_name: str):

@@ -31,6 +31,12 @@ def transformed_ref(ref, transforms):
     return TransformedRef(ref, tuple(transforms))
 
 
+def reshape_view_shape(transform):
+    """The shape a ``ref.reshape(...)`` view transform gives, or None for another transform."""
+    from jax._src.state.types import ReshapeTransform
+    return tuple(transform.shape) if isinstance(transform, ReshapeTransform) else None
+
+
 def retype_ref_inputs(closed, in_avals):
     """``closed`` (a ClosedJaxpr) with its Ref inputs retyped to ``in_avals``
     (JAX's Ref types, memory spaces included), or None where that is not a

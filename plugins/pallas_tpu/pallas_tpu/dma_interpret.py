@@ -19,6 +19,7 @@ import numpy as np
 
 from pallas_frontend.backend_api import register_interpret_rule
 
+from pallas_tpu import _jax_private
 from pallas_tpu import primitives as tpu_prims
 
 _SEMAPHORE_CAP = 32767   # JAX's interpreter keeps semaphores as int16
@@ -42,6 +43,11 @@ def _view_index(shape, transforms):
     the view's shape: reads are ``x[idx]``, writes ``x.at[idx].set``."""
     idx = tuple(jnp.asarray(a) for a in np.indices(shape, sparse=True))
     for t in transforms:
+        new_shape = _jax_private.reshape_view_shape(t)
+        if new_shape is not None:      # ref.reshape(...): the same elements, row-major
+            view_shape = np.broadcast_shapes(*(jnp.shape(a) for a in idx))
+            idx = tuple(jnp.broadcast_to(a, view_shape).reshape(new_shape) for a in idx)
+            continue
         if not hasattr(t, "indices"):
             raise NotImplementedError(f"pallas_tpu: a DMA through the view transform {t} does "
                                       "not run in the reference interpreter.")

@@ -15,6 +15,7 @@ from collections import OrderedDict
 
 from jax.experimental.pallas.tpu import CoreType
 
+from pallas_tpu import spaces
 from pallas_tpu.memory import MemorySpace
 from pallas_tpu.params import CORE_PARALLEL, CompilerParams
 
@@ -50,6 +51,12 @@ class TensorCoreMesh:
     def default_memory_space(self) -> MemorySpace:
         """``ANY`` (HBM): where a ``pl.kernel`` over this mesh sees its operands."""
         return MemorySpace.ANY
+
+    def operand_memory_space(self, aval) -> MemorySpace | None:
+        """Where an operand of a ``pl.kernel`` over this mesh lives when it says
+        so itself (``with_memory_space_constraint``; JAX's ``pl.kernel`` reads
+        it the same way); None: ``default_memory_space``."""
+        return spaces.constrained_space(getattr(aval, "memory_space", None))
 
     @property
     def compiler_params(self) -> CompilerParams:

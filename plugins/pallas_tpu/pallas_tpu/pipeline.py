@@ -21,7 +21,7 @@ import pallas_frontend as pf
 from pallas_frontend.backend_api import KernelIR, kernel_primitive, tracing_kernel
 
 from pallas_frontend import backend_api
-from pallas_tpu import pipeline_schedule
+from pallas_tpu import pipeline_cores, pipeline_schedule
 from pallas_tpu.buffered_ref import source_space
 from pallas_tpu.memory import VMEM
 from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
@@ -213,16 +213,14 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
 
     def _with_allocations(refs, allocations, scratches, ins=None, outs=None):
         # BufferedRef allocations (or body scratches): the pipeline is traced here,
-        # from the allocations' methods (pipeline_schedule.py)
-        if core_axis is not None or core_axis_name is not None:
-            raise NotImplementedError(
-                "emit_pipeline: core_axis/core_axis_name with allocations= or scratches= is "
-                "not supported; split the grid across cores yourself (pl.program_id of the "
-                "core axis) and run one pipeline per core.")
+        # from the allocations' methods (pipeline_schedule.py); with a core axis,
+        # over this core's share of the grid (pipeline_cores.py)
+        core_grid, offsets = pipeline_cores.partition_grid(
+            grid, dimension_semantics, *pipeline_cores.core_info(core_axis, core_axis_name))
         scratches = () if scratches is None else tuple(scratches)
-        run = functools.partial(pipeline_schedule.run_pipeline, body, grid,
+        run = functools.partial(pipeline_schedule.run_pipeline, body, core_grid,
                                 scratches=scratches, no_pipelining=bool(no_pipelining),
-                                explicit_indices=bool(_explicit_indices))
+                                explicit_indices=bool(_explicit_indices), grid_offsets=offsets)
         if allocations is None:
             allocations = ()
         allocations = tuple(allocations)

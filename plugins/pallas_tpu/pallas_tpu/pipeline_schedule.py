@@ -19,6 +19,7 @@ ones after the loop).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -70,10 +71,13 @@ def _differ(xs, ys):
 
 
 class _Grid:
-    """Grid indices of a linear step (the last axis fastest) and block changes."""
+    """Grid indices of a linear step (the last axis fastest) and block changes;
+    ``offsets`` (this core's start, when the grid is split across cores) are
+    added to every index."""
 
-    def __init__(self, grid):
+    def __init__(self, grid, offsets=None):
         self.grid = tuple(grid)
+        self.offsets = (0,) * len(self.grid) if offsets is None else tuple(offsets)
         self.num_steps = math.prod(self.grid) if self.grid else 1
 
     def indices(self, step):
@@ -88,7 +92,8 @@ class _Grid:
             else:
                 out.append(jnp.asarray((step // stride) % g, jnp.int32))
             stride = stride * g
-        return tuple(reversed(out))
+        return tuple(i if isinstance(o, int) and o == 0 else i + jnp.asarray(o, jnp.int32)
+                     for i, o in zip(reversed(out), self.offsets))
 
     def changed(self, bref, a, b):
         """Whether ``bref``'s block differs between steps ``a`` and ``b``."""
@@ -139,8 +144,7 @@ def _step(grid: _Grid, s, brefs, refs, body, scratches, no_pipelining, explicit_
     if explicit_indices:     # as in JAX, pl.program_id then stays the kernel's
         body(PipelineStep(idx, jnp.asarray(s, jnp.int32)), *blocks, *scratches)
     else:
-        with nested_grid(idx, grid.grid):
-            body(*blocks, *scratches)
+        body(*blocks, *scratches)
     moving = {k: _or(last, grid.changed(brefs[k], s, s + 1)) for k in set(ins) | set(outs)}
     for k in outs:
         b, r = brefs[k], refs[k]
@@ -162,6 +166,15 @@ def _step(grid: _Grid, s, brefs, refs, body, scratches, no_pipelining, explicit_
         for k in ins:
             brefs[k] = brefs[k].advance_wait_in_slot(moving[k])
     return [b.unbind_refs() for b in brefs]
+
+
+def _grid_env(grid: _Grid, step, explicit_indices):
+    """Where ``pl.program_id``/``pl.num_programs`` (in the body and in index maps)
+    are the pipeline's at ``step``, as JAX's scheduler sets them; with explicit
+    indices they stay the kernel's."""
+    if explicit_indices:
+        return contextlib.nullcontext()
+    return nested_grid(grid.indices(step), grid.grid)
 
 
 def _prologue(grid: _Grid, brefs, refs, no_pipelining):
@@ -199,8 +212,9 @@ def pf_sync_copy(src, dst):
 
 
 def run_pipeline(body, grid, refs, allocations, *, scratches=(), no_pipelining=False,
-                 explicit_indices=False):
-    """Runs ``body`` over ``grid`` with ``allocations`` (BufferedRefs, one per ref)."""
+                 explicit_indices=False, grid_offsets=None):
+    """Runs ``body`` over ``grid`` with ``allocations`` (BufferedRefs, one per ref);
+    ``grid_offsets`` shift the indices (one core's share of a split grid)."""
     alloc_leaves, tree = jax.tree.flatten(
         tuple(allocations), is_leaf=lambda x: isinstance(x, BufferedRef) or x is None)
     ref_leaves = tree.flatten_up_to(tuple(refs))
@@ -209,21 +223,25 @@ def run_pipeline(body, grid, refs, allocations, *, scratches=(), no_pipelining=F
             raise TypeError(f"emit_pipeline: allocations[{i}] is {b!r}, not a "
                             "pltpu.BufferedRef (make them with make_allocations or "
                             "BufferedRef.input/output/input_output).")
-    g = _Grid(grid)
+    g = _Grid(grid, grid_offsets)
     brefs = [b.initialize_slots() for b in alloc_leaves]
 
     def run():
-        bs = _prologue(g, brefs, ref_leaves, no_pipelining)
+        with _grid_env(g, 0, explicit_indices):
+            bs = _prologue(g, brefs, ref_leaves, no_pipelining)
 
         def loop(s, slots):
             cur = [dataclasses.replace(b, **dict(zip(_SLOTS, st))) for b, st in zip(bs, slots)]
-            cur = _step(g, s, cur, ref_leaves, body, scratches, no_pipelining, explicit_indices)
+            with _grid_env(g, s, explicit_indices):
+                cur = _step(g, s, cur, ref_leaves, body, scratches, no_pipelining,
+                            explicit_indices)
             return [tuple(getattr(b, f) for f in _SLOTS) for b in cur]
         slots = [tuple(getattr(b, f) for f in _SLOTS) for b in bs]
         slots = jax.lax.fori_loop(0, g.num_steps, loop, slots)
         done = [dataclasses.replace(b, **dict(zip(_SLOTS, st))) for b, st in zip(bs, slots)]
         if not no_pipelining:
-            _epilogue(g, done, ref_leaves)
+            with _grid_env(g, g.num_steps - 1, explicit_indices):
+                _epilogue(g, done, ref_leaves)
         else:
             for b, r in zip(done, ref_leaves):
                 if b.is_output and b.is_trivial_windowing:

@@ -47,9 +47,6 @@ def join_view(part):
     """Inverse of ``split_view`` over the kernel's actual Refs."""
     if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], tuple):
         ref, transforms = part
-        for t in transforms:
-            if not hasattr(t, "indices"):
-                raise NotImplementedError(f"pallas_tpu: Ref view transform {t} is not supported")
         from pallas_tpu import _jax_private
         return _jax_private.transformed_ref(ref, transforms)
     return part

@@ -62,3 +62,12 @@ def with_memory_space_constraint(x, memory_space):
             f"pallas_tpu.with_memory_space_constraint: memory space {memory_space!r} is not "
             "one an operand can be placed in; use HBM, VMEM, SMEM or pallas_frontend.HOST.")
     return pltpu.with_memory_space_constraint(x, block_memory_space(memory_space))
+
+
+def constrained_space(jax_space):
+    """Ours for a memory space JAX's ``with_memory_space_constraint`` puts on
+    an array's type (HBM, VMEM or SMEM); None for any other."""
+    from jax.experimental.pallas import tpu as pltpu
+    table = {pltpu.HBM: MemorySpace.HBM, pltpu.VMEM: MemorySpace.VMEM,
+             pltpu.SMEM: MemorySpace.SMEM}
+    return table.get(jax_space) if jax_space is not None else None

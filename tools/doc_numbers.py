@@ -241,7 +241,8 @@ EXEMPT = [
      r"(?:\s*(?:during|while|with|loaded|quiet|of))?", "a measured time or size"),
     (r"\(`tox p` \d+ s\)", "a measured time"),
     (r"\b\d+-core\b|\b\d+ (?:shared )?cores\b", "the machine measured on"),
-    (r"Python\s+3\.11, JAX 0\.10\.2|jax 0\.10\.2 \+ libtpu 0\.0\.42\.1|all \d+ exports",
+    (r"Python\s+3\.11, JAX 0\.10\.2(?:,\s+libtpu\s+0\.0\.42\.1)?|jax 0\.10\.2 \+ libtpu 0\.0\.42\.1"
+     r"|all \d+ exports",
      "the versions of a remote TPU host, and a count of one dated run on it"),
     (r"pytest \d+\.\d+, pytest-xdist\s+\d+\.\d+", "the tool versions a measurement used"),
     (r"-?[0-9]\.0\b(?= |`|,|\)|$)|\b0\.0\b", "a float value in an example"),

@@ -35,6 +35,7 @@ from pallas_mgpu.cluster_cancel import (
 from pallas_mgpu.dynamic_scheduling import dynamic_scheduling_loop
 from pallas_mgpu.inline import RefType, ShapeDtypeStruct, inline_mgpu
 from pallas_mgpu.ref_union import RefUnion
+from pallas_mgpu.ref_operands import alloc_semaphore
 from pallas_mgpu.register_ops import mma, transpose_ref, wgmma_accumulator_load
 from pallas_mgpu.warp_map import warp_map
 from pallas_mgpu.plain_ops import (
@@ -43,6 +44,7 @@ from pallas_mgpu.plain_ops import (
     print_layout, prod, store, sum, wait_gmem_to_smem)
 from pallas_mgpu.primitives import (
     Layout, SemaphoreSignal, async_copy_scales_to_tmem, async_copy_smem_to_tmem,
+    async_copy_sparse_metadata_to_tmem,
     async_load_tmem, async_store_tmem, barrier_arrive, barrier_arrive_and_wait, barrier_wait,
     broadcasted_iota, commit_smem, commit_smem_to_gmem_group, commit_tmem,
     copy_gmem_to_smem, copy_smem_to_gmem, layout_cast, load, semaphore_signal_parallel,
@@ -71,7 +73,7 @@ __all__ = [
     "atomic_min", "atomic_or", "atomic_xor", "barrier_test", "griddepcontrol_launch_dependents",
     "griddepcontrol_wait", "max", "min", "print_layout", "prod", "store", "sum",
     "wait_gmem_to_smem", "TryClusterCancelResult", "async_store_smem", "im2col_ref", "query_cluster_cancel",
-    "try_cluster_cancel",
+    "try_cluster_cancel", "alloc_semaphore", "async_copy_sparse_metadata_to_tmem",
 ]
 
 

@@ -19,7 +19,7 @@ import jax
 
 import pallas_frontend as pf
 
-from pallas_mgpu import _jax_private, evaluate, ref_union
+from pallas_mgpu import _jax_private, evaluate, ref_operands, ref_union
 from pallas_mgpu.memory import GMEM, scratch_to_jax
 from pallas_mgpu.params import CompilerParams, adopt_interpret
 
@@ -163,21 +163,35 @@ def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_p
         body(*refs, **scratch_refs)
 
     def run(*args):
-        whole = pf.BlockSpec(memory_space=GMEM)
-        # The names stay bound for the whole trace (with jax_enable_checks JAX
-        # checks the kernel jaxpr, axis_index equations included, after the
-        # body) but not while it is lowered: JAX's interpreter would then lower
-        # axis_index as a device axis.
-        with _jax_private.bind_axis_names(sizes):
-            traced_call = jax.make_jaxpr(functools.partial(_call, whole), return_shape=True)
-            closed, shapes = traced_call(*args)
-        outs = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree.leaves(args))
-        return jax.tree.unflatten(jax.tree.structure(shapes), outs)
+        # jax.Ref operands (alloc_semaphore's among them) go in as their values
+        if any(ref_operands.is_ref(a) for a in jax.tree.leaves(args)):
+            return ref_operands.call_with_refs(launch, out_type, args)
+        return launch(out_type)(*args)
 
-    def _call(whole, *args):
+    def launch(out_type_, in_specs=None, out_specs=None, aliases=None, body_refs=None):
+        def go(*args):
+            # The names stay bound for the whole trace (with jax_enable_checks JAX
+            # checks the kernel jaxpr, axis_index equations included, after the
+            # body) but not while it is lowered: JAX's interpreter would then lower
+            # axis_index as a device axis.
+            call = functools.partial(_call, out_type_, in_specs, out_specs, aliases, body_refs)
+            with _jax_private.bind_axis_names(sizes):
+                closed, shapes = jax.make_jaxpr(call, return_shape=True)(*args)
+            outs = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree.leaves(args))
+            return jax.tree.unflatten(jax.tree.structure(shapes), outs)
+        return go
+
+    def _call(out_type_, in_specs, out_specs, aliases, body_refs, *args):
+        whole = pf.BlockSpec(memory_space=GMEM)
+        kernel_body = traced
+        if body_refs is not None:    # Ref operands (ref_operands.call_with_refs)
+            kernel_body = functools.wraps(traced)(
+                lambda *refs, **kw: traced(*body_refs(refs), **kw))
         return pf.pallas_call(
-            traced, out_type, in_specs=jax.tree.map(lambda _: whole, tuple(args)),
-            out_specs=jax.tree.map(lambda _: whole, out_type),
+            kernel_body, out_type_,
+            in_specs=in_specs or jax.tree.map(lambda _: whole, tuple(args)),
+            out_specs=out_specs or jax.tree.map(lambda _: whole, out_type_),
+            input_output_aliases=aliases or {},
             scratch_shapes=ref_union.expand(scratch_types),
             compiler_params=params,
             interpret=False if interpret is None else adopt_interpret(interpret),
@@ -220,10 +234,14 @@ def build(kernel_ir, out_types, jax_interpret):
 
     def run(*args):
         args = list(args)
-        refs = {i: jax.new_ref(args[i]) for i in set(aliased.values())}
+        # an input traced in a semaphore memory space goes in as JAX's semaphore Ref
+        space = [m.memory_space for m in kernel_ir.in_mappings]
+        refs = {i: ref_operands.jax_ref(space[i], args[i]) for i in set(aliased.values())}
         for i, r in refs.items():
             args[i] = r
         got = dict(zip(fresh, jax.tree.leaves(call(*args))))
-        return [got[o] if o in got else refs[aliased[o]][...] for o in range(len(out_types))]
+        return [got[o] if o in got
+                else ref_operands.jax_ref_value(space[aliased[o]], refs[aliased[o]])
+                for o in range(len(out_types))]
     return run
 

@@ -85,9 +85,12 @@ def _kernel_shape(spec: BlockSpec, ref) -> tuple[int, ...]:
     return tuple(int(getattr(d, "block_size", d)) for d in spec.block_shape if d is not None)
 
 
-def _trace_index_map(spec: BlockSpec, n: int):
+def _trace_index_map(spec: BlockSpec, n: int, rank: int | None = None):
+    # without a block shape the block is the whole operand (of ``rank`` dims)
+    dims = len(spec.block_shape) if spec.block_shape is not None else rank
+
     def flat(*idx):
-        out = spec.index_map(*idx) if spec.index_map is not None else (0,) * len(spec.block_shape)
+        out = spec.index_map(*idx) if spec.index_map is not None else (0,) * dims
         out = out if isinstance(out, (tuple, list)) else (out,)
         return [jnp.asarray(v, jnp.int32) for v in out]
     return backend_api.trace_body(flat, [jax.core.ShapedArray((), jnp.int32)] * n,
@@ -150,7 +153,8 @@ def _emit(variant: str, body, grid, in_specs, out_specs, static: dict, init_carr
             return leaves
         body_jaxpr, body_consts = backend_api.trace_body(
             flat_body, idx_avals + block_avals + list(carry_avals), traced_for="emit_pipeline body")
-        maps = [_trace_index_map(s, len(static_grid)) for s in specs]
+        maps = [_trace_index_map(s, len(static_grid), len(r.shape))
+                for s, r in zip(specs, gmem_refs)]
         operands = [_split_view(r) for r in gmem_refs] + [list(body_consts)] + \
             [list(c) for _, c in maps] + [sizes, carry]
         flat, tree = jax.tree.flatten(operands)
@@ -200,7 +204,9 @@ def jax_block_spec(record: tuple, index_map_jaxpr, consts):
     kw = {"collective_axes": axes} if axes else {}
     if isinstance(space, MemorySpace):     # SMEM (the default) or GMEM (left where it is)
         kw["memory_space"] = getattr(plgpu, space.name)
-    return plgpu.BlockSpec(block, index_map, transforms=transforms_to_jax(transforms),
+    # no block shape: JAX's pipeline copies the whole operand (it takes no index map then)
+    return plgpu.BlockSpec(block, index_map if block is not None else None,
+                           transforms=transforms_to_jax(transforms),
                            delay_release=delay, oob_fill_mode=oob.to_jax(), **kw)
 
 

@@ -222,6 +222,14 @@ def async_copy_scales_to_tmem(smem_ref, tmem_ref, collective_axis=None) -> None:
     bind("async_copy_scales_to_tmem", smem_ref, tmem_ref, collective_axis=collective_axis)
 
 
+def async_copy_sparse_metadata_to_tmem(smem_ref, tmem_ref, collective_axis=None) -> None:
+    """Starts a copy of sparse-MMA metadata (``format_tcgen05_sparse_metadata``'s
+    layout, in SMEM) into a ``TMEMLayout.SPARSE_METADATA_LAYOUT`` TMEM buffer,
+    for ``tcgen05_mma(..., a_sparse_metadata=)``."""
+    bind("async_copy_sparse_metadata_to_tmem", smem_ref, tmem_ref,
+         collective_axis=collective_axis)
+
+
 # --- registers, layouts, loads ---------------------------------------------------------------
 
 def broadcasted_iota(dtype, shape, dimension: int, *, layout: Layout | None = None):

@@ -117,6 +117,16 @@ def test_core_split_pipeline_with_scratches_matches_jax(num_cores, nb, reverse_o
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
 
 
+@pytest.mark.parametrize("num_cores,nb", [(2, 4), (2, 3)])
+def test_core_split_pipeline_in_the_builtin_interpreter(num_cores, nb):
+    rng = _rng()
+    x = rng.standard_normal((nb * B, 2 * H)).astype(np.float32)
+    w = rng.standard_normal((2 * H, 2 * V)).astype(np.float32)
+    out = _split_matmul(pl, pltpu, num_cores, True, True)(x, w)
+    np.testing.assert_allclose(np.asarray(out), _split_matmul_want(x, w, num_cores, True),
+                               rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("topology,num_cores", [("v5e:2x2", 1), ("v5p:1x1x1", 2)])
 def test_core_split_pipeline_with_scratches_compiles(topology, num_cores):
     x = jax.ShapeDtypeStruct((4 * B, 2 * H), jnp.float32)

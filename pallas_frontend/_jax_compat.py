@@ -158,10 +158,10 @@ def is_ref_value(x) -> bool:
 
 
 def lowered_value_problem(ctx, value, aval) -> str | None:
-    """Why ``value``, a lowering rule's (context ``ctx``) result for an output of type ``aval``, is not
-    an MLIR value of that type (None when it is): a backend's ``lower`` that
-    returns arrays, or values of another shape or dtype, is named before MLIR's
-    verifier reports it as a module dump."""
+    """Why ``value``, a lowering rule's (context ``ctx``) result for an output of
+    type ``aval``, is not an MLIR value of that type (None when it is): a
+    backend's ``lower`` that returns arrays, or values of another shape or
+    dtype, is named before MLIR's verifier reports it as a module dump."""
     if isinstance(value, (list, tuple)) and len(value) == 1:
         value = value[0]
     if not isinstance(value, mlir.ir.Value):

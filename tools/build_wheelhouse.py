@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -41,6 +42,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("build") is None:
+        # without it, each build fails with a bare "No module named build" traceback
+        print(f"build_wheelhouse.py needs the PEP 517 builder `build` in this Python "
+              f"({sys.executable}): run `python -m pip install build`, then this again.",
+              file=sys.stderr)
+        return 2
     args.outdir.mkdir(parents=True, exist_ok=True)
     for name in DISTRIBUTIONS:
         for stale in args.outdir.glob(name.replace("-", "_") + "-*"):

@@ -87,6 +87,20 @@ def _install(python: Path, wheelhouse: Path, *requirements, ok=True):
     return out
 
 
+def test_builder_missing_is_named_with_the_install_command(tmp_path):
+    """Run without `build` installed (as a venv made by the backend-author guide is),
+    the tool says what to install (issue 34: it printed four bare 'No module named
+    build' lines and a CalledProcessError traceback)."""
+    code = ("import runpy, sys; sys.modules['build'] = None; "
+            f"sys.argv = ['build_wheelhouse.py', {str(tmp_path / 'wh')!r}]; "
+            f"runpy.run_path({str(TOOLS / 'build_wheelhouse.py')!r}, run_name='__main__')")
+    out = _run([sys.executable, "-c", code], ok=False)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "python -m pip install build" in out.stderr and "Traceback" not in out.stderr, \
+        out.stderr[-2000:]
+    assert not (tmp_path / "wh").exists()
+
+
 def test_wheelhouse_holds_wheel_and_sdist_of_each_distribution(wheelhouse):
     for dist in ("pallas-frontend", *PLUGINS.values()):
         wheel = _wheel(wheelhouse, dist)

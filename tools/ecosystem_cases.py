@@ -513,6 +513,17 @@ def _tk_triton_glu(mod, args, run):
     return out
 
 
+def _tk_mgpu_ragged_sm100(mod, args, run):
+    import importlib
+
+    import jax.numpy as jnp
+    common = importlib.import_module(f"{TK}.ragged_dot.pallas_mosaic_gpu_common")
+    # tokamax's B200 test config; a float32 output is not supported there
+    cfg = common.Config(block_m=128, block_n=128, block_k=128, num_stages=2, split_k=1)
+    return mod.ragged_dot_gpu_non_quant_blackwell_kernel(*args, out_dtype=jnp.dtype("bfloat16"),
+                                                         config=cfg)
+
+
 def _glu_mgpu_inputs(rng):
     import ml_dtypes
     bf = ml_dtypes.bfloat16
@@ -526,6 +537,25 @@ def _tk_mgpu_glu(mod, args, run):
     common = importlib.import_module(f"{TK}.gated_linear_unit.pallas_mosaic_gpu_common")
     return mod.gated_linear_unit(*args, activation=jax.nn.swish, config=common.Config(
         tile_m=64, tile_n=64, tile_k=64, num_stages=2))
+
+
+def _glu_mgpu_tiles(tile_m, tile_n=64, tile_k=64):
+    """The Mosaic GPU GLU kernel of the case's module with the given tiles."""
+    def call(mod, args, run):
+        import importlib
+
+        import jax
+        common = importlib.import_module(f"{TK}.gated_linear_unit.pallas_mosaic_gpu_common")
+        return mod.gated_linear_unit(*args, activation=jax.nn.swish, config=common.Config(
+            tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, num_stages=2))
+    return call
+
+
+def _glu_reference(args):
+    """swish(x @ w[:, 0]) * (x @ w[:, 1]) in float64."""
+    x, w = (np.asarray(a, np.float64) for a in args)
+    gate, up = x @ w[:, 0], x @ w[:, 1]
+    return [gate / (1 + np.exp(-gate)) * up]
 
 
 def _triton_attn_inputs(rng):
@@ -567,8 +597,7 @@ TOKAMAX = Library(
     not_run={
         "flex_attention (Triton)": "not given a row yet (its call takes the op's whole "
                                    "argument set: masks, paging, residuals)",
-        "gated linear unit (Mosaic GPU sm80/sm100), ragged_dot (Mosaic TPU v2, Mosaic GPU "
-        "sm100 and the quantized variants)": "not given a row yet",
+        "ragged_dot (Mosaic TPU v2, the quantized Mosaic GPU variants)": "not given a row yet",
         "ragged_gather, ragged_scatter, ragged_gather_reduce, experimental topk":
             "TPU SparseCore (`tpu_sc`) kernels: a v5e has no SparseCore, and ours lacks the "
             "names listed below",
@@ -618,6 +647,18 @@ TOKAMAX = Library(
              f"{TK}.gated_linear_unit.pallas_mosaic_gpu_kernel_sm90", _glu_mgpu_inputs,
              _tk_mgpu_glu, kind="mgpu", modes=("interpret", "cuda"), rtol=2e-2,
              returns={"backend.get_default_device": _H100}),
+        Case("gated linear unit sm80 (Mosaic GPU)",
+             f"{TK}.gated_linear_unit.pallas_mosaic_gpu_kernel_sm80", _glu_mgpu_inputs,
+             _glu_mgpu_tiles(64), kind="mgpu", modes=("interpret", "cuda"), rtol=2e-2,
+             returns={"backend.get_default_device": _H100}, reference=_glu_reference,
+             ref_rtol=2e-2),
+        Case("gated linear unit sm100 (Mosaic GPU)",
+             f"{TK}.gated_linear_unit.pallas_mosaic_gpu_kernel_sm100", _glu_mgpu_inputs,
+             _glu_mgpu_tiles(128, 128, 128), kind="blackwell", modes=("interpret", "cuda"), rtol=2e-2,
+             reference=_glu_reference, ref_rtol=2e-2),
+        Case("ragged_dot sm100 (Mosaic GPU)", f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm100",
+             _mgpu_ragged_inputs, _tk_mgpu_ragged_sm100, kind="blackwell",
+             modes=("interpret", "cuda"), rtol=2e-2, reference=_gmm_reference, ref_rtol=2e-2),
         Case("attention sm90 (Mosaic GPU)", f"{TK}.attention.pallas_mosaic_gpu_kernel_sm90",
              _attn_inputs, _tk_mgpu_attention, kind="mgpu", modes=("interpret", "cuda"),
              rtol=2e-2),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -131,9 +132,22 @@ class GPUMemoryRef:
                              "32 bits need packed=True/False or an explicit layout.")
 
     def get_ref_aval(self):
-        """The Ref type of this buffer (JAX's scratch-type protocol)."""
+        """The Ref type of this buffer (JAX's scratch-type protocol); with
+        transforms, one whose Refs answer ``ref.transforms`` as JAX's do."""
         import jax
-        return jax.ref.AbstractRef(jax.core.ShapedArray(self.shape, self.dtype), memory_space=self)
+        ref_type = _transformed_buffer_ref() if self.transforms else jax.ref.AbstractRef
+        return ref_type(jax.core.ShapedArray(self.shape, self.dtype), memory_space=self)
+
+    def jax_undo_transforms(self) -> tuple:
+        """What ``ref.transforms`` is in JAX's kernel body for this buffer: JAX's
+        transforms that undo ours, the last one's first (tiled then swizzled
+        gives UnswizzleRef, then UntilingTransform)."""
+        import jax
+        applied = transforms_to_jax(self.transforms)
+        avals = [jax.core.ShapedArray(self.shape, self.dtype)]
+        for t in applied[:-1]:
+            avals.append(t.transform_type(avals[-1]))
+        return tuple(t.undo(aval) for t, aval in reversed(list(zip(applied, avals))))
 
     def to_jax(self):
         """JAX's ``plgpu`` scratch type of the same space, shape, dtype and transforms."""
@@ -143,6 +157,25 @@ class GPUMemoryRef:
             kw = {k: v for k, v in (("packed", self.packed), ("collective", self.collective),
                                     ("layout", self.layout)) if v is not None}
         return space(self.shape, self.dtype, transforms=transforms_to_jax(self.transforms), **kw)
+
+
+@functools.cache
+def _transformed_buffer_ref():
+    """The Ref type of a buffer with transforms: a ``jax.ref.AbstractRef``
+    whose Refs have ``.transforms`` (a kernel reads e.g. the swizzle of its
+    output buffer from it: ``out_smem.transforms[0].swizzle``). Ours traces the
+    buffer in its logical shape and applies the transforms when it rebuilds
+    JAX's kernel, so the attribute is only read, never applied."""
+    import jax
+
+    class TransformedBufferRef(jax.ref.AbstractRef):
+        __slots__ = ()
+
+        @property
+        def transforms(self):
+            return self.memory_space.jax_undo_transforms()
+
+    return TransformedBufferRef
 
 
 def _jax_space(space: MemorySpace):

@@ -186,9 +186,11 @@ def kernel(body: Callable | Sequence[Callable] | None = None, out_type: Any = ()
         is_ref = [isinstance(jax.typeof(a), jc.AbstractRef) for a in flat]
         _refuse_repeated_refs(pairs[0][1], args, flat, is_ref)
         values = [a[...] if r else a for a, r in zip(flat, is_ref)]
+        ref_avals = [jax.typeof(a) if r else None for a, r in zip(flat, is_ref)]
         outs = None
         for (m, fn), grid in zip(pairs, grids):
-            values, outs = _launch_on_mesh(fn, m, grid, values, args_tree, is_ref, outs, opts)
+            values, outs = _launch_on_mesh(fn, m, grid, values, args_tree, is_ref, outs, opts,
+                                           ref_avals)
         for a, v, r in zip(flat, values, is_ref):
             if r:
                 a[...] = v
@@ -213,7 +215,8 @@ def _refuse_repeated_refs(body, args, flat, is_ref):
             seen[id(a)] = k
 
 
-def _launch_on_mesh(body, mesh, grid, values, args_tree, is_ref, prev_outs, opts):
+def _launch_on_mesh(body, mesh, grid, values, args_tree, is_ref, prev_outs, opts,
+                    ref_avals=None):
     """One body over one mesh. Returns (new argument values, outputs)."""
     out_type = opts["out_type"]
     out_leaves, out_tree = jax.tree.flatten(out_type, is_leaf=lambda x: hasattr(x, "shape"))
@@ -239,7 +242,11 @@ def _launch_on_mesh(body, mesh, grid, values, args_tree, is_ref, prev_outs, opts
     wrapper.__wrapped__ = body       # source_of() reports the body's file:line
     results = pallas_call(
         wrapper, tuple(out_shapes), grid=grid, scratch_shapes=opts["scratch_types"],
-        in_specs=_mesh_specs(mesh, inputs), out_specs=_mesh_specs(mesh, tuple(out_shapes)),
+        # a Ref argument's memory space is read off the Ref's type (ref_avals)
+        in_specs=_mesh_specs(mesh, inputs, [*ref_avals, *[None] * (len(inputs) - n_in)]
+                             if ref_avals else None),
+        out_specs=_mesh_specs(mesh, tuple(out_shapes), [None] * n_out +
+                              [ref_avals[i] for i in ref_pos] if ref_avals else None),
         input_output_aliases=aliases,
         compiler_params=_mesh_compiler_params(mesh, opts["compiler_params"]),
         interpret=opts["interpret"], cost_estimate=opts["cost_estimate"], debug=opts["debug"],
@@ -259,16 +266,21 @@ def _mesh_compiler_params(mesh: Any, compiler_params: Any):
     return compiler_params
 
 
-def _mesh_specs(mesh: Any, tree: Any):
+def _mesh_specs(mesh: Any, tree: Any, avals=None):
     """Whole-array specs, in the mesh's ``default_memory_space`` if it has one
     (a core mesh shares its operands between cores: they stay in HBM), or in
     the space the mesh's ``operand_memory_space(aval)`` reads off an operand
-    (e.g. one placed in SMEM with ``pltpu.with_memory_space_constraint``)."""
+    (e.g. one placed in SMEM with ``pltpu.with_memory_space_constraint``). ``avals``
+    (for a flat ``tree``) gives the type to read instead, where not None: a Ref
+    argument's (e.g. a backend's semaphores made outside the kernel)."""
     space = getattr(mesh, "default_memory_space", None)
     if space is None:
         return no_block_spec
     from pallas_frontend.specs import BlockSpec
     placed = getattr(mesh, "operand_memory_space", None) or (lambda aval: None)
+    if avals is not None:
+        return type(tree)(BlockSpec(memory_space=placed(a if a is not None else jax.typeof(x))
+                                    or space) for x, a in zip(tree, avals))
     return jax.tree.map(
         lambda x: BlockSpec(memory_space=placed(jax.typeof(x)) or space), tree)
 

@@ -115,6 +115,13 @@ class Mesh:
         return frontend_core_map(_LaunchedMesh(self), interpret=adopt_interpret(interpret),
                                  **options)
 
+    def operand_memory_space(self, aval):
+        """Where ``pl.kernel`` over this mesh puts an operand: a semaphore Ref
+        (``alloc_semaphore``) in its semaphore space; None (GMEM) otherwise."""
+        from pallas_mgpu.multi_gpu import SemaphoreArray
+        space = getattr(aval, "memory_space", None)
+        return space if isinstance(space, SemaphoreArray) else None
+
     @property
     def compiler_params(self) -> "MeshKernelParams":
         """What the frontend launches the mesh's grid with (selects this backend)."""

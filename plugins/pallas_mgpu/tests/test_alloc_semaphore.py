@@ -153,6 +153,29 @@ def test_a_semaphore_shared_by_two_kernels_lowers_as_jax():
     assert len(ours) == 2 and ours == theirs
 
 
+def _pl_kernel_over_a_mesh(side):
+    """``pl.kernel(body, mesh=plgpu.Mesh(...))`` on a semaphore from alloc_semaphore."""
+    plgpu, pl = SIDES[side]
+
+    def body(sems, x_ref, o_ref):
+        pl.semaphore_signal(sems.at[1], 2)
+        pl.semaphore_wait(sems.at[1], 2)
+        o_ref[...] = x_ref[...] + 1.0
+
+    def f(x):
+        sems = plgpu.alloc_semaphore((2,))
+        return pl.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                         mesh=plgpu.Mesh(grid=(1,), grid_names=("blocks",)))(sems, x)
+    return f
+
+
+def test_pl_kernel_over_a_mgpu_mesh_takes_alloc_semaphore_as_jax():
+    theirs = _lowered(_pl_kernel_over_a_mesh("jax"), (2, 128), jnp.float32)
+    ours = _lowered(_pl_kernel_over_a_mesh("ours"), (2, 128), jnp.float32)
+    assert ours == theirs
+    assert any(".sys." in s for s in ours[0][1]), ours[0][1]
+
+
 def test_jaxs_own_semaphore_ref_is_taken_too():
     def ours_on_jaxs(x):
         body = _bodies(pallas_mgpu, pf)["signal_wait"]

@@ -1,7 +1,7 @@
 """``plgpu.async_copy_sparse_metadata_to_tmem`` (Blackwell sparse MMAs), in
 JAX 0.12's own tests' kernels (tests/pallas/mosaic_gpu_test.py:
-``test_simple_sparse_matmul`` through its pallas_call harness, and
-``test_sparse_matmul_collective``), lowered for an abstract B200 under JAX and
+``test_simple_sparse_matmul`` and ``test_block_scaled_sparse_matmul`` through
+its pallas_call harness, and ``test_sparse_matmul_collective``), lowered for an abstract B200 under JAX and
 under ours: the same Mosaic GPU module. Under Warpgroup semantics it is
 identical; under Lane semantics ours' ``out_ref[...] = ...`` adds one identity
 ``memref.subview`` (offsets 0, the whole buffer), which the comparison drops.
@@ -70,6 +70,52 @@ def _simple_sparse_matmul(plgpu, n, semantics, interpret=None):
         pipeline(*gmem)
     args = (jax.ShapeDtypeStruct((m, k // 2), dtype), jax.ShapeDtypeStruct((n, k), dtype),
             jax.ShapeDtypeStruct((1, 1, 128, 64), jnp.uint2))
+    return wrapper, args
+
+
+def _block_scaled_sparse_matmul(plgpu, n, semantics):
+    """JAX's test_block_scaled_sparse_matmul (m=128, k=256, float8_e5m2 operands,
+    float8_e8m0fnu scales per 64 columns): the metadata and both scales copied to TMEM."""
+    m, k, block_size = 128, 256, 64
+    in_dtype, scale_dtype = jnp.float8_e5m2, jnp.float8_e8m0fnu
+    transforms = _transforms(plgpu, 128, in_dtype)
+
+    def kernel(a_smem, b_smem, a_sparse_smem, a_scale_smem, b_scale_smem, out_ref, barrier_ref,
+               acc_tmem, a_sparse_tmem, a_scale_tmem, b_scale_tmem):
+        plgpu.async_copy_sparse_metadata_to_tmem(a_sparse_smem, a_sparse_tmem)
+        plgpu.async_copy_scales_to_tmem(a_scale_smem, a_scale_tmem)
+        plgpu.async_copy_scales_to_tmem(b_scale_smem, b_scale_tmem)
+        plgpu.tcgen05_mma(acc_tmem, a_smem, b_smem.T, a_scale=a_scale_tmem, b_scale=b_scale_tmem,
+                          a_sparse_metadata=a_sparse_tmem, accumulate=False)
+        plgpu.tcgen05_commit_arrive(barrier_ref)
+        plgpu.barrier_wait(barrier_ref)
+        out_ref[...] = plgpu.async_load_tmem(acc_tmem)
+
+    scales = plgpu.TMEMLayout.SCALES_LAYOUT
+    scratch = [plgpu.Barrier(orders_tensor_core=True), plgpu.TMEM((m, n), jnp.float32),
+               plgpu.TMEM((m, k // 2), jnp.uint2, layout=plgpu.TMEMLayout.SPARSE_METADATA_LAYOUT),
+               plgpu.TMEM((m, k // block_size), scale_dtype, layout=scales),
+               plgpu.TMEM((n, k // block_size), scale_dtype, layout=scales)]
+    in_specs = [plgpu.BlockSpec(memory_space=plgpu.SMEM, transforms=transforms)] * 2 + [
+        plgpu.BlockSpec(memory_space=plgpu.SMEM)] * 3
+    out_spec = plgpu.BlockSpec(transforms=_transforms(plgpu, 128, jnp.float32))
+
+    @functools.partial(
+        plgpu.kernel, out_type=jax.ShapeDtypeStruct((m, n), jnp.float32), scratch_types=scratch,
+        compiler_params=plgpu.CompilerParams(
+            lowering_semantics=getattr(plgpu.LoweringSemantics, semantics)))
+    def wrapper(*refs):
+        gmem, scr = refs[:6], refs[6:]
+
+        @functools.partial(plgpu.emit_pipeline, grid=(), in_specs=in_specs, out_specs=[out_spec])
+        def pipeline(indices, *blocks):
+            kernel(*blocks, *scr)
+        pipeline(*gmem)
+    kk = k // block_size
+    args = (jax.ShapeDtypeStruct((m, k // 2), in_dtype), jax.ShapeDtypeStruct((n, k), in_dtype),
+            jax.ShapeDtypeStruct((m // 128, k // 128, 128, 64), jnp.uint2),
+            jax.ShapeDtypeStruct((m // 128, kk // 4, 32, 16), scale_dtype),
+            jax.ShapeDtypeStruct((n // 128, kk // 4, 32, 16), scale_dtype))
     return wrapper, args
 
 
@@ -168,6 +214,12 @@ def test_simple_sparse_matmul_lowers_for_b200_as_jax(semantics, n):
 @pytest.mark.parametrize("semantics", ["Lane", "Warpgroup"])
 def test_collective_sparse_matmul_lowers_for_b200_as_jax(semantics):
     _assert_same_module(lambda plgpu: _collective_sparse_matmul(plgpu, semantics))
+
+
+@pytest.mark.parametrize("n", [128, 256])
+@pytest.mark.parametrize("semantics", ["Lane", "Warpgroup"])
+def test_block_scaled_sparse_matmul_lowers_for_b200_as_jax(semantics, n):
+    _assert_same_module(lambda plgpu: _block_scaled_sparse_matmul(plgpu, n, semantics))
 
 
 def test_normalization_drops_only_identity_subviews():

@@ -1,8 +1,8 @@
 """``plgpu.async_copy_sparse_metadata_to_tmem`` (Blackwell sparse MMAs), in
 JAX 0.12's own tests' kernels (tests/pallas/mosaic_gpu_test.py:
 ``test_simple_sparse_matmul`` and ``test_block_scaled_sparse_matmul`` through
-its pallas_call harness, and ``test_sparse_matmul_collective``), lowered for an abstract B200 under JAX and
-under ours: the same Mosaic GPU module. Under Warpgroup semantics it is
+its pallas_call harness, and ``test_sparse_matmul_collective``), lowered for an
+abstract B200 under JAX and under ours: the same Mosaic GPU module. Under Warpgroup semantics it is
 identical; under Lane semantics ours' ``out_ref[...] = ...`` adds one identity
 ``memref.subview`` (offsets 0, the whole buffer), which the comparison drops.
 JAX's GPU interpreter cannot run the copy (its check that the source is in

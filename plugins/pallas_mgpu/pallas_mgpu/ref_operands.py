@@ -4,8 +4,9 @@ semaphores of ``alloc_semaphore``, which outlive one kernel.
 JAX's ``plgpu.kernel`` takes a ``jax.Ref`` operand as it is and updates it in
 place. The frontend's ``pallas_call`` takes arrays, so a Ref operand travels
 as its current value, in an input aliased to one extra output, and is written
-back with that output once the kernel has run; the body never sees the extra
-output. A semaphore Ref keeps its kind in its memory space (an int32 Ref of
+back with that output once the kernel has run. The body gets that output's Ref
+in the operand's place (it starts as the operand's value), so an interpreter
+that copies its inputs keeps the updates too. A semaphore Ref keeps its kind in its memory space (an int32 Ref of
 memory space ``SemaphoreType.REGULAR(shape)``, as a semaphore scratch buffer
 is traced), and the backend hands JAX's kernel a Ref of JAX's semaphore dtype
 holding the same counts (``jax_ref``), so JAX lowers the same kernel as for
@@ -28,8 +29,9 @@ def alloc_semaphore(shape: tuple[int, ...] = ()) -> jax.Ref:
     kernel and passed to ``pallas_mgpu.kernel`` as an operand (the only kind of
     semaphore that keeps its count from one kernel to the next; a semaphore
     used by one kernel only is a ``SemaphoreType.REGULAR`` scratch buffer).
-    Nothing synchronizes devices here: the first kernel using it on several
-    devices must not pass ``CompilerParams(skip_device_barrier=True)``."""
+    Call it inside ``jax.jit`` (a Ref in a memory space exists only there, as
+    for JAX's). Nothing synchronizes devices here: the first kernel using it on
+    several devices must not pass ``CompilerParams(skip_device_barrier=True)``."""
     import jax.numpy as jnp
     shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
     try:

@@ -1,21 +1,28 @@
-"""The numbers and versions README.md and the hand-written docs state, each
-held against the code or a generated page (``tools/test_doc_claims.py``).
+"""The numbers and versions README.md, the hand-written docs and the plugins'
+READMEs state, each held against the code or a generated page
+(``tools/test_doc_claims.py``).
 
 ``FACTS``: a pattern (its ``v`` group is the stated value) and where the true
-value comes from; a stated value that differs is a failure naming both.
+value comes from (a constant or default read from the code, pyproject, tox.ini,
+a generated page); a stated value that differs is a failure naming both.
 
-The sweep: every version-like token (``3.12``, ``0.1.0``, ``1.x``) of those
-pages, in prose and in non-Python code blocks, must lie inside a fact's match
-or an ``EXEMPT`` pattern (each says why it is not a claim about this code: a
-dated measurement, another project's version, an example message). In the
-entry pages (``COUNTED_PAGES``) every other number too. So a new number
-cannot go unchecked: it fails the sweep until it is made a fact or exempted.
+The sweep: every number of those pages, in prose and in code blocks that
+``tools/test_snippets.py`` does not run, must lie inside a fact's match or an
+``EXEMPT`` pattern (each says why it is not a claim about this code: a dated
+measurement, another project's version, a value inside an example or a quoted
+example message). Python blocks that the snippet test runs are checked by
+running them. So a new number cannot go unchecked: it fails the sweep until it
+is made a fact or exempted.
 """
 
 from __future__ import annotations
 
+import ast
 import configparser
 import dataclasses
+import inspect
+import math
+import operator
 import re
 import tomllib
 from collections.abc import Callable
@@ -25,15 +32,17 @@ REPO = Path(__file__).resolve().parents[1]
 # written by a generator (they state what the generator measured)
 GENERATED = {"support-matrix.md", "jax-ops.md", "jax-suite.md", "ecosystem.md", "api-parity.md",
              "changelog.md", "differential.md"}
-COUNTED_PAGES = {"README.md", "docs/install.md", "docs/index.md"}
 VERSION = re.compile(r"(?<![\w.-])\d+(?:\.(?:\d+|x|\*))+(?![\w.])")
 NUMBER = re.compile(r"(?<![\w.-])\d+(?:\.\d+)*(?![\w])")
 WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 
 
 def pages() -> list[Path]:
+    """Every hand-written page: README.md, docs/ less the generated pages, the
+    plugins' READMEs (the pages the snippet and claim tests read too)."""
     return [REPO / "README.md"] + [p for p in sorted((REPO / "docs").glob("*.md"))
-                                   if p.name not in GENERATED]
+                                   if p.name not in GENERATED] + \
+        sorted((REPO / "plugins").glob("pallas_*/README.md"))
 
 
 # --- where the true values come from ----------------------------------------------------------
@@ -143,6 +152,88 @@ def slowest_default() -> str:
     return re.search(r'--slowest.*?default=(\d+)', text)[1]
 
 
+def constant(path: str, name: str):
+    """The value of a module-level ``NAME = <literal expression>`` of a source file,
+    read without importing it (a plugin's imports may need a GPU stack)."""
+    tree = ast.parse((REPO / path).read_text())
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value else []
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id == name:
+                return _literal(node.value)
+            if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                for element, value in zip(target.elts, node.value.elts):
+                    if isinstance(element, ast.Name) and element.id == name:
+                        return _literal(value)
+    raise LookupError(f"{path} assigns no {name}")
+
+
+def _literal(node: ast.expr):
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.LShift: operator.lshift, ast.Pow: operator.pow}
+    if isinstance(node, ast.BinOp) and type(node.op) in ops:
+        return ops[type(node.op)](_literal(node.left), _literal(node.right))
+    return ast.literal_eval(node)
+
+
+def source_default(path: str, function: str, parameter: str):
+    """A keyword default of a function in a source file (a path under the repo, or
+    ``jax:`` and a path under the installed jax package), read without importing."""
+    if path.startswith("jax:"):
+        import importlib.util
+        root = Path(importlib.util.find_spec("jax").origin).parent
+        text = (root / path[4:]).read_text()
+    else:
+        text = (REPO / path).read_text()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            args = node.args
+            positional = args.posonlyargs + args.args
+            pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+            for arg, default in pairs:
+                if arg.arg == parameter:
+                    return _literal(default)
+    raise LookupError(f"{path}: no default for {function}({parameter}=...)")
+
+
+def pallas_frontend_default(function: str, parameter: str):
+    """The default of a parameter of a public ``pallas_frontend`` callable."""
+    import pallas_frontend
+    target = getattr(pallas_frontend, function)
+    return inspect.signature(target).parameters[parameter].default
+
+
+def conformance_test_count() -> int:
+    """The tests the conformance suite (``pallas_frontend.testing``) collects for any
+    backend: each test function once, a parametrized one once per value."""
+    import importlib
+    count = 0
+    for file in sorted((REPO / "pallas_frontend" / "testing").glob("test_*.py")):
+        module = importlib.import_module(f"pallas_frontend.testing.{file.stem}")
+        for name, fn in vars(module).items():
+            if not (name.startswith("test_") and callable(fn)):
+                continue
+            sizes = [len(list(mark.args[1])) for mark in getattr(fn, "pytestmark", [])
+                     if mark.name == "parametrize"]
+            count += math.prod(sizes) if sizes else 1
+    return count
+
+
+def jax_pallas_names() -> tuple[int, int]:
+    """(JAX's public ``jax.experimental.pallas`` names, how many pallas_frontend has)."""
+    import types
+    import warnings
+    import jax.experimental.pallas as jax_pallas
+    import pallas_frontend
+    names = [n for n in dir(jax_pallas) if not n.startswith("_")
+             and not isinstance(getattr(jax_pallas, n), types.ModuleType)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return len(names), sum(hasattr(pallas_frontend, n) for n in names)
+
+
 # --- the facts ------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -151,8 +242,13 @@ class Fact:
     pattern: str                       # group "v": the stated value
     truth: Callable[[], object]        # the value, or a predicate taking the stated one
     predicate: bool = False            # truth() returns a function: value -> problem or None
+    whole_match: bool = False          # the predicate takes the re.Match, not its "v" group
+    pages: frozenset = frozenset()     # only these pages (relative paths); empty: every page
 
-    def check(self, stated: str) -> str | None:
+    def check(self, match: re.Match) -> str | None:
+        if self.whole_match:
+            return self.truth()(match)
+        stated = match["v"]
         if self.predicate:
             return self.truth()(stated)
         want = str(self.truth())
@@ -178,7 +274,7 @@ FACTS = [
     Fact("Python floor (pyproject)", r'requires-python = ">=(?P<v>[\d.]+)"', python_min),
     Fact("Python of .python-version", r"Python (?P<v>\d+\.\d+) (?:following|where pyenv)",
          python_min),
-    Fact("JAX series", r"\bJAX (?P<v>\d+\.\d+)\b(?!\.\d| deprecated)", jax_series),
+    Fact("JAX series", r"\bJAX\s+(?P<v>\d+\.\d+)\b(?!\.\d| deprecated)", jax_series),
     Fact("libtpu pin", r"\blibtpu (?P<v>\d+\.\d+\.\d+)\b(?!\.\d)", libtpu_pin),
     Fact("backend API now", r"under development: (?P<v>\d+\.\d+)",
          lambda: "%d.%d" % api_version()),
@@ -269,40 +365,477 @@ def _line(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
+_BLOCK = re.compile(r"^[ \t]*(?P<fence>```+)(?P<lang>[^\n`]*)\n.*?^[ \t]*(?P=fence)[ \t]*$",
+                    re.S | re.M)
+_MARKER = re.compile(r"<!--\s*snippet:\s*(?P<kind>\w+)")
+
+
+def _runs_under_test_snippets(text: str, block: re.Match) -> bool:
+    """A python block that tools/test_snippets.py executes: no ``skip`` marker,
+    and not a ``gpu`` one (which only compiles and runs its imports)."""
+    if block["lang"].strip().split(" ")[0].lower() not in ("python", "py"):
+        return False
+    before = text[:block.start()].rstrip().rsplit("\n", 1)[-1]
+    marker = _MARKER.search(before)
+    return not (marker and marker["kind"] in ("skip", "gpu"))
+
+
 def _swept_text(text: str) -> str:
-    """``text`` with Python code blocks, HTML comments and link targets blanked
-    (same length: positions keep their lines)."""
+    """``text`` with the python blocks the snippet test runs, HTML comments and
+    link targets blanked (same length: positions keep their lines)."""
     def blank(m):
         return re.sub(r"[^\n]", " ", m[0])
-    text = re.sub(r"```python\n.*?```", blank, text, flags=re.S)
+    text = _BLOCK.sub(lambda m: blank(m) if _runs_under_test_snippets(text, m) else m[0], text)
+    text = re.sub(r"<!--.*?-->", blank, text, flags=re.S)
+    return re.sub(r"\]\([^)]*\)", blank, text)
+
+
+def _exempt_applies(entry: tuple, rel: str) -> bool:
+    return len(entry) < 3 or rel in entry[2]
+
+
+@dataclasses.dataclass
+class Tally:
+    """How the numbers of one page are accounted for."""
+    by_fact: int = 0         # inside a fact's match (checked against the code)
+    exempted: int = 0        # inside an EXEMPT pattern only
+    run: int = 0             # inside a python block the snippet test runs
+    unchecked: int = 0       # neither: each one is a problem
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def _scan(path: Path) -> tuple[list[Problem], int, Tally]:
+    text = path.read_text()
+    rel = _rel(path)
+    facts: list[tuple[int, int]] = []
+    problems, checked = [], 0
+    for fact in FACTS:
+        if fact.pages and rel not in fact.pages:
+            continue
+        for m in re.finditer(fact.pattern, text):
+            facts.append(m.span())
+            checked += 1
+            problem = fact.check(m)
+            if problem:
+                problems.append(Problem(f"{rel}:{_line(text, m.start())}",
+                                        f"{fact.name}: {m[0]!r} {problem}"))
+    exempt = [m.span() for entry in EXEMPT if _exempt_applies(entry, rel)
+              for m in re.finditer(entry[0], text)]
+    tally = Tally()
+    swept = _swept_text(text)
+    tally.run = len(NUMBER.findall(_swept_text_keep_blocks(text))) - len(NUMBER.findall(swept))
+    for m in NUMBER.finditer(swept):
+        def inside(spans):
+            return any(a <= m.start() and m.end() <= b for a, b in spans)
+        if inside(facts):
+            tally.by_fact += 1
+        elif inside(exempt):
+            tally.exempted += 1
+        else:
+            tally.unchecked += 1
+            start = max(0, m.start() - 40)
+            problems.append(Problem(
+                f"{rel}:{_line(text, m.start())}",
+                f"{m[0]!r} is checked by no fact and exempted by no rule "
+                f"(…{text[start:m.end() + 20]!r}…). If it states what this project does "
+                "(a default, a limit, a count, a version), add a Fact to tools/doc_numbers.py "
+                "that reads the true value from the code; if it is not such a claim (a value "
+                "inside an example, a dated measurement), add a narrow EXEMPT entry saying why"))
+    return problems, checked, tally
+
+
+def _swept_text_keep_blocks(text: str) -> str:
+    """Comments and link targets blanked, code blocks kept (to count what the run blocks hold)."""
+    def blank(m):
+        return re.sub(r"[^\n]", " ", m[0])
     text = re.sub(r"<!--.*?-->", blank, text, flags=re.S)
     return re.sub(r"\]\([^)]*\)", blank, text)
 
 
 def check_page(path: Path) -> tuple[list[Problem], int]:
     """(problems, how many facts were checked) of one page."""
-    text = path.read_text()
-    rel = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
-    covered: list[tuple[int, int]] = []
-    problems, checked = [], 0
-    for fact in FACTS:
-        for m in re.finditer(fact.pattern, text):
-            covered.append(m.span())
-            checked += 1
-            problem = fact.check(m["v"])
-            if problem:
-                problems.append(Problem(f"{rel}:{_line(text, m.start())}",
-                                        f"{fact.name}: {m[0]!r} {problem}"))
-    for pattern, _why in EXEMPT:
-        covered += [m.span() for m in re.finditer(pattern, text)]
-    swept = _swept_text(text)
-    token = NUMBER if rel in COUNTED_PAGES else VERSION
-    for m in token.finditer(swept):
-        if not any(a <= m.start() and m.end() <= b for a, b in covered):
-            start = max(0, m.start() - 40)
-            problems.append(Problem(
-                f"{rel}:{_line(text, m.start())}",
-                f"{m[0]!r} is checked by no fact and exempted by no rule "
-                f"(…{text[start:m.end() + 20]!r}…): add a Fact or an EXEMPT entry to "
-                "tools/doc_numbers.py"))
+    problems, checked, _ = _scan(path)
     return problems, checked
+
+
+def tally(path: Path) -> Tally:
+    return _scan(path)[2]
+
+
+# --- every page: the project's defaults, limits and counts ----------------------------------
+
+_MGPU_SCHEDULE = "plugins/pallas_mgpu/pallas_mgpu/schedule.py"
+_TRITON_PARAMS = "plugins/pallas_triton/pallas_triton/params.py"
+
+
+def _equals(value: Callable[[], object], source: str) -> Callable[[], Callable[[str], str | None]]:
+    """A predicate fact: the stated number equals ``value()`` (named by ``source``)."""
+    def check(stated: str) -> str | None:
+        want = value()
+        return None if _number_word(stated) == want or stated == str(want) else \
+            f"says {stated}, {source} says {want}"
+    return lambda: check
+
+
+def _const(path: str, name: str, scale: Callable[[object], object] = lambda v: v):
+    return _equals(lambda: scale(constant(path, name)), f"{name} in {path}")
+
+
+def _signature_defaults(match: re.Match) -> str | None:
+    """docs/api.md's signatures: each ``name=literal`` is the pallas_frontend default."""
+    problems = []
+    for name, literal in re.findall(r"(\w+)=([^,()]+|\([^()]*\))", match["v"]):
+        if not re.fullmatch(r"-?\d+|\((?:-?\d+,\s*)*-?\d*\)", literal.strip()):
+            continue                           # a name, None, True, ...: no number to check
+        stated = ast.literal_eval(literal.strip())
+        actual = pallas_frontend_default(match["fn"], name)
+        if stated != actual:
+            problems.append(f"{name}={literal.strip()} but pallas_frontend.{match['fn']} has "
+                            f"{name}={actual!r}")
+    return "; ".join(problems) or None
+
+
+def _conformance_total(match: re.Match) -> str | None:
+    stated = sum(int(match[g]) for g in ("v", "s", "x") if match.groupdict().get(g))
+    total = conformance_test_count()
+    return None if stated == total else (
+        f"counts {stated} tests, the conformance suite (pallas_frontend/testing) has {total}: "
+        "run it for this backend and restate the result")
+
+
+def _normal_bound(stated: str) -> str | None:
+    # pallas_tpu/random.py: v on the odd multiples of 2**-23 in (-1, 1), z = sqrt(2) erf_inv(v)
+    import statistics
+    v = 1 - 2.0 ** -constant("plugins/pallas_tpu/pallas_tpu/random.py", "_MANTISSA_BITS")
+    z = statistics.NormalDist().inv_cdf((1 + v) / 2)
+    return None if z < float(stated) else f"says |z| < {stated}, the largest |z| is {z:.3f}"
+
+
+def _flash_defaults(match: re.Match) -> str | None:
+    from jax.experimental.pallas.ops.tpu import flash_attention
+    sizes = dataclasses.asdict(flash_attention.BlockSizes.get_default(1, 1, 1, 1, 1))
+    stated = {k: int(match["b"]) if k == "block_b" else int(match["v"]) for k in sizes}
+    wrong = {k: v for k, v in sizes.items() if stated[k] != v}
+    return None if not wrong else f"JAX's BlockSizes.get_default() differs: {wrong}"
+
+
+def _jax_triton_style_calls() -> int:
+    """docs/jax-ops.md's CPU rows of JAX's Triton-style GPU kernels (gpu.*, not *_mgpu),
+    a forward and its grad counted once."""
+    text = (REPO / "docs" / "jax-ops.md").read_text().split("## ", 2)[1]
+    return len({re.sub(r" grad$", "", name) for name in
+                re.findall(r"^\| (gpu\.[^ |]+(?: grad)?) \| \w+ \| ok \| ok \|", text, re.M)
+                if "mgpu" not in name})
+
+
+FACTS += [
+    Fact("api.md signature defaults", r"`(?P<fn>[A-Za-z_]\w*)\((?P<v>[^`]*=[^`]*)\)`",
+         lambda: _signature_defaults, whole_match=True, pages=frozenset({"docs/api.md"})),
+    Fact("JAX's public pallas names", r"public names are the (?P<v>\d+) non-underscore",
+         lambda: jax_pallas_names()[0]),
+    Fact("JAX's pallas names we provide", r"attributes of the module\.\s+(?P<v>\d+) are provided",
+         lambda: jax_pallas_names()[1]),
+    Fact("num_warps floor", r"power\s+of\s+two\s+from\s+(?P<v>\d+)\s+to",
+         lambda: re.search(r'_check_count\("num_warps", self\.num_warps, (\d+)',
+                           (REPO / _TRITON_PARAMS).read_text())[1]),
+    Fact("num_warps ceiling", r"power\s+of\s+two\s+from\s+\d+\s+to\s+(?P<v>\d+)",
+         _const(_TRITON_PARAMS, "MAX_NUM_WARPS"), predicate=True),
+    Fact("num_stages floor", r"`num_stages` below (?P<v>\d+)",
+         lambda: re.search(r'_check_count\("num_stages", self\.num_stages, (\d+)',
+                           (REPO / _TRITON_PARAMS).read_text())[1]),
+    Fact("TMA box minor dim", r"multiple\s+of\s+(?P<v>\d+)\s+bytes",
+         _const(_MGPU_SCHEDULE, "TMA_MIN_BYTES"), predicate=True),
+    Fact("aliasing grid limit", r"grids? of more than (?P<v>\d+)\s+points",
+         _const(_MGPU_SCHEDULE, "MAX_MASK_POINTS"), predicate=True),
+    Fact("TMA box", r"(?:the (?P<v>\d+)-element TMA box|TMA box limit \((?P<w>\d+) elements\))",
+         lambda: lambda m: _equals(lambda: constant(_MGPU_SCHEDULE, "MAX_TMA_BOX"),
+                                   "MAX_TMA_BOX")()(m["v"] or m["w"]), whole_match=True),
+    Fact("CTA SMEM", r"(?P<v>\d+) KiB of SMEM",
+         _const(_MGPU_SCHEDULE, "SMEM_BYTES", lambda b: b // 1024), predicate=True),
+    Fact("CTA grid axes", r"CTA grid \(at most (?P<v>\d+) axes",
+         _const(_MGPU_SCHEDULE, "MAX_CTA_AXES"), predicate=True),
+    Fact("mgpu kernel threads", r"up to (?P<v>\d+) threads \(warpgroups\)",
+         _const("plugins/pallas_mgpu/pallas_mgpu/mesh_kernel.py", "MAX_THREADS"), predicate=True),
+    Fact("mma.sync k", r"and k of (?P<v>\d+)`|k of\s+(?P<w>\d+), operands",
+         lambda: lambda m: _equals(lambda: constant("plugins/pallas_mgpu/pallas_mgpu/dot_paths.py",
+                                                    "MMA_K"), "MMA_K")()(m["v"] or m["w"]),
+         whole_match=True),
+    Fact("register tiles' row step", r"multiple of (?P<v>\d+), a\s+block\s+past",
+         _const("plugins/pallas_mgpu/pallas_mgpu/layouts.py", "SUB_ROWS"), predicate=True),
+    Fact("interpreter index-map chunk", r"in chunks of 2\^(?P<v>\d+) points",
+         _const("pallas_frontend/block_indices.py", "_CHUNK_POINTS", lambda n: n.bit_length() - 1),
+         predicate=True),
+    Fact("interpreter table limit", r"Above 2\^(?P<v>\d+) points such a kernel runs as a plain loop",
+         _const("pallas_frontend/interpreter/execute.py", "MAX_TABLE_POINTS",
+                lambda n: n.bit_length() - 1), predicate=True),
+    Fact("unrolled loop steps", r"Loops of more than (?P<v>\d+) steps stay loops",
+         _const("pallas_frontend/interpreter/vectorized.py", "_MAX_UNROLLED_STEPS"),
+         predicate=True),
+    Fact("grid sizes the scaling test measures", r"a 10\^(?P<v>\d+)- or 10\^(?P<w>\d+)-point grid",
+         lambda: lambda m: None if all(f"_run_big(10**{e}," in
+                                       (REPO / "tests/test_block_ranges_scaling.py").read_text()
+                                       for e in (m["v"], m["w"]))
+         else "tests/test_block_ranges_scaling.py runs no such grid", whole_match=True),
+    Fact("module size limit", r"No frontend module is over\s+(?P<v>\d+) lines",
+         _const("tests/test_import_graph.py", "MAX_MODULE_LINES"), predicate=True),
+    Fact("CLI exit on a load failure", r"(?:which then exits|shows the whole error and\s+exits) "
+                                       r"(?P<v>\d+)",
+         lambda: re.search(r"failures\)\} backend plugin\(s\) failed to load \(exit status (\d+)",
+                           (REPO / "pallas_frontend/cli.py").read_text())[1]),
+    Fact("CLI exit with --allow-load-errors", r"or (?P<v>\d+)\s+with `--allow-load-errors`|"
+                                              r"`--allow-load-errors` exits (?P<w>\d+)",
+         lambda: lambda m: None if (m["v"] or m["w"]) == re.search(
+             r'"exit (\d+) even when a plugin failed to load"',
+             (REPO / "pallas_frontend/cli.py").read_text())[1]
+         else "pallas_frontend/cli.py's --allow-load-errors says otherwise", whole_match=True),
+    Fact("CLI exit on a bad setting", r"prints the first bad one and\s+exits (?P<v>\d+)",
+         lambda: re.search(r"checked first \(a bad one: exit status (\d+)\)",
+                           (REPO / "pallas_frontend/cli.py").read_text())[1]),
+    Fact("a true PALLAS_FRONTEND_* flag", r"PALLAS_FRONTEND_(?:STRICT|DISABLE_PLUGIN_AUTOLOAD)"
+                                          r"(?:=| = )(?P<v>\w+)",
+         lambda: lambda v: None if v in constant("pallas_frontend/env_config.py", "_TRUE")
+         else f"{v} is not one of the values env_config.py reads as true", predicate=True),
+    Fact("import timeout off", r"default \d+; (?P<v>\d+): no limit",
+         lambda: re.search(r"(\d+) means no limit",
+                           (REPO / "pallas_frontend/env_config.py").read_text())[1]),
+    Fact("differential examples", r"`PALLAS_DIFFERENTIAL_EXAMPLES`, (?P<v>\d+) by default",
+         lambda: re.search(r'"PALLAS_DIFFERENTIAL_EXAMPLES", "(\d+)"',
+                           (REPO / "tests/test_differential.py").read_text())[1]),
+    Fact("parity examples", r"draws (?P<v>\d+) fresh random kernels",
+         lambda: re.search(r'"PALLAS_PARITY_EXAMPLES", "(\d+)"',
+                           (REPO / "tests/test_fast_interpreter_parity.py").read_text())[1]),
+    Fact("gmm tiling default", r"default `(?P<v>\(\d+, \d+, \d+\))`",
+         lambda: str(source_default("jax:experimental/pallas/ops/tpu/megablox/gmm.py", "gmm",
+                                    "tiling"))),
+    Fact("flash attention block defaults",
+         r"The default is (?P<v>\d+) for every field but `block_b` \((?P<b>\d+)\)",
+         lambda: _flash_defaults, whole_match=True),
+    Fact("JAX's Triton-style kernel calls", r"all (?P<v>\d+) of JAX's Triton-style GPU kernel calls run",
+         _jax_triton_style_calls),
+    Fact("triton priority", r"on `cuda` and `rocm` \(priority (?P<v>-?\d+)\)",
+         lambda: re.search(r"priority = (\d+) if gpu_launch\.AVAILABLE",
+                           (REPO / "plugins/pallas_triton/pallas_triton/backend.py").read_text())[1]),
+    Fact("triton default compute capability", r"`CompilerParams\(compute_capability=\.\.\.\)`; "
+                                              r"else (?P<v>\d+)\.",
+         _const("plugins/pallas_triton/pallas_triton/gpu_launch.py", "DEFAULT_CUDA_CAPABILITY"),
+         predicate=True),
+    Fact("triton device kinds", r"H100/H200 -> (?P<h>\d+),\s+A100 -> (?P<a>\d+), B200 -> (?P<v>\d+)",
+         lambda: lambda m: None if all(
+             (kind, int(m[g])) in constant("plugins/pallas_triton/pallas_triton/gpu_launch.py",
+                                          "_KIND_CAPABILITY")
+             for kind, g in (("H100", "h"), ("H200", "h"), ("A100", "a"), ("B200", "v")))
+         else "gpu_launch._KIND_CAPABILITY maps these kinds otherwise", whole_match=True),
+    Fact("triton stages tried", r"the most stages\s+\((?P<v>\d+, \d+, \d+)\)",
+         lambda: re.search(r"num_stages=n\) for n in \(([\d, ]+)\)",
+                           (REPO / "plugins/pallas_triton/pallas_triton/gpu_launch.py").read_text())[1]),
+    Fact("Triton's default stages", r"Triton's default (?P<v>\d+) stages",
+         lambda: re.search(r'_check_count\("num_stages".*?example=(\d+)',
+                           (REPO / _TRITON_PARAMS).read_text(), re.S)[1]),
+    Fact("XLA's Triton custom call API", r"\(FFI API\s+version (?P<v>\d+)\)",
+         lambda: re.search(r"custom_call_api_version=(\d+)", (REPO / "plugins/pallas_triton/"
+                           "pallas_triton/gpu_launch.py").read_text())[1]),
+    Fact("conformance run (passed/skipped/xfailed)",
+         r"(?P<v>\d+) passed, (?P<s>\d+) skipped, (?P<x>\d+) xfailed",
+         lambda: _conformance_total, whole_match=True),
+    Fact("conformance run (pass/skipped)", r"--pallas-backend \w+`: (?P<v>\d+) pass, (?P<s>\d+) skipped",
+         lambda: _conformance_total, whole_match=True),
+    Fact("conformance run (n/n)", r"conformance suite (?P<v>\d+)/(?P<w>\d+)",
+         lambda: lambda m: _conformance_total(m) or (None if m["v"] == m["w"] else "not all passed"),
+         whole_match=True),
+    Fact("TPU test host devices", r"(?:runs on|uses) (?P<v>\d+) host devices",
+         lambda: re.search(r"xla_force_host_platform_device_count=(\d+)",
+                           (REPO / "plugins/pallas_tpu/tests/conftest.py").read_text())[1]),
+    Fact("uniform's mantissa bits", r"uniform is a (?P<v>\d+)-bit mantissa",
+         lambda: constant("plugins/pallas_tpu/pallas_tpu/random.py", "_MANTISSA_BITS")),
+    Fact("normal's bound", r"\|z\| < (?P<v>[\d.]+)", lambda: _normal_bound, predicate=True),
+    Fact("prng key words", r"a `(?P<v>\(\d+, \d+\))` uint32 array",
+         lambda: str(constant("plugins/pallas_tpu/pallas_tpu/keyed_random.py", "_KEY_SHAPE"))),
+]
+
+_ERRORS = {"docs/errors.md"}
+EXEMPT += [
+    (r"(?m)^#{1,6} \d+\.(?= )|^ {0,3}\d+\.(?= )|\bsection \d+\b", "a section or list item's number"),
+    (r"\b(?:args|outputs?|inputs?|Output|scratch_shapes|out_shape)\[\d+\](?:\['\w+'\])?",
+     "an operand's index, as a message names it"),
+    (r"`[^`\n]*(?:==|<<|>>|\*\*|\+=| @ |lambda|range\(|clip\(|program_id\(|pl\.ds\(|_ref\[|"
+     r"expm1\(|pow\(|rem\(|sqrt\(|x / 0|\(1 - x\)|\{\d)[^`\n]*`",
+     "a value inside an example expression (an index, an operand, a comparison)"),
+    (r"`\(-?\d+(?:, ?-?\d+)*,?\)`|(?:shape|from|to|block|point|platforms) \(-?\d+(?:, ?-?\d+)*,?\)"
+     r"|\b(?:f32|f16|float32|float16|int32|uint32)\[\d+(?:, ?\d+)*\]|\b\d+x\d+(?:x\d+)?\b",
+     "an example shape"),
+    (r"(?m)\| `[^|\n]*`[^|\n]*\|[ \t]*$", "a quoted example message (its values are the example's)",
+     _ERRORS),
+    (r"\b(?:file|FILE)\.py:\d+|/path/\w+\.py:\d+", "a line number in an example message"),
+    (r"\b2(?:\*\*|\^)31(?: - 1)?(?= |\)|$)", "int32's range, not a choice of this code"),
+]
+
+_DOT_PATHS = "plugins/pallas_mgpu/pallas_mgpu/dot_paths.py"
+
+
+def _dot_tiles() -> dict[str, str]:
+    """The tiles dot_paths.py accepts: WGMMA's m and n steps, mma.sync's m and n (one warp)."""
+    text = (REPO / _DOT_PATHS).read_text()
+    wgmma = re.search(r"if m % (\d+) == 0 and n % (\d+) == 0 and \(lhs_dtype", text)
+    mma = re.search(r"if m % \((\d+) \* w\) == 0 and n % \((\d+) \* \(4 // w\)\) == 0", text)
+    return {"wgmma_m": wgmma[1], "wgmma_n": wgmma[2], "mma_m": mma[1], "mma_n": mma[2]}
+
+
+def _tiles_match(match: re.Match) -> str | None:
+    want = _dot_tiles()
+    wrong = [f"{k}={match[k]} (dot_paths.py: {want[k]})" for k in want
+             if match.groupdict().get(k) and match[k] != want[k]]
+    return "; ".join(wrong) or None
+
+
+FACTS += [
+    Fact("Hopper matmul tiles (errors.md)",
+         r"WGMMA tiles are (?P<wgmma_m>\d+) rows by a multiple of (?P<wgmma_n>\d+) columns, and\s+"
+         r"the warp-level MMA fallback needs m a multiple of (?P<mma_m>\d+), n of (?P<mma_n>\d+)",
+         lambda: _tiles_match, whole_match=True),
+    Fact("Hopper matmul tiles (mgpu README)",
+         r"WGMMA: m a multiple of (?P<wgmma_m>\d+), n of (?P<wgmma_n>\d+); `mma\.sync`: m of "
+         r"(?P<mma_m>\d+), n of (?P<mma_n>\d+)", lambda: _tiles_match, whole_match=True),
+    Fact("WGMMA rows (mgpu README)", r"What WGMMA's\s+(?P<wgmma_m>\d+)-row tiles",
+         lambda: _tiles_match, whole_match=True),
+    Fact("num_warps example", r"Pass e\.g\. num_warps=(?P<v>\d+)",
+         lambda: re.search(r'_check_count\("num_warps".*?example=(\d+)',
+                           (REPO / _TRITON_PARAMS).read_text(), re.S)[1]),
+    Fact("TPU VMEM tiling", r"(?:do not tile|Mosaic's) \((?P<v>\d+, \d+)\)",
+         lambda: "%d, %d" % (constant("plugins/pallas_tpu/pallas_tpu/check.py", "SUBLANES"),
+                             constant("plugins/pallas_tpu/pallas_tpu/check.py", "LANES"))),
+]
+
+EXEMPT += [
+    (r"`[\[(]-?\w+, -?\w+[\])]`", "an interval's bound in an example"),
+    (r"\b2\*\*25 \+ 1 blocks of 128\s+rows|(?:wrap it to|read)\s+block 1\b|block index 33554433",
+     "the example of an offset past int32 (2**25 + 1 blocks of 128 rows) and JAX's result on it"),
+    (r"is -2048, as it runs, not 2048|on a 128-block|spans 8 bytes|at step 2 after"
+     r"|whole \(8, 32\)\s+tiles|`CompilerParams\(num_warps=1024\)|\(`1`, `\"yes\"`\)",
+     "a value of the example an error message is quoted for"),
+    (r"`pl\.(?:Blocked|Element|BoundedSlice)\(-?\d+\)`", "an example argument"),
+    (r"\b(?:8|16|32|64)-bit\b|\b\d-D\b", "a dtype's width; a rank"),
+    (r"(?:width or more|NaN) gives? 0\b|puts 0 in|\(0 under Triton's",
+     "XLA's result where C leaves it undefined (plugins/pallas_triton/tests/test_xla_numerics.py)"),
+]
+
+
+def tox_setenv(name: str) -> str:
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(REPO / "tox.ini")
+    return re.search(rf"^\s*{name}\s*=\s*(\S+)", ini["testenv"]["setenv"], re.M)[1]
+
+
+FACTS += [
+    Fact("tox's compile-cache threshold", r"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=(?P<v>\d+)",
+         lambda: tox_setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")),
+    Fact("the build backend's setuptools", r'requires = \["setuptools>=(?P<v>\d+)"\]',
+         lambda: re.search(r'requires = \["setuptools>=(\d+)"\]',
+                           (REPO / "pyproject.toml").read_text())[1]),
+    Fact("replay_equations' start", r"replay_equations\(jaxpr, env, rule, \*, start=(?P<v>\d+)",
+         lambda: source_default("pallas_frontend/kernel_arrays.py", "replay_equations", "start")),
+    Fact("TPU lane width", r"multiples of (?P<v>\d+) \(the lane width\)",
+         lambda: constant("plugins/pallas_tpu/pallas_tpu/check.py", "LANES")),
+]
+
+_AUTOTUNE = {"docs/autotune.md"}
+EXEMPT += [
+    (r"\b\d+ MiB of VMEM", "the chip's memory (hardware, not this code)"),
+    (r"(?s)8192×8192×8192 in bfloat16 on one v5e, a run from outside this project\s+"
+     r"\(reported in issue 31\) measured.*?gave 187", "a measurement reported in issue 31"),
+    (r"\((?:\d+,\s*)+\d+\)|\"block_k\": \d+|block_b=1,", "a candidate configuration in an example",
+     _AUTOTUNE),
+    (r"with 16\s+or 32 tokens a page, 128 to 512 tokens a step", "tuning advice for a chip"),
+    (r"\bdevices\(\)\[0\]", "the first device"),
+    (r"`[\[(]-?\w+, [\w ]+[\])]`", "an interval's bound in an example"),
+    (r"`\w+` > 0\b", "a presence test (more than none)"),
+    (r"`start=k \+ 1`|`\w+ >= 1`|\(of size > 1\)|steps 1\.\.n-1|block index and 0\b"
+     r"|X\(0, o_init\)|`\+0`|`0 \+ T`",
+     "an index or bound in the description of a loop's steps"),
+    (r"\d+ CPU-seconds|took \d+ minutes and ours \d+", "a measured time"),
+    (r"--durations=0 -n 0|--jobs \d+\b", "a command's options in an example command"),
+    (r"`PALLAS_\w+_EXAMPLES=\d+`", "an example setting"),
+    (r"is block\s+0 everywhere|axis of size 0 runs nothing|starting at 0\)|semaphores start at 0"
+     r"|a semaphore starts at 0",
+     "zero as an origin or an empty size (the definition, not a setting)"),
+    (r'`\(\("i", 4\), \("j", 2\)\)`', "an example grid"),
+    (r"`range\(7, 1, -2\)` gives 4", "JAX's trip count in an example (tests/test_jax_compat.py)"),
+]
+
+_MGPU = {"plugins/pallas_mgpu/README.md"}
+FACTS += [
+    Fact("register tiles' rows", r"2-D tiles of (?P<v>\d+) to \d+ rows",
+         _const("plugins/pallas_mgpu/pallas_mgpu/layouts.py", "SUB_ROWS"), predicate=True),
+]
+EXEMPT += [
+    (r"\(16/32-row blocks|about 16 mantissa bits", "an example block size; a precision estimate",
+     _MGPU),
+    (r"to 56 rows \(8x8|multiple\s+of 128 \(lanes|swizzled tiles \(8 rows by 128 bytes for "
+     r"128-byte-wide blocks", "Hopper's tiles, lanes and swizzle (hardware), as the text explains",
+     _MGPU),
+    (r"`arch_major = 9`", "a value of the decoded module the test reads (sm_90)"),
+    (r"(?m)^\| device-less H100 compile \|.*$",
+     "the kernels tests/test_cuda_aot.py compiles and the registers its ptxas report gave "
+     "(a measurement)", _MGPU),
+    (r"\(\(\d+,\)\)", "an example shape"),
+    (r"CUDA 13\.0\s+at `/usr/local/cuda-13\.0` here", "this machine's CUDA toolkit"),
+    (r"Provided \(64\)", "NOT YET CHECKED: the provided-name count of a list being reworked "
+     "(make it a Fact counting the list once it settles)", _MGPU),
+]
+
+
+def jax_ops_jax_version() -> str:
+    """The jax release docs/jax-ops.md (generated) was run with."""
+    return re.search(r"^jax ([\d.]+)\.$", (REPO / "docs" / "jax-ops.md").read_text(), re.M)[1]
+
+
+def tpu_sc_names() -> int:
+    import types
+    import jax.experimental.pallas.tpu_sc as tpu_sc
+    return len([n for n in dir(tpu_sc) if not n.startswith("_")
+                and not isinstance(getattr(tpu_sc, n), types.ModuleType)])
+
+
+_TPU = {"plugins/pallas_tpu/README.md"}
+FACTS += [
+    Fact("the JAX release of the kernel table", r"TPU7x that JAX (?P<v>\d+\.\d+\.\d+\.\d+)",
+         jax_ops_jax_version),
+    Fact("tpu_sc names besides PackFormat", r"none of its other (?P<v>\d+) names is",
+         lambda: tpu_sc_names() - 1),
+]
+EXEMPT += [
+    (r"`SemaphoreType\.DMA\(\d+\)`|\.at\[\d+\]", "an example argument or index"),
+    (r"(?s)JAX's own TPU tests \(`tests/pallas/tpu_pallas_.*?since the frontend's issue-23 batching\)",
+     "results of JAX's TPU test files at dated snapshots (2026-08-08, 2026-12-03)", _TPU),
+    (r"in \(-1, 1\)|\[0, n\)", "an interval's bound"),
+    (r"\(16384\s+points: 62 s of the check alone, 65536 about 1000 s\)",
+     "a measurement (grid sizes and the times they took)", _TPU),
+]
+
+_TRITON = {"plugins/pallas_triton/README.md"}
+EXEMPT += [
+    (r"the looped program ids at 0", "zero as an origin"),
+    (r"(?s)\(f16 256x256 matmul, 128x128x64 blocks, 8 warps, 3 stages\).*?\(sm_80: 642 vs 575,"
+     r"|\(256x512 @ 512x256 f32, 64-blocks, 2 cores\)",
+     "a measurement: an example kernel's PTX instruction counts and times", _TRITON),
+    (r"jax-triton \(\d+\.\d+\.\d+ is broken with jax \d+\.\d+;",
+     "another project's version, and the JAX release it breaks with"),
+    (r"the 16-byte divisibility", "a property Triton's hints describe (its 16-byte alignment)"),
+    (r"(?s)Triton 3\.9 writes PTX ISA 9\.4 \(its bundled\s+CUDA 13\.4 ptxas for sm_90\+\), "
+     r"which CUDA 13\.0's.*?8\.8 for sm_80\)",
+     "other projects' versions: Triton's PTX ISA, CUDA's, on this machine"),
+    (r"the 8 conformance kernels|\(8 conformance kernels|paged attention; 54 kernels\)",
+     "the cases of a compile-only test (tests/gpu_aot_cases.py)", _TRITON),
+    (r"(?s)AMD registers \(`tox -e triton-amd`, Triton 3\.9.*?paged attention 89/106\.",
+     "a measurement: the registers and spills the AMD compiler reported", _TRITON),
+    (r"a \(66,\)-element `pl\.Element`\s+stencil and \(3, 100\) blocks", "the shapes a test uses"),
+    (r">= the width give 0|±0\b|float16/32/64|`expm1\(88\.7\)` = 3\.3e38", "XLA's result; signed zeros; dtype widths"),
+    (r"2050 x 2\*\*20 int8 array", "the size of a test's array (past 2**31 elements)"),
+    (r"(?m)^\| (?:math functions|`pow`) [^\n]*ULP[^\n]*$",
+     "ULP distances measured against float64 (tests/test_polynomial.py, test_float_edges.py)",
+     _TRITON),
+    (r"(?s)Measured 2026-12-01 on the shared 2-core CPU host.*?add 0\.95 \(A/A 1\.05\)",
+     "a dated measurement (the benchmark table)", _TRITON),
+]

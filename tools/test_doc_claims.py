@@ -142,3 +142,14 @@ def test_a_drifted_number_fails(tmp_path, monkeypatch):
     problems, _ = doc_numbers.check_page(page)
     assert any("'4.2' is checked by no fact and exempted by no rule" in str(p)
                for p in problems), problems
+
+
+def test_numbers_in_unrun_code_are_swept(tmp_path):
+    """A python block the snippet test runs is checked by running it; a skipped one
+    is not, so its numbers must be facts or exempted like prose."""
+    page = tmp_path / "page.md"
+    page.write_text("```python\nx = 12345\n```\n\n<!-- snippet: skip (needs a GPU) -->\n"
+                    "```python\ny = 67890\n```\n")
+    problems, _ = doc_numbers.check_page(page)
+    assert [p.text.split(" is checked")[0] for p in problems] == ["'67890'"], problems
+    assert doc_numbers.tally(page) == doc_numbers.Tally(run=1, unchecked=1)

@@ -246,6 +246,8 @@ def _tk_tgmm(mod, args, run):
 # what the kernel asks of the default device to size its persistent grid
 _H100 = types.SimpleNamespace(core_count=132, device_kind="NVIDIA H100 80GB HBM3",
                               compute_capability="9.0")
+_B200 = types.SimpleNamespace(core_count=148, device_kind="NVIDIA B200",
+                              compute_capability="10.0")
 
 
 def _mgpu_ragged_inputs(rng):
@@ -280,6 +282,63 @@ def _tk_mgpu_attention(mod, args, run):
         return_residuals=False, use_stable_softmax=True, rescale_threshold=0.0,
         config=mod.Config(block_q=64, block_kv=64, num_stages=2))
     return out
+
+
+def _ragged_contracting_inputs(rng):
+    """lhs [T, M] and rhs [T, N] with groups along T: the VJP's d(rhs) of a ragged dot."""
+    import ml_dtypes
+    t, m, n, g = 256, 128, 128, 4
+    bf = ml_dtypes.bfloat16
+    return _normal(rng, t, m).astype(bf), _normal(rng, t, n).astype(bf), _groups(rng, t, g)
+
+
+def _ragged_contracting_reference(args):
+    lhs, rhs, sizes = args
+    ends = np.cumsum(sizes)
+    return [np.stack([np.asarray(lhs[e - s:e], np.float64).T @ np.asarray(rhs[e - s:e], np.float64)
+                      for e, s in zip(ends, sizes)])]
+
+
+def _tk_mgpu_ragged_contracting(mod, args, run):
+    import importlib
+
+    import jax.numpy as jnp
+    common = importlib.import_module(f"{TK}.ragged_dot.pallas_mosaic_gpu_common")
+    cfg = common.Config(block_m=64, block_n=64, block_k=64, num_stages=2, split_k=1)
+    return mod.ragged_contracting_dim_dot_kernel(*args, out_dtype=jnp.dtype("float32"),
+                                                 config=cfg)
+
+
+def _quantized_rhs(rhs, qtype):
+    """rhs [G, K, N] quantized as tokamax's tests do (qwix, one scale per
+    (group, K, column) tile of K rows)."""
+    import jax.numpy as jnp
+    import qwix
+    return qwix.quantize(rhs, jnp.dtype(qtype), tiled_axes={0: 1, 1: rhs.shape[1], 2: 1})
+
+
+def _tk_mgpu_ragged_quant(mod, args, run):
+    import importlib
+
+    import jax.numpy as jnp
+    common = importlib.import_module(f"{TK}.ragged_dot.pallas_mosaic_gpu_common")
+    lhs, rhs, sizes = args
+    cfg = common.Config(block_m=64, block_n=64, block_k=128, num_stages=2, split_k=1)
+    return mod.ragged_dot_quantized_kernel(lhs, _quantized_rhs(rhs, "int8"), sizes,
+                                           out_dtype=jnp.dtype("bfloat16"), config=cfg)
+
+
+def _tk_mgpu_ragged_quant_sm100(mod, args, run):
+    import importlib
+
+    import jax.numpy as jnp
+    common = importlib.import_module(f"{TK}.ragged_dot.pallas_mosaic_gpu_common")
+    lhs, rhs, sizes = args
+    # tokamax's B200 test config for a quantized rhs (int4, one scale per K block)
+    cfg = common.Config(block_m=64, block_n=128, block_k=128, num_stages=2, split_k=1)
+    return mod.ragged_dot_gpu_quant_blackwell_kernel(lhs, _quantized_rhs(rhs, "int4"), sizes,
+                                                     out_dtype=jnp.dtype("bfloat16"),
+                                                     config=cfg)
 
 
 def _attn_sm100_inputs(rng):
@@ -576,6 +635,27 @@ def _tk_triton_attention(mod, args, run):
     return out
 
 
+def _tk_triton_flex_attention(mod, args, run):
+    import jax
+    import jax.numpy as jnp
+    q, k, v = args
+    t, s = q.shape[-3], k.shape[-3]
+
+    def score_mod(scores):          # scaled, plus a relative-position bias (tokamax's test)
+        return scores * q.shape[-1] ** -0.5 + (jnp.arange(t)[:, None] - jnp.arange(s))
+
+    def mask_mod(shape):            # causal
+        return jnp.arange(t)[:, None] >= jnp.arange(s)
+
+    p = jax.lax.Precision.DEFAULT
+    out, _ = mod.PallasTritonFlexAttention()._fwd(
+        q, k, v, precision=((p, p), (p, p)), score_mod=score_mod, mask_mod=mask_mod,
+        dropout_mask=None,
+        dropout_rate=0.0, normalize_output=True, return_residuals=False,
+        config=mod.Config(block_q=32, block_k=32, num_stages=2, num_warps=4))
+    return out
+
+
 def _norm_inputs(rng):
     return _normal(rng, 32, 256), _normal(rng, 256), _normal(rng, 256)
 
@@ -595,8 +675,6 @@ TOKAMAX = Library(
              "rich), typeguard 2.13.3, immutabledict, tqdm, xprof (etils, fire, termcolor, six, "
              "protobuf)",
     not_run={
-        "flex_attention (Triton)": "not given a row yet (its call takes the op's whole "
-                                   "argument set: masks, paging, residuals)",
         "ragged_dot (Mosaic TPU v2, the quantized Mosaic GPU variants)": "not given a row yet",
         "ragged_gather, ragged_scatter, ragged_gather_reduce, experimental topk":
             "TPU SparseCore (`tpu_sc`) kernels: a v5e has no SparseCore, and ours lacks the "
@@ -634,9 +712,24 @@ TOKAMAX = Library(
              _mgpu_ragged_inputs, _tk_mgpu_ragged, kind="mgpu", modes=("interpret", "cuda"),
              rtol=2e-2, returns={"backend.get_default_device": _H100},
              reference=_gmm_reference, ref_rtol=2e-2),
+        Case("ragged_dot sm90, ragged contracting dim (Mosaic GPU)",
+             f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm90", _ragged_contracting_inputs,
+             _tk_mgpu_ragged_contracting, kind="mgpu", modes=("interpret", "cuda"), rtol=2e-2,
+             returns={"backend.get_default_device": _H100},
+             reference=_ragged_contracting_reference, ref_rtol=2e-2),
+        Case("ragged_dot sm90, int8 rhs (Mosaic GPU)",
+             f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm90_quant", _mgpu_ragged_inputs,
+             _tk_mgpu_ragged_quant, kind="mgpu", modes=("interpret", "cuda"), rtol=2e-2,
+             returns={"backend.get_default_device": _H100}),
+        Case("ragged_dot sm100, int4 rhs (Mosaic GPU)",
+             f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm100_quant", _mgpu_ragged_inputs,
+             _tk_mgpu_ragged_quant_sm100, kind="blackwell", modes=("interpret", "cuda"),
+             rtol=2e-2, returns={"backend.get_default_device": _B200}),
         Case("gated linear unit (Triton)", f"{TK}.gated_linear_unit.pallas_triton",
              _glu_inputs, _tk_triton_glu, kind="gpu", modes=("cuda",),
              returns={"grid.jax.devices": [_H100]}),
+        Case("flex_attention (Triton)", f"{TK}.flex_attention.pallas_triton",
+             _triton_attn_inputs, _tk_triton_flex_attention, kind="gpu", modes=("cuda",)),
         Case("layer norm (Triton)", f"{TK}.normalization.pallas_triton",
              _norm_inputs, _tk_triton_norm, kind="gpu", modes=("cuda",)),
         Case("ragged_dot (Triton)", f"{TK}.ragged_dot.pallas_triton", _gmm_inputs,

@@ -13,7 +13,9 @@ from pallas_mgpu import layouts, multi_gpu, schedule
 DTYPES = frozenset({"float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16",
                     "int32", "uint32", "bool", "float8_e4m3fn", "float8_e5m2",
                     # Blackwell MMA operands: sparse metadata, block scales
-                    "uint2", "float8_e8m0fnu"})
+                    "uint2", "float8_e8m0fnu",
+                    # quantized weights, widened in registers (tokamax's ragged dots)
+                    "int4"})
 _NOT_A_SEMAPHORE = ("a Mosaic GPU semaphore is a pallas_mgpu.SemaphoreType scratch (GMEM), not "
                     "a buffer of another memory space; allocate it with "
                     "scratch_types=[plgpu.SemaphoreType.REGULAR]")

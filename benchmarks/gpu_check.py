@@ -203,6 +203,10 @@ def timing(dev: bool, quick: bool, budget: Budget, repeat: int, seed: int,
         list(zip(T.benches(dev, tiny=True), T.benches(dev, tiny=False)))
     for bench, full in plans:
         args = bench.inputs(rng)
+        # the full-size inputs' shapes, made once per benchmark (not once per entry:
+        # at full size they are hundreds of MB of random numbers)
+        structs = None if dev else [jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                    for a in full.inputs(np.random.default_rng(0))]
         outs = {}
         for impl, source, make in bench.impls:
             if budget.left() <= 0:
@@ -217,8 +221,6 @@ def timing(dev: bool, quick: bool, budget: Budget, repeat: int, seed: int,
                                  f"{secs * 1e3:.3f} ms"))
                 else:
                     full_fn = jax.jit(next(m for i, s, m in full.impls if (i, s) == (impl, source))())
-                    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in full.inputs(
-                        np.random.default_rng(0))]
                     with _mgpu_interpret(impl.endswith("MGPU"), impl.startswith("JAX")):
                         jax.eval_shape(full_fn, *structs)
                     value, note = None, "traced at full size"

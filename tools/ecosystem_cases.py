@@ -247,7 +247,7 @@ def _tk_tgmm(mod, args, run):
 _H100 = types.SimpleNamespace(core_count=132, device_kind="NVIDIA H100 80GB HBM3",
                               compute_capability="9.0")
 _B200 = types.SimpleNamespace(core_count=148, device_kind="NVIDIA B200",
-                              compute_capability="10.0")
+                              compute_capability="10.0", platform="gpu")
 
 
 def _mgpu_ragged_inputs(rng):
@@ -339,6 +339,26 @@ def _tk_mgpu_ragged_quant_sm100(mod, args, run):
     return mod.ragged_dot_gpu_quant_blackwell_kernel(lhs, _quantized_rhs(rhs, "int4"), sizes,
                                                      out_dtype=jnp.dtype("bfloat16"),
                                                      config=cfg)
+
+
+def _sm100_quantized(fn_name, lhs_qtype, rhs_qtype="int4", **config):
+    """tokamax's Blackwell ragged dots with a quantized rhs (and lhs), configured
+    as tokamax's tests of that kernel configure it (one scale per 128 of K)."""
+    def call(mod, args, run):
+        import importlib
+
+        import jax.numpy as jnp
+        import qwix
+        common = importlib.import_module(f"{TK}.ragged_dot.pallas_mosaic_gpu_common")
+        lhs, rhs, sizes = args
+        if lhs_qtype:
+            lhs = qwix.quantize(lhs, jnp.dtype(lhs_qtype), tiled_axes={0: 1, 1: 128})
+        cfg = common.Config(**{"block_m": 16, "block_n": 128, "block_k": 128, "num_stages": 2,
+                               "split_k": 1, "collective": False,
+                               "grid_minor_dim": common.MatmulDimension.M, **config})
+        return getattr(mod, fn_name)(lhs, _quantized_rhs(rhs, rhs_qtype), sizes,
+                                     jnp.dtype("bfloat16"), cfg)
+    return call
 
 
 def _attn_sm100_inputs(rng):
@@ -675,7 +695,7 @@ TOKAMAX = Library(
              "rich), typeguard 2.13.3, immutabledict, tqdm, xprof (etils, fire, termcolor, six, "
              "protobuf)",
     not_run={
-        "ragged_dot (Mosaic TPU v2, the quantized Mosaic GPU variants)": "not given a row yet",
+        "ragged_dot (Mosaic TPU v2)": "not given a row yet",
         "ragged_gather, ragged_scatter, ragged_gather_reduce, experimental topk":
             "TPU SparseCore (`tpu_sc`) kernels: a v5e has no SparseCore, and ours lacks the "
             "names listed below",
@@ -725,6 +745,23 @@ TOKAMAX = Library(
              f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm100_quant", _mgpu_ragged_inputs,
              _tk_mgpu_ragged_quant_sm100, kind="blackwell", modes=("interpret", "cuda"),
              rtol=2e-2, returns={"backend.get_default_device": _B200}),
+        Case("ragged_dot sm100, fp8 lhs x int4 rhs (Mosaic GPU)",
+             f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm100_fp8_quant", _mgpu_ragged_inputs,
+             _sm100_quantized("ragged_dot_gpu_fp8_quant_blackwell_kernel", "float8_e4m3fn"),
+             kind="blackwell", modes=("cuda",),
+             returns={"backend.get_default_device": _B200}),
+        Case("ragged_dot sm100, int8 lhs x int4 rhs (Mosaic GPU)",
+             f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm100_i8_quant", _mgpu_ragged_inputs,
+             _sm100_quantized("ragged_dot_gpu_i8_quant_blackwell_kernel", "int8"),
+             kind="blackwell", modes=("cuda",),
+             returns={"backend.get_default_device": _B200}),
+        Case("ragged_dot sm100, int4 rhs post-scaled (Mosaic GPU)",
+             f"{TK}.ragged_dot.pallas_mosaic_gpu_kernel_sm100_quant_post_scale",
+             _mgpu_ragged_inputs,
+             _sm100_quantized("ragged_dot_gpu_quant_post_scale_blackwell_kernel", None,
+                              block_m=64, collective=False, post_scale=True),
+             kind="blackwell", modes=("cuda",),
+             returns={"backend.get_default_device": _B200}),
         Case("gated linear unit (Triton)", f"{TK}.gated_linear_unit.pallas_triton",
              _glu_inputs, _tk_triton_glu, kind="gpu", modes=("cuda",),
              returns={"grid.jax.devices": [_H100]}),

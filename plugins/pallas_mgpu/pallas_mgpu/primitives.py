@@ -46,6 +46,11 @@ class Layout(enum.Enum):
         from jax.experimental.pallas import mosaic_gpu as plgpu
         return getattr(plgpu.Layout, self.name)
 
+    def to_mgpu(self, *args, **kwargs):
+        """Mosaic GPU's own layout object (what an ``inline_mgpu`` function builds
+        its FragmentedArrays with), as JAX's ``Layout.to_mgpu`` gives it."""
+        return self.to_jax().to_mgpu(*args, **kwargs)
+
     def __call__(self, *args, **kwargs) -> ParameterizedLayout:
         """A parameterized layout, e.g. ``Layout.WG_STRIDED((128,), vec_size=1)``."""
         return ParameterizedLayout(self, args, tuple(sorted(kwargs.items())))
@@ -64,6 +69,9 @@ class ParameterizedLayout:
     def to_jax(self):
         return self.base.to_jax()(*self.args, **dict(self.kwargs))
 
+    def to_mgpu(self):
+        return self.to_jax().to_mgpu()
+
 
 @dataclasses.dataclass(frozen=True)
 class ReducedLayout:
@@ -72,6 +80,9 @@ class ReducedLayout:
 
     def to_jax(self):
         return self.base.to_jax().reduce(self.axes if len(self.axes) > 1 else self.axes[0])
+
+    def to_mgpu(self):
+        return self.to_jax().to_mgpu()
 
 
 # --- TMA copies -----------------------------------------------------------------------

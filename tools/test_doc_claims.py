@@ -105,15 +105,17 @@ def test_plugin_readme_name_tables_match_the_plugins():
     assert not problems, "\n".join(problems)
 
 
-# --- numbers and versions (tools/doc_numbers.py) ----------------------------------------------
+# --- numbers and versions (tools/doc_numbers.py, doc_facts.py, doc_truths.py) -----------
 
+import doc_facts  # noqa: E402
 import doc_numbers  # noqa: E402
 
 
 def test_every_number_and_version_in_the_docs_matches_the_code():
-    """README.md and the hand-written docs: each stated version or count equals what
-    the code (pyproject files, contract.py, tox.ini, ...) or a generated page says,
-    and no version (no number at all, in the entry pages) is left unchecked."""
+    """README.md, the hand-written docs and the plugins' READMEs: each stated version,
+    default, limit or count equals what the code (pyproject files, constants, defaults,
+    tox.ini, ...) or a generated page says, and no number is left unchecked (each is in
+    a fact's match, an EXEMPT category, or a python block the snippet test runs)."""
     problems = [p for page in doc_numbers.pages() for p in doc_numbers.check_page(page)[0]]
     assert not problems, "\n".join(map(str, problems))
 
@@ -131,10 +133,10 @@ def test_a_drifted_number_fails(tmp_path, monkeypatch):
     there fails a page that still states the old one), and a new unexplained version
     fails the sweep."""
     page = tmp_path / "page.md"
-    major, minor = doc_numbers.api_version()
+    major, minor = doc_facts.api_version()
     page.write_text(f"The backend API under development: {major}.{minor}.\n")
     assert doc_numbers.check_page(page) == ([], 1)
-    monkeypatch.setattr(doc_numbers, "api_version", lambda: (major, minor + 1))
+    monkeypatch.setattr(doc_facts, "api_version", lambda: (major, minor + 1))
     problems, _ = doc_numbers.check_page(page)
     assert any(f"says {major}.{minor}, the code says {major}.{minor + 1}" in str(p)
                for p in problems), problems

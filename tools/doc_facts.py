@@ -130,6 +130,18 @@ def _tiles_match(match: re.Match) -> str | None:
     return "; ".join(wrong) or None
 
 
+def _register_tiles(match: re.Match) -> str | None:
+    """pallas_mgpu/layouts.py: row tiles below the WGMMA layout's rows, of warp sub-tiles."""
+    path = "plugins/pallas_mgpu/pallas_mgpu/layouts.py"
+    sub_rows, min_cols = constant(path, "SUB_ROWS"), constant(path, "MIN_COLS")
+    wgmma_rows = int(re.search(r"if rows % (\d+) == 0:\s+return plgpu\.Layout\.WGMMA",
+                               (REPO / path).read_text())[1])
+    want = {"v": sub_rows, "w": wgmma_rows - sub_rows, "r": sub_rows, "c": min_cols}
+    wrong = [f"{match[k]} where layouts.py gives {v}" for k, v in want.items()
+             if int(match[k]) != v]
+    return "; ".join(wrong) or None
+
+
 def _triton_math_bounds(match: re.Match) -> str | None:
     """The triton README's ULP figures are pallas_triton.manifests.XLA_DIFFERENCES' bounds."""
     from pallas_triton import manifests
@@ -243,18 +255,19 @@ FACTS = [
          whole_match=True),
     Fact("register tiles' row step", r"multiple of (?P<v>\d+), a\s+block\s+past",
          _const("plugins/pallas_mgpu/pallas_mgpu/layouts.py", "SUB_ROWS"), predicate=True),
-    Fact("interpreter index-map chunk", r"in chunks of 2\^(?P<v>\d+) points",
-         _const("pallas_frontend/block_indices.py", "_CHUNK_POINTS", lambda n: n.bit_length() - 1),
+    Fact("interpreter index-map chunk", r"in chunks of (?P<v>2\^\d+) points",
+         _const("pallas_frontend/block_indices.py", "_CHUNK_POINTS",
+                lambda n: f"2^{n.bit_length() - 1}"),
          predicate=True),
     Fact("interpreter table limit",
-         r"Above 2\^(?P<v>\d+) points such a kernel runs as a plain loop",
+         r"Above (?P<v>2\^\d+) points such a kernel runs as a plain loop",
          _const("pallas_frontend/interpreter/execute.py", "MAX_TABLE_POINTS",
-                lambda n: n.bit_length() - 1), predicate=True),
+                lambda n: f"2^{n.bit_length() - 1}"), predicate=True),
     Fact("unrolled loop steps", r"Loops of more than (?P<v>\d+) steps stay loops",
          _const("pallas_frontend/interpreter/vectorized.py", "_MAX_UNROLLED_STEPS"),
          predicate=True),
-    Fact("grid sizes the scaling test measures", r"a 10\^(?P<v>\d+)- or 10\^(?P<w>\d+)-point grid",
-         lambda: lambda m: None if all(f"_run_big(10**{e}," in
+    Fact("grid sizes the scaling test measures", r"a (?P<v>10\^\d+)- or (?P<w>10\^\d+)-point grid",
+         lambda: lambda m: None if all(f"_run_big({e.replace('^', '**')}," in
                                        (REPO / "tests/test_block_ranges_scaling.py").read_text()
                                        for e in (m["v"], m["w"]))
          else "tests/test_block_ranges_scaling.py runs no such grid", whole_match=True),
@@ -362,8 +375,9 @@ FACTS = [
          lambda: source_default("pallas_frontend/kernel_arrays.py", "replay_equations", "start")),
     Fact("TPU lane width", r"multiples of (?P<v>\d+) \(the lane width\)",
          lambda: constant("plugins/pallas_tpu/pallas_tpu/check.py", "LANES")),
-    Fact("register tiles' rows", r"2-D tiles of (?P<v>\d+) to \d+ rows",
-         _const("plugins/pallas_mgpu/pallas_mgpu/layouts.py", "SUB_ROWS"), predicate=True),
+    Fact("register tiles' rows", r"2-D tiles of (?P<v>\d+) to (?P<w>\d+) rows \((?P<r>\d+)x"
+                                  r"(?P<c>\d+)\s+sub-tiles",
+         lambda: _register_tiles, whole_match=True),
     Fact("the JAX release of the kernel table", r"TPU7x that JAX (?P<v>\d+\.\d+\.\d+\.\d+)",
          jax_ops_jax_version),
     Fact("tpu_sc names besides PackFormat", r"none of its other (?P<v>\d+) names is",
@@ -471,8 +485,8 @@ EXEMPT = [
     (r"`range\(7, 1, -2\)` gives 4", "JAX's trip count in an example (tests/test_jax_compat.py)"),
     (r"\(16/32-row blocks|about 16 mantissa bits", "an example block size; a precision estimate",
      _MGPU),
-    (r"to 56 rows \(8x8|multiple\s+of 128 \(lanes|swizzled tiles \(8 rows by 128 bytes for "
-     r"128-byte-wide blocks", "Hopper's tiles, lanes and swizzle (hardware), as the text explains",
+    (r"multiple\s+of 128 \(lanes|swizzled tiles \(8 rows by 128 bytes for "
+     r"128-byte-wide blocks", "a warpgroup's 128 lanes and Hopper's 128-byte swizzle (hardware)",
      _MGPU),
     (r"`arch_major = 9`", "a value of the decoded module the test reads (sm_90)"),
     (r"(?m)^\| device-less H100 compile \|.*$",

@@ -100,7 +100,8 @@ def _scan(path: Path) -> tuple[list[Problem], int, Tally]:
         if fact.pages and rel not in fact.pages:
             continue
         for m in re.finditer(fact.pattern, text):
-            facts.append(m.span())
+            # only the stated values the fact checks (its named groups), not its context
+            facts += [m.span(g) for g, v in m.groupdict().items() if v is not None]
             checked += 1
             problem = fact.check(m)
             if problem:

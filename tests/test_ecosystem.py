@@ -153,3 +153,10 @@ def test_blackwell_kernels_compile_for_a_b200_the_rest_for_an_h100():
     assert ecosystem._modes(case("blackwell"), True) == ("interpret", "cuda", "B200")
     assert ecosystem._modes(case("blackwell"), False) == ("interpret", "cuda")
     assert "B200" in ecosystem_page.MODES
+
+
+def test_b200_compiles_get_a_worker_of_their_own():
+    keys = ["a|interpret", "a|cuda", "a|H100", "b|cuda", "b|B200", "c|v5e"]
+    assert ecosystem._worker_groups(keys) == [["a|interpret", "a|cuda", "a|H100", "b|cuda",
+                                               "c|v5e"], ["b|B200"]]
+    assert ecosystem._worker_groups(["a|cuda"]) == [["a|cuda"]]

@@ -155,3 +155,20 @@ def test_numbers_in_unrun_code_are_swept(tmp_path):
     problems, _ = doc_numbers.check_page(page)
     assert [p.text.split(" is checked")[0] for p in problems] == ["'67890'"], problems
     assert doc_numbers.tally(page) == doc_numbers.Tally(run=1, unchecked=1)
+
+
+@pytest.mark.parametrize("wrong", [
+    "num_warps must be a power of two from 1 to 64",                # a constant (params.py)
+    "blocks and scratch past a CTA's 228 KiB of SMEM",              # a scaled constant
+    "over the grid, in chunks of 2^21 points,",                     # a power of two
+    "which then exits 3, or 0\nwith `--allow-load-errors`",         # the CLI's exit status
+    "`PALLAS_DIFFERENTIAL_EXAMPLES`, 7 by default",                 # a test's default
+    "default `(128, 128, 256)`",                                    # JAX's source default
+    "On CPU: 63 passed, 0 skipped, 0 xfailed.",                     # the suite's size
+    "semaphores (int32 Refs in the interpreter, starting at 1)",    # a value read by running
+])
+def test_a_wrong_value_fails_its_fact(tmp_path, wrong):
+    page = tmp_path / "page.md"
+    page.write_text(wrong + "\n")
+    problems, checked = doc_numbers.check_page(page)
+    assert checked >= 1 and any("is checked by no fact" not in p.text for p in problems), problems

@@ -5,19 +5,15 @@ layout of its epilogue's copy to GMEM; under ours that was an AttributeError
 on the traced Ref)."""
 
 import functools
-import re
-from collections import Counter
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental.pallas import mosaic_gpu as jax_plgpu
 
 import pallas_mgpu as plgpu
-from pallas_mgpu import _jax_private, aot
+from h100_ops import APIS, h100_ops
 
-APIS = {"jax": jax_plgpu, "ours": plgpu}
 TRANSFORMS = {
     "tiled": lambda gpu: (gpu.TilingTransform((8, 64)),),
     "swizzled": lambda gpu: (gpu.SwizzleTransform(128),),
@@ -84,19 +80,7 @@ def test_epilogue_layout_from_the_buffer_swizzle_runs_as_numpy(rng):
 
 
 def test_epilogue_lowers_for_cuda_as_jax():
-    h100 = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", platform="gpu",
-                                       num_cores=132)
-    ops = {}
-    for api, gpu in APIS.items():
-        with jax.sharding.use_abstract_mesh(
-                jax.sharding.AbstractMesh((), (), abstract_device=h100)):
-            lowered = aot.lower_for_cuda(_epilogue(gpu, False),
-                                         jax.ShapeDtypeStruct((64, 64), jnp.float16))
-        (module,) = _jax_private.mosaic_gpu_modules(lowered)
-        ops[api] = Counter(re.findall(r'"stable_mosaic_gpu\.([a-z_]+\.[a-z_.0-9]+)"\(', module))
-        # no-op casts: the rebuilt kernel's Ref views make a few more
-        ops[api].pop("memref.cast", None)
-        ops[api].pop("builtin.unrealized_conversion_cast", None)
+    ops = h100_ops(lambda gpu: _epilogue(gpu, False), jax.ShapeDtypeStruct((64, 64), jnp.float16))
     assert ops["ours"]["nvvm.stmatrix"] > 0, ops["ours"]     # into the swizzled buffer
     # the same operations, as often; ours' Ref views add a few memref.subview
     # (views: no data moved)

@@ -5,8 +5,6 @@ ragged dot does ``layout.to_mgpu()`` on a ``Layout.TCGEN05_TMEM_NATIVE(8)``;
 ours' layouts had no such method)."""
 
 import functools
-import re
-from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +13,8 @@ from jax.experimental.mosaic import gpu as mgpu
 from jax.experimental.pallas import mosaic_gpu as jax_plgpu
 
 import pallas_mgpu as plgpu
-from pallas_mgpu import _jax_private, aot
+from h100_ops import h100_ops
 
-APIS = {"jax": jax_plgpu, "ours": plgpu}
 LAYOUTS = {
     "plain": lambda gpu: gpu.Layout.WGMMA,
     "parameterized": lambda gpu: gpu.Layout.TCGEN05_TMEM_NATIVE(8),
@@ -55,19 +52,7 @@ def _relayout(gpu):
 def test_inline_mgpu_using_to_mgpu_lowers_for_cuda_as_jax():
     """GPU interpret mode cannot run inline_mgpu (JAX's refusal): lowered for
     cuda, the same Mosaic GPU operations as JAX's, as often."""
-    h100 = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", platform="gpu",
-                                       num_cores=132)
-    ops = {}
-    for api, gpu in APIS.items():
-        with jax.sharding.use_abstract_mesh(
-                jax.sharding.AbstractMesh((), (), abstract_device=h100)):
-            lowered = aot.lower_for_cuda(_relayout(gpu),
-                                         jax.ShapeDtypeStruct((64, 64), jnp.float32))
-        (module,) = _jax_private.mosaic_gpu_modules(lowered)
-        ops[api] = Counter(re.findall(r'"stable_mosaic_gpu\.([a-z_]+\.[a-z_.0-9]+)"\(', module))
-        # no-op casts: the rebuilt kernel's Ref views make a few more
-        ops[api].pop("memref.cast", None)
-        ops[api].pop("builtin.unrealized_conversion_cast", None)
+    ops = h100_ops(_relayout, jax.ShapeDtypeStruct((64, 64), jnp.float32))
     assert ops["ours"]["vector.load"] > 0, ops["ours"]
     assert set(ops["ours"] - ops["jax"]) <= {"memref.subview"}, ops["ours"] - ops["jax"]
     assert not ops["jax"] - ops["ours"], ops["jax"] - ops["ours"]

@@ -3,16 +3,13 @@ its rhs): copied to SMEM by TMA and widened in registers, as under JAX; ours'
 check() refused the dtype before anything ran."""
 
 import functools
-import re
-from collections import Counter
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental.pallas import mosaic_gpu as jax_plgpu
 
 import pallas_mgpu as plgpu
-from pallas_mgpu import _jax_private, aot
+from h100_ops import h100_ops
 
 APIS = {"jax": jax_plgpu, "ours": plgpu}
 SHAPE = (64, 128)
@@ -41,19 +38,8 @@ def test_int4_weights_dequantized_as_numpy(rng):
 
 
 def test_int4_kernel_lowers_for_cuda_as_jax():
-    h100 = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", platform="gpu",
-                                       num_cores=132)
     args = (jax.ShapeDtypeStruct(SHAPE, jnp.int4), jax.ShapeDtypeStruct(SHAPE, jnp.float32))
-    ops = {}
-    for api, gpu in APIS.items():
-        with jax.sharding.use_abstract_mesh(
-                jax.sharding.AbstractMesh((), (), abstract_device=h100)):
-            lowered = aot.lower_for_cuda(_dequantize(gpu, False), *args)
-        (module,) = _jax_private.mosaic_gpu_modules(lowered)
-        ops[api] = Counter(re.findall(r'"stable_mosaic_gpu\.([a-z_]+\.[a-z_.0-9]+)"\(', module))
-        # no-op casts: the rebuilt kernel's Ref views make a few more
-        ops[api].pop("memref.cast", None)
-        ops[api].pop("builtin.unrealized_conversion_cast", None)
+    ops = h100_ops(lambda gpu: _dequantize(gpu, False), *args)
     assert ops["ours"]["arith.sitofp"] > 0, ops["ours"]          # the widening
     assert set(ops["ours"] - ops["jax"]) <= {"memref.subview"}, ops["ours"] - ops["jax"]
     assert not ops["jax"] - ops["ours"], ops["jax"] - ops["ours"]

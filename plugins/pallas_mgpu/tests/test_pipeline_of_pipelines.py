@@ -5,7 +5,6 @@ JAX's API and with ours in GPU interpret mode, against NumPy; the stage given
 as the enum (static) and as an int32 known only at run time."""
 
 import functools
-import re
 from collections import Counter
 
 import jax
@@ -17,7 +16,7 @@ from jax.experimental.pallas import mosaic_gpu as jax_plgpu
 
 import pallas_frontend as pl
 import pallas_mgpu as plgpu
-from pallas_mgpu import _jax_private
+from h100_ops import mosaic_ops, sharded_lowered_module
 
 APIS = {"jax": (jax_pl, jax_plgpu), "ours": (pl, plgpu)}
 ROWS, COLS, BLOCK = 128, 512, 128
@@ -67,24 +66,11 @@ def test_three_pipelines_share_their_allocations(api, traced_state, rng):
 
 
 def _h100_ops(api, traced_state):
-    """Operation counts of the kernel's Mosaic GPU module lowered for an H100
-    (no-op casts, of which the rebuilt kernel's Ref views make a few more, left out)."""
-    P = jax.sharding.PartitionSpec
-    h100 = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", platform="gpu",
-                                       num_cores=132)
-    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=h100)
-    f = jax.shard_map(_three_pipelines(api, traced_state, interpret=False), mesh=mesh,
-                      in_specs=P(), out_specs=P(), check_vma=False)
-    sharding = jax.sharding.NamedSharding(mesh, P())
-    args = [jax.ShapeDtypeStruct((3,), jnp.int32, sharding=sharding)] + [
-        jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32, sharding=sharding)] * 3
-    with jax.sharding.use_abstract_mesh(mesh):
-        lowered = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",))
-    (module,) = _jax_private.mosaic_gpu_modules(lowered)
-    ops = Counter(re.findall(r'"stable_mosaic_gpu\.([a-z_]+\.[a-z_.0-9]+)"\(', module))
-    ops.pop("memref.cast", None)
-    ops.pop("builtin.unrealized_conversion_cast", None)
-    return ops
+    """Operation counts of the kernel's Mosaic GPU module lowered for an H100."""
+    args = [jax.ShapeDtypeStruct((3,), jnp.int32)] + [
+        jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32)] * 3
+    return mosaic_ops(sharded_lowered_module(
+        _three_pipelines(api, traced_state, interpret=False), *args))
 
 
 @pytest.mark.parametrize("traced_state", [False, True])

@@ -7,9 +7,6 @@ the same Mosaic GPU operations, as often, as JAX's kernel written with JAX's
 names. Where JAX's interpreter has no rule (atomics, reductions, ...), ours
 fails there as JAX's does."""
 
-import re
-from collections import Counter
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,11 +14,8 @@ import pytest
 from jax.experimental.pallas import mosaic_gpu as jax_plgpu
 
 import pallas_mgpu
-from pallas_mgpu import _jax_private
+from h100_ops import mosaic_ops, sharded_lowered_module
 
-P = jax.sharding.PartitionSpec
-H100 = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", platform="gpu",
-                                   num_cores=132)
 LIBS = {"ours": pallas_mgpu, "jax": jax_plgpu}
 
 
@@ -36,22 +30,11 @@ def _call(lib, body, out, scratch=(), interpret=None, **kw):
 
 def _lowered_ops(lib, make_body, shape, dtype, scratch_of=lambda lib: (), out_shape=None,
                  **kernel_kw):
-    """Operation counts of the Mosaic GPU module lowered for an H100. The
-    no-op casts (``memref.cast``, ``builtin.unrealized_conversion_cast``), of
-    which the rebuilt kernel's Ref views and branches make a few more, are not
-    counted."""
-    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=H100)
+    """Operation counts of the Mosaic GPU module lowered for an H100 (no-op
+    casts left out: ``h100_ops.mosaic_ops``)."""
     out = jax.ShapeDtypeStruct(shape if out_shape is None else out_shape, dtype)
     fn = _call(lib, make_body(lib), out, scratch_of(lib), **kernel_kw)
-    f = jax.shard_map(fn, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)
-    x = jax.ShapeDtypeStruct(shape, dtype, sharding=jax.sharding.NamedSharding(mesh, P()))
-    with jax.sharding.use_abstract_mesh(mesh):
-        lowered = jax.jit(f).trace(x).lower(lowering_platforms=("cuda",))
-    (module,) = _jax_private.mosaic_gpu_modules(lowered)
-    ops = Counter(re.findall(r'"stable_mosaic_gpu\.([a-z_]+\.[a-z_.0-9]+)"\(', module))
-    ops.pop("memref.cast", None)
-    ops.pop("builtin.unrealized_conversion_cast", None)
-    return ops
+    return mosaic_ops(sharded_lowered_module(fn, jax.ShapeDtypeStruct(shape, dtype)))
 
 
 def _store(lib):

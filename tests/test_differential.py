@@ -12,8 +12,9 @@ Results: floats equal within a few units in the last place of their dtype
 exactly.
 """
 
-import importlib
 import os
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -22,17 +23,15 @@ import pytest
 import differential_kernels as D
 import pallas_frontend as pl
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import differential_corpus as corpus  # noqa: E402  (the interpreters both runs use)
+
 EXAMPLES = int(os.environ.get("PALLAS_DIFFERENTIAL_EXAMPLES", "6"))
 SEED = int(os.environ.get("PALLAS_DIFFERENTIAL_SEED",
                           np.random.SeedSequence().entropy % (2 ** 31)))
 
-# runner -> (plugin module or None, its interpret option)
-RUNNERS = {
-    "builtin": (None, lambda m: True),
-    "triton": ("pallas_triton", lambda m: m.InterpretParams()),
-    "tpu": ("pallas_tpu", lambda m: m.InterpretParams()),
-    "mgpu": ("pallas_mgpu", lambda m: m.InterpretParams()),
-}
+# the interpreters, by name: the corpus's ("interpret" is the built-in one)
+RUNNERS = sorted(corpus.INTERPRETERS)
 # Known disagreements: (runner, family, op) -> the exact reason. Each must still
 # disagree (an example that now agrees fails: remove its entry); the runner's test
 # is then an xfail naming them, after every other example has agreed.
@@ -83,18 +82,13 @@ def compare(got, want, ex: D.Example, against: str, transcendental_ulps=1, atol=
 
 
 def _runner(name):
-    module_name, option = RUNNERS[name]
-    if module_name is None:
-        return option(None)
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        pytest.skip(f"{module_name} is not installed here ({e}); tox -e all-plugins has "
-                    "all three plugins")
-    return option(module)
+        return corpus.interpret_option(name)
+    except corpus.NotInstalled as e:
+        pytest.skip(f"{e}; tox -e all-plugins has all three plugins")
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", RUNNERS)
 def test_interpreter_agrees_with_jax_and_numpy(runner):
     print(f"PALLAS_DIFFERENTIAL_SEED={SEED}, {EXAMPLES} examples")
     interpret = _runner(runner)

@@ -178,10 +178,6 @@ TPU_INFERENCE = Library(
         "mla v1/v2, gdn v1/v3, structured_sparse_matmul, experimental (batched_rpa, "
         "stacked_rpa, rpa_v3_cp, deepseek_v4, fused_moe gmm)": "not given a row yet",
     },
-    gaps={
-        "ragged_paged_attention v3": "`ref.reshape(...)` views (JAX's `ReshapeTransform`) of "
-                                     "an HBM Ref handed to DMAs (pallas_tpu)",
-    },
     cases=(
         Case("ragged_paged_attention v3", f"{RPA}.v3.kernel", _rpa_v3_inputs, _rpa_v3,
              returns={"get_tpu_version": 5}),
@@ -701,15 +697,6 @@ TOKAMAX = Library(
             "names listed below",
         "experimental mla, splash attention, causal_conv1d_gated_delta_rule": "not given a row "
                                                                                 "yet",
-    },
-    gaps={
-        "gmm_v2 (experimental, Mosaic TPU)": "`pltpu.emit_pipeline` with `core_axis_name` "
-                                             "and scratch allocations (pallas_tpu)",
-        "linear softmax cross-entropy fwd (Mosaic TPU)": "`pltpu.emit_pipeline` with "
-                                                         "`core_axis_name` and scratch "
-                                                         "allocations (pallas_tpu)",
-        "ragged_dot sm90 (Mosaic GPU)": "`pl.Element` block dims in the BlockSpecs of "
-                                        "`plgpu.emit_pipeline` (pallas_mgpu)",
     },
     stand_ins=("pallas_mgpu.inline_mgpu", "pallas_mgpu.RefUnion", "pallas_mgpu.warp_map",
                "pallas_mgpu.ShapeDtypeStruct", "pallas_mgpu.CopyPartition",

@@ -13,16 +13,26 @@ file: ``config_label`` names a candidate, ``choose_winner`` picks from a
 Where the file is: ``$PALLAS_FRONTEND_AUTOTUNE_CACHE`` (a file path; ``off`` keeps
 choices in memory only), else ``$XDG_CACHE_HOME/pallas_frontend/autotune.json``,
 else ``~/.cache/pallas_frontend/autotune.json``. Writes are atomic (a temporary
-file renamed over the old one); a file that cannot be read or parsed is
-ignored with a warning, never an error.
+file renamed over the old one) and safe between processes and threads: a writer
+holds a lock file beside the cache (``<name>.lock``, removed when it is done)
+while it reads the file again, adds its entry to what it finds and renames the
+result over it, so no writer loses another's entry. A file that cannot be read
+or parsed (not UTF-8, not JSON, nested too deeply, not a cache file) is ignored
+with a warning, never an error; a path that is not a regular file (a FIFO, a
+device) is never opened: it is refused with a warning, and the choice is kept
+in memory only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import stat
 import tempfile
+import threading
+import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,22 +82,77 @@ def make_entry(seconds: Mapping[str, float | None], *, errors: Mapping[str, str]
             "errors": dict(errors or {})}
 
 
+#: how long a writer waits for another writer's lock before giving up (with a warning)
+LOCK_TIMEOUT_S = 10.0
+
+try:
+    import fcntl as _fcntl
+except ImportError:          # no POSIX file locks (Windows): threads of one process only
+    _fcntl = None
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+class _Refused(OSError):
+    """The cache path is not something this module reads or writes (its message says why)."""
+
+
+def _not_regular(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket")]
+    return next((word for test, word in kinds if test(mode)), "not a regular file")
+
+
+def _refusal(path: Path, mode: int) -> str:
+    return (f"autotune cache {path} is {_not_regular(mode)}, not a regular file, so it is "
+            f"never opened (opening a FIFO waits for a writer forever); the choice is kept in "
+            f"memory only. Point {ENV_CACHE} (or cache=) at a regular .json file, or off.")
+
+
+def _read_text(path: Path) -> str:
+    """The file's text. Opens without blocking and checks, on the open file, that it is
+    a regular file: a FIFO or a device raises ``_Refused`` instead of waiting."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise _Refused(_refusal(path, mode))
+        data = f.read()
+    return data.decode("utf-8")
+
+
 def read_entries(path: Path | str) -> dict[str, dict[str, Any]]:
     """Every entry of the cache file at ``path``; empty when it does not exist, or
-    (with a warning) when it cannot be read or is not a cache file."""
+    (with a warning) when it cannot be read, is not a regular file, or is not a
+    cache file (not UTF-8, not JSON, nested too deeply, another format)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = _read_text(path)
     except FileNotFoundError:
+        return {}
+    except _Refused as e:
+        warnings.warn(str(e), stacklevel=3)
         return {}
     except OSError as e:
         warnings.warn(f"autotune cache {path} cannot be read ({e}); ignoring it", stacklevel=3)
+        return {}
+    except UnicodeDecodeError as e:
+        warnings.warn(f"autotune cache {path} is not UTF-8 text ({e}); ignoring it. Delete the "
+                      "file to start a new one.", stacklevel=3)
         return {}
     try:
         data = json.loads(text)
     except ValueError as e:
         warnings.warn(f"autotune cache {path} is not valid JSON ({e}); ignoring it. Delete the "
                       "file to start a new one.", stacklevel=3)
+        return {}
+    except RecursionError:
+        warnings.warn(f"autotune cache {path} is JSON nested too deeply to parse (a cache file "
+                      "is two levels of objects); ignoring it. Delete the file to start a new "
+                      "one.", stacklevel=3)
         return {}
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(entries, dict):
@@ -103,24 +168,95 @@ def read_entry(path: Path | str, key: str) -> dict[str, Any] | None:
     return read_entries(path).get(key)
 
 
+def _thread_lock(path: Path) -> threading.Lock:
+    name = os.path.abspath(path)
+    with _thread_locks_guard:
+        return _thread_locks.setdefault(name, threading.Lock())
+
+
+@contextlib.contextmanager
+def _writer_lock(path: Path, timeout: float):
+    """Holds the writers' lock of the cache file ``path``: a lock in this process
+    (threads) and an exclusive ``flock`` of ``<path>.lock`` (processes), which the
+    holder removes when done. Raises ``TimeoutError`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    in_process = _thread_lock(path)
+    if not in_process.acquire(timeout=max(timeout, 0)):
+        raise TimeoutError(f"another thread of this process held {path}'s lock for {timeout:g} s")
+    try:
+        if _fcntl is None:
+            yield
+            return
+        lock_path = path.with_name(path.name + ".lock")
+        while True:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                while True:
+                    try:
+                        _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"another process held {lock_path} for "
+                                               f"{timeout:g} s") from None
+                        time.sleep(0.005)
+                # The holder before us may have removed the file we locked (and a third
+                # writer made a new one): ours counts only while it is the one at the path.
+                try:
+                    current = os.stat(lock_path)
+                except FileNotFoundError:
+                    current = None
+                mine = os.fstat(fd)
+                if current is not None and (current.st_ino, current.st_dev) == (
+                        mine.st_ino, mine.st_dev):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path)        # while still held: see the check above
+            os.close(fd)
+    finally:
+        in_process.release()
+
+
 def write_entry(path: Path | str, key: str, entry: Mapping[str, Any]) -> bool:
-    """Stores ``entry`` under ``key`` (other entries kept), atomically. Returns
-    False, with a warning, when the file cannot be written."""
+    """Stores ``entry`` under ``key``, other entries kept, atomically: under the
+    writers' lock it reads the file again, adds the entry to what it finds (so
+    concurrent writers, processes or threads, lose nothing) and renames a new
+    file over it. Returns False, with a warning, when the file cannot be written
+    (an unwritable place, a path that is not a regular file, a lock held by
+    another writer for ``LOCK_TIMEOUT_S`` seconds)."""
     path = Path(path)
-    entries = read_entries(path)
-    entries[key] = dict(entry)
-    text = json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text + "\n")
-            os.replace(tmp, path)       # readers see the old file or the new one, never half
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError as e:
+        with _writer_lock(path, LOCK_TIMEOUT_S):
+            try:
+                mode = os.stat(path).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and not stat.S_ISREG(mode):
+                raise _Refused(_refusal(path, mode))
+            entries = read_entries(path)
+            entries[key] = dict(entry)
+            text = json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text + "\n")
+                os.replace(tmp, path)   # readers see the old file or the new one, never half
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+    except _Refused as e:
+        warnings.warn(str(e), stacklevel=3)
+        return False
+    except (OSError, TimeoutError) as e:
         warnings.warn(f"autotune cache {path} cannot be written ({e}); the choice is kept in "
                       f"memory only. Point {ENV_CACHE} at a writable file.", stacklevel=3)
         return False

@@ -266,7 +266,8 @@ class Autotuned:
         Right: within tolerance of ``reference``'s outputs when given; else of
         the outputs most candidates agree on (the first candidate's group when
         no group is larger, with a warning), so that one wrong candidate, the
-        first included, cannot make the others look wrong.
+        first included, cannot make the others look wrong. Groups with more NaN
+        outputs than the fewest any group has are wrong whatever their size.
         """
         import jax
         expected = None if self.reference is None else jax.device_get(
@@ -298,19 +299,38 @@ class Autotuned:
                 group[1].append(member)
         if expected is not None or not groups:
             return right
-        best = max(groups, key=lambda g: len(g[1]))      # the earliest of the largest
+        import warnings
+        # A group with more NaN outputs than another is wrong whatever its size: NaN is
+        # what an unwritten output block or a read past an array's end gives.
+        nans = [_nan_count(g[0]) for g in groups]
+        fewest = min(nans)
+        kept = [g for g, n in zip(groups, nans) if n == fewest]
+        best = max(kept, key=lambda g: len(g[1]))      # the earliest of the largest
         agreeing = [m[0] for m in best[1]]
-        if sum(len(g[1]) == len(best[1]) for g in groups) > 1:
-            import warnings
-            warnings.warn(f"autotune {self.name!r}: the candidates give {len(groups)} different "
+        # said out loud when counting alone would have kept them (a tie or a majority)
+        nan_labels = [m[0] for g, n in zip(groups, nans)
+                      if n > fewest and len(g[1]) >= len(best[1]) for m in g[1]]
+        if nan_labels:
+            warnings.warn(f"autotune {self.name!r}: candidates {nan_labels} output NaN where "
+                          f"{agreeing} do not; they are dropped, never chosen. NaN in an output "
+                          f"usually means a block that no grid point writes or a read past an "
+                          f"array's end: check their block sizes against the shapes. Pass "
+                          f"reference= to say what is right.", stacklevel=4)
+        if sum(len(g[1]) == len(best[1]) for g in kept) > 1:
+            warnings.warn(f"autotune {self.name!r}: the candidates give {len(kept)} different "
                           f"results and no group of them is larger; keeping those that agree "
                           f"with the first ({agreeing}). Pass reference= to say what is right.",
                           stacklevel=4)
-        for outputs, members in groups:
-            if members is not best[1]:
+        for (outputs, members), n in zip(groups, nans):
+            if members is best[1]:
+                continue
+            if n > fewest:
+                why = (f"outputs NaN at {n} elements where {agreeing} output "
+                       f"{fewest or 'none'}")
+            else:
                 why = _mismatch(outputs, best[0], self.tolerance)
-                trials += [Trial(m[0], m[1], None, f"wrong result: {why} (against {agreeing})")
-                           for m in members]
+            trials += [Trial(m[0], m[1], None, f"wrong result: {why} (against {agreeing})")
+                       for m in members]
         return best[1]
 
     # --- the backend and its timing hook -------------------------------------------------
@@ -419,6 +439,20 @@ def _device_of(leaves):
             except Exception:  # noqa: BLE001 - deleted or abstract arrays: look further
                 continue
     return jax.devices()[0]
+
+
+def _nan_count(out) -> int:
+    """How many NaN elements the pytree of (host) arrays ``out`` holds."""
+    import jax
+    import jax.numpy as jnp
+    total = 0
+    for leaf in jax.tree.leaves(out):
+        a = np.asarray(leaf)
+        if jnp.issubdtype(a.dtype, jnp.complexfloating):
+            total += int(np.count_nonzero(np.isnan(a.astype(np.complex128))))
+        elif jnp.issubdtype(a.dtype, jnp.floating):
+            total += int(np.count_nonzero(np.isnan(a.astype(np.float64))))
+    return total
 
 
 def _one_line(e: BaseException) -> str:

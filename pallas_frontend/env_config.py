@@ -163,7 +163,10 @@ def autotune_cache_path() -> Path | None:
         return Path(base).expanduser() / "pallas_frontend" / "autotune.json"
     path = Path(value).expanduser()
     problem = ("is a directory" if path.is_dir() else
-               "does not name a .json file" if path.suffix != ".json" else None)
+               "does not name a .json file" if path.suffix != ".json" else
+               # a FIFO or a device: opening one to read it could wait forever
+               "names a special file (a FIFO or a device), not a regular file"
+               if path.exists() and not path.is_file() else None)
     if problem:
         raise ConfigError(
             f"{ENV_AUTOTUNE_CACHE}={raw!r} {problem}; it takes the path of the autotune cache "

@@ -5,9 +5,9 @@ Run: python examples/demo.py
 
 import sys
 
-if sys.version_info < (3, 12):   # before importing jax: one line, not an ImportError
-    sys.exit("pallas-frontend needs Python >= 3.12 (JAX 0.12); this is Python %s. "
-             "Install Python 3.12+ and rerun." % sys.version.split()[0])
+if sys.version_info < (3, 11):   # before importing jax: one line, not an ImportError
+    sys.exit("pallas-frontend needs Python >= 3.11 (JAX 0.10); this is Python %s. "
+             "Install Python 3.11+ and rerun." % sys.version.split()[0])
 
 import functools  # noqa: E402
 import time  # noqa: E402

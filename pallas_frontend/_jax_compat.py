@@ -66,7 +66,33 @@ def trace_kernel_jaxpr(fun, in_avals, *, traced_for: str):
     dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
     wrapped = lu.wrap_init(fun, debug_info=dbg)
     jaxpr, out_avals, consts = pe.trace_to_jaxpr_dynamic(wrapped, list(in_avals))
-    return jaxpr.with_consts(consts), out_avals
+    return with_consts(jaxpr, consts), out_avals
+
+
+# JAX 0.11 made a Jaxpr carry its constants (``jaxpr.consts``, ``with_consts``);
+# before, a ClosedJaxpr wrapped a Jaxpr and its constants. The frontend passes
+# "a jaxpr with its constants" around and reads only what both share:
+# ``.jaxpr``, ``.consts``, ``.constvars``, ``.invars``, ``.outvars``, ``.eqns``,
+# ``.effects``, ``.debug_info`` (0.11+ keeps ``.jaxpr`` as an alias of itself).
+JAXPR_CARRIES_CONSTS = hasattr(core.Jaxpr, "with_consts")
+
+
+def with_consts(jaxpr, consts):
+    """``jaxpr`` (plain, or already with constants) with ``consts`` as the values
+    of its first ``len(consts)`` inputs."""
+    if JAXPR_CARRIES_CONSTS:
+        return jaxpr.with_consts(consts)
+    plain = getattr(jaxpr, "jaxpr", jaxpr)
+    consts = list(consts)
+    if len(consts) != len(plain.constvars):   # constvars and leading invars repartitioned
+        every = [*plain.constvars, *plain.invars]
+        plain = plain.replace(constvars=every[:len(consts)], invars=every[len(consts):])
+    return core.ClosedJaxpr(plain, consts)
+
+
+def all_invars(jaxpr) -> list:
+    """The constant inputs followed by the ordinary ones."""
+    return [*jaxpr.constvars, *jaxpr.invars]
 
 
 # Library code that a kernel's "line" must not point into: the frontend, and each
@@ -204,7 +230,7 @@ def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):
     def read(v):
         return v.val if isinstance(v, Literal) else env[v]
 
-    for v, val in zip(jaxpr.all_invars, [*jaxpr.consts, *args]):
+    for v, val in zip(all_invars(jaxpr), [*jaxpr.consts, *args]):
         env[v] = val
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
@@ -239,8 +265,22 @@ def discharge_state(jaxpr, *, should_discharge, strip_memory_space=False):
     try:
         return _discharge_whole_refs(jaxpr, list(should_discharge), strip_memory_space)
     except _NotWholeRefs:
+        pass
+    if _DISCHARGE_STRIPS_MEMORY_SPACE:
         return state_discharge.discharge_state(jaxpr, should_discharge=should_discharge,
                                                strip_memory_space=strip_memory_space)
+    # before JAX 0.11 a discharged Ref always became its inner (device) array
+    return state_discharge.discharge_state(jaxpr, should_discharge=should_discharge)
+
+
+_DISCHARGE_STRIPS_MEMORY_SPACE = hasattr(state_discharge, "discharged_aval")
+
+
+def _discharged_aval(aval, strip_memory_space):
+    if _DISCHARGE_STRIPS_MEMORY_SPACE:
+        return state_discharge.discharged_aval(aval, discharge=True,
+                                               strip_memory_space=strip_memory_space)
+    return aval.inner_aval
 
 
 def discharge_kernel_body(jaxpr, num_index_operands: int):
@@ -269,8 +309,7 @@ def _discharge_whole_refs(jaxpr, should_discharge, strip_memory_space):
             continue
         if not d:
             raise _NotWholeRefs
-        new = core.Var(state_discharge.discharged_aval(
-            v.aval, discharge=True, strip_memory_space=strip_memory_space))
+        new = core.Var(_discharged_aval(v.aval, strip_memory_space))
         invars.append(new)
         refs.append(v)
         value[v] = new
@@ -316,8 +355,9 @@ def _discharge_whole_refs(jaxpr, should_discharge, strip_memory_space):
         else:
             eqns.append(eqn.replace(invars=[read(a) for a in eqn.invars]))
     outvars = [read(a) for a in jaxpr.outvars] + [value[r] for r in refs]
-    return core.Jaxpr(jaxpr.constvars, invars, outvars, eqns, core.no_effects,
-                      jaxpr.debug_info.with_unknown_names(), consts=jaxpr.consts)
+    plain = core.Jaxpr(jaxpr.constvars, invars, outvars, eqns, core.no_effects,
+                       jaxpr.debug_info.with_unknown_names())
+    return with_consts(plain, jaxpr.consts)
 
 
 def is_symbolic_dim(d) -> bool:

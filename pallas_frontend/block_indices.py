@@ -403,7 +403,7 @@ def _np_eval(jaxpr: jc.Jaxpr, args):
 def _np_eval_closed(eqn, args):
     inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
     if hasattr(inner, "consts") and hasattr(inner, "jaxpr") and not hasattr(inner, "eqns"):
-        inner = inner.jaxpr.with_consts(inner.consts) if inner.consts else inner.jaxpr
+        inner = jc.with_consts(inner.jaxpr, inner.consts) if inner.consts else inner.jaxpr
     return _np_eval(inner, args)
 
 

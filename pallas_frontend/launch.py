@@ -322,7 +322,7 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
 
         def body(*all_refs):
             # inputs come first, then the aliased outputs the body updates in place
-            jc.eval_jaxpr(jaxpr.with_consts(()), *all_refs[n:2 * n])
+            jc.eval_jaxpr(jc.with_consts(jaxpr, ()), *all_refs[n:2 * n])
 
         outs = pallas_call(
             body, [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values],

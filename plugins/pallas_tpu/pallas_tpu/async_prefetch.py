@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 import jax
-import numpy as np
 
 import pallas_frontend as pf
 from pallas_tpu import pipeline_schedule
@@ -54,13 +53,6 @@ def _without_prefetch(spec):
     if mode is None or not getattr(mode, "prefetched_count", 0):
         return spec
     return dataclasses.replace(spec, pipeline_mode=dataclasses.replace(mode, prefetched_count=0))
-
-
-def _whole_operand(spec, x) -> bool:
-    """Whether ``spec``'s block is all of ``x`` (JAX's trivial windowing may apply)."""
-    shape = spec.block_shape
-    return shape is None or (len(shape) == len(x.shape) and all(
-        isinstance(b, (int, np.integer)) and b == n for b, n in zip(shape, x.shape)))
 
 
 def _check_mesh(mesh) -> None:
@@ -125,11 +117,12 @@ def emit_pipeline_with_async_prefetch(
             if not hasattr(x, "shape") or not hasattr(x, "dtype"):
                 raise TypeError(f"async_prefetch: an input must be an array or a Ref, got {x!r}.")
         # the same checks as the pipeline's own allocations (e.g. prefetched_count
-        # within the buffer count), before anything is traced; JAX lets a block
-        # that is the whole operand prefetch more than its buffer count
+        # within the buffer count), before anything is traced; as in JAX, a block
+        # that is the whole operand at every step (trivial windowing) may prefetch
+        # more than its buffer count
         pipeline_schedule.make_allocations(
             *[x for _, x in kept], grid=tuple(grid), tiling=tiling,
-            in_specs=[_without_prefetch(s) if _whole_operand(s, x) else s for s, x in kept])
+            in_specs=[s for s, _ in kept])
         out = [None if s is pf.no_block_spec else
                DeferredPrefetch(owner, s, getattr(s.pipeline_mode, "prefetched_count", 0))
                for s in spec_leaves]

@@ -147,6 +147,10 @@ class BufferedRef:
         n_in, n_out = buffer_counts(buffer_count, buffer_type)
         total = n_in + n_out - int(buffer_type is BufferType.INPUT_OUTPUT)
         if is_trivial_windowing:
+            # JAX's trivial windowing: one unsliced buffer, the operand's own shape
+            if not hasattr(dtype_or_type, "shape"):
+                raise ValueError("BufferedRef: is_trivial_windowing needs the operand's type "
+                                 "(an array, Ref or ShapeDtypeStruct), not a dtype.")
             shape = tuple(dtype_or_type.shape)
         else:
             block = _kernel_block_shape(spec)

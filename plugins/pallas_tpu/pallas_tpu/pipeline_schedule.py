@@ -14,7 +14,9 @@ is fetched when its block index changes, the block of step ``s`` is awaited
 when it changed on entering ``s``; the body runs; an output's block is
 written back when its index is about to change (or at the last step) and
 that write-back is awaited ``max(out_count - 1, 1)`` steps later (the last
-ones after the loop).
+ones after the loop). An operand whose block is all of it at every step (JAX's
+trivial windowing, ``has_trivial_windowing``) has one unsliced buffer instead,
+copied in before the loop and out after it.
 """
 
 from __future__ import annotations
@@ -187,8 +189,9 @@ def _prologue(grid: _Grid, brefs, refs, no_pipelining):
                 if t >= b.prefetched_count:
                     _when(fetch, functools.partial(b.copy_in, r, grid.indices(t)))
                 b = b.advance_copy_in_slot(fetch)
-        elif b.is_input and b.is_trivial_windowing and b.prefetched_count < 1:
-            pf_sync_copy(r, b.window_ref)
+        elif (b.is_input and b.is_trivial_windowing and b.window_ref is not None
+              and b.prefetched_count < 1):
+            pf_sync_copy(r, b.window_ref)     # the whole operand, once, before the loop
         out.append(b)
     return out
 
@@ -202,8 +205,8 @@ def _epilogue(grid: _Grid, brefs, refs):
                 done = (lag < n) & _or(lag == 0, lag > 0 and grid.changed(b, n - 1 - lag, n - lag))
                 _when(done, functools.partial(b.wait_out, r, grid.indices(n - 1 - lag)))
                 b = b.advance_wait_out_slot(done)
-        elif b.is_output and b.is_trivial_windowing:
-            pf_sync_copy(b.window_ref, r)
+        elif b.is_output and b.is_trivial_windowing and b.window_ref is not None:
+            pf_sync_copy(b.window_ref, r)     # the whole operand, once, after the loop
 
 
 def pf_sync_copy(src, dst):
@@ -244,14 +247,56 @@ def run_pipeline(body, grid, refs, allocations, *, scratches=(), no_pipelining=F
                 _epilogue(g, done, ref_leaves)
         else:
             for b, r in zip(done, ref_leaves):
-                if b.is_output and b.is_trivial_windowing:
+                if b.is_output and b.is_trivial_windowing and b.window_ref is not None:
                     pf_sync_copy(b.window_ref, r)
     n = g.num_steps
     _when(bool(n > 0) if isinstance(n, (int, np.integer)) else jnp.asarray(n > 0), run)
 
 
+def has_trivial_windowing(spec, grid, shape) -> bool:
+    """JAX's trivial-windowing rule: ``spec``'s block is the whole operand of
+    ``shape`` at every step of ``grid``. The block covers every dim (each an
+    int or ``pl.Blocked`` equal to the operand's size; no squeezed, Element,
+    BoundedSlice or Indirect dim) and the index map reads no grid index whose
+    size is not a static 1, and no Ref. Such an operand gets one unsliced
+    buffer, copied in before the pipeline's loop and out after it."""
+    if spec is None or spec.block_shape is None:
+        return True
+    if len(spec.block_shape) != len(shape):
+        return False
+    for d, n in zip(spec.block_shape, shape):
+        if isinstance(d, pf.Blocked):
+            size = d.block_size
+        elif isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+            size = int(d)
+        else:
+            return False
+        if size != n:
+            return False
+    if spec.index_map is None:
+        return True
+    grid = tuple(grid)
+    varying = [k for k, g in enumerate(grid) if not (isinstance(g, (int, np.integer)) and g == 1)]
+    if not varying:
+        return True
+    sizes = tuple(int(g) if isinstance(g, (int, np.integer)) else 2 for g in grid)
+
+    def index_map(*idx):
+        with nested_grid(idx, sizes):      # pl.program_id in the map is a grid index
+            return spec.index_map(*idx)
+    closed = jax.make_jaxpr(index_map)(*[jnp.int32(0)] * len(grid))
+    jaxpr = closed.jaxpr
+    if any(isinstance(v.aval, jax.ref.AbstractRef) for v in jaxpr.constvars):
+        return False                       # a Ref may change while the pipeline runs
+    read = {id(jaxpr.invars[k]) for k in varying}
+    used = [v for e in jaxpr.eqns for v in e.invars] + list(jaxpr.outvars)
+    return not any(id(v) in read for v in used)
+
+
 def make_allocations(*refs, in_specs=(), out_specs=(), grid=(), tiling=None):
-    """One BufferedRef per operand, for ``pl.run_scoped`` (JAX's make_allocations)."""
+    """One BufferedRef per operand, for ``pl.run_scoped`` (JAX's make_allocations).
+    An operand whose block is all of it at every step (``has_trivial_windowing``)
+    gets one buffer of its own shape (unless its spec asks for a buffer count)."""
     in_specs = _as_tuple(in_specs)
     out_specs = _as_tuple(out_specs)
     if len(refs) != len(in_specs) + len(out_specs):
@@ -260,13 +305,15 @@ def make_allocations(*refs, in_specs=(), out_specs=(), grid=(), tiling=None):
 
     def one(spec, ref, kind):
         mode = spec.pipeline_mode
-        count = 2 if mode is None else mode.buffer_count
+        trivial = has_trivial_windowing(spec, grid, tuple(ref.shape))
+        count = (1 if trivial else 2) if mode is None else mode.buffer_count
         if kind is BufferType.OUTPUT and mode is not None and mode.use_lookahead:
             raise ValueError("make_allocations: outputs do not take use_lookahead.")
         return BufferedRef.create(
-            spec, ref.dtype, kind, count, grid_rank=len(grid),
+            spec, jax.ShapeDtypeStruct(tuple(ref.shape), ref.dtype), kind, count,
+            grid_rank=len(grid),
             use_lookahead=kind is BufferType.INPUT and mode is not None and mode.use_lookahead,
-            source_memory_space=source_space(ref), tiling=tiling,
+            source_memory_space=source_space(ref), tiling=tiling, is_trivial_windowing=trivial,
             prefetched_count=0 if mode is None or kind is BufferType.OUTPUT
             else mode.prefetched_count)
     n_in = len(in_specs)

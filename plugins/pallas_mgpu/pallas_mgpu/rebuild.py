@@ -70,6 +70,8 @@ def build_kernel(kernel: KernelIR, out_avals: Sequence, interpret: InterpretPara
 
 
 def _build_gridded(kernel: KernelIR, out_avals, interpret):
+    if 0 in tuple(kernel.grid):
+        return _empty_grid(kernel, interpret)
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
     params = _params(kernel)
@@ -183,6 +185,31 @@ def _build_gridded(kernel: KernelIR, out_avals, interpret):
             if mask is not None:
                 outs[o] = jax.numpy.where(mask, outs[o], args[kernel.num_scalar_prefetch + i])
         return outs
+    return run
+
+
+def _empty_grid(kernel: KernelIR, interpret: InterpretParams | None):
+    """A grid with an axis of size 0 runs no grid point (the user guide; the other
+    interpreters): no kernel is launched, an aliased output is its input as it
+    was, any other output is uninitialized memory as the interpreter fills it
+    (``uninitialized_memory``: NaN, an integer's largest value, True; or 0)."""
+    aliased = {o: i for i, o in kernel.input_output_aliases}
+    mode = interpret.uninitialized_memory if interpret is not None else "nan"
+
+    def fill(dtype):
+        if mode == "zero":
+            return 0
+        if jax.numpy.issubdtype(dtype, jax.numpy.floating) or \
+                jax.numpy.issubdtype(dtype, jax.numpy.complexfloating):
+            return np.nan
+        if jax.numpy.issubdtype(dtype, jax.numpy.integer):
+            return jax.numpy.iinfo(dtype).max
+        return True if jax.numpy.issubdtype(dtype, jax.numpy.bool_) else 0
+
+    def run(*args):
+        return [args[kernel.num_scalar_prefetch + aliased[k]] if k in aliased
+                else jax.numpy.full(m.array_shape, fill(m.dtype), m.dtype)
+                for k, m in enumerate(kernel.out_mappings)]
     return run
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import sys
+import typing
+
+from pallas_frontend.jax_window import JAX_VERSION  # first: refuses a JAX too old
 
 from jax.sharding import PartitionSpec
 
@@ -53,7 +56,32 @@ poison_buffers_flag = _config.jax_pallas_poison_buffers
 debug_checks_state = _config.jax_pallas_enable_debug_checks
 # A context manager: off while tracing a kernel, so Refs may ride in loop carries (as in JAX).
 mutable_array_checks = _config.mutable_array_checks
-register_discharge_rule = state_discharge.register_discharge_rule
+
+
+def register_discharge_rule(prim):
+    """Registers ``rule(ctx, *args, **params)`` as ``prim``'s state-discharge
+    rule (JAX 0.11+'s form; ``ctx.in_avals``/``ctx.out_avals`` hold the types).
+    JAX 0.10 calls ``rule(in_avals, out_avals, *args, **params)``: adapted here."""
+    def register(rule):
+        if _DISCHARGE_RULES_TAKE_CONTEXT:
+            return state_discharge.register_discharge_rule(prim)(rule)
+
+        def positional(in_avals, out_avals, *args, **params):
+            ctx = _DischargeContext(in_avals, out_avals, (True,) * len(in_avals), False)
+            return rule(ctx, *args, **params)
+        state_discharge.register_discharge_rule(prim)(positional)
+        return rule
+    return register
+
+
+_DISCHARGE_RULES_TAKE_CONTEXT = hasattr(state_discharge, "DischargeContext")
+
+
+class _DischargeContext(typing.NamedTuple):
+    in_avals: tuple
+    out_avals: tuple
+    should_discharge: tuple
+    strip_memory_space: bool
 internal_ref_effect = core.internal_mutable_array_effect   # a Ref allocated inside a jaxpr
 
 
@@ -88,6 +116,41 @@ def with_consts(jaxpr, consts):
         every = [*plain.constvars, *plain.invars]
         plain = plain.replace(constvars=every[:len(consts)], invars=every[len(consts):])
     return core.ClosedJaxpr(plain, consts)
+
+
+def replace_jaxpr(jaxpr, **changes):
+    """``jaxpr`` (plain or with constants) with its fields changed (``eqns=``,
+    ``invars=``, ...), constants kept."""
+    if JAXPR_CARRIES_CONSTS or isinstance(jaxpr, core.Jaxpr):
+        return jaxpr.replace(**changes)
+    return jaxpr.replace(jaxpr=jaxpr.jaxpr.replace(**changes))
+
+
+# Before JAX 0.11, an exception raised in a host callback of an eagerly
+# dispatched program surfaced only when its results were waited for (as a
+# generic runtime error); from 0.11 the call itself raises. Not probeable
+# without running a program, hence the version.
+CALLBACK_ERRORS_SURFACE_ON_WAIT = JAX_VERSION < (0, 11)
+
+
+def is_jaxpr(x) -> bool:
+    """Whether ``x`` is a jaxpr, plain or with constants (a ClosedJaxpr before 0.11)."""
+    return isinstance(x, core.Jaxpr) or (not JAXPR_CARRIES_CONSTS
+                                         and isinstance(x, core.ClosedJaxpr))
+
+
+def like_jaxpr(new, old):
+    """``new`` (a jaxpr with constants, as traced here) in the form of ``old``,
+    which it replaces in an equation's params: before JAX 0.11 some params hold
+    a plain Jaxpr (no constants) and others a ClosedJaxpr."""
+    if JAXPR_CARRIES_CONSTS or not isinstance(old, core.Jaxpr) \
+            or not isinstance(new, core.ClosedJaxpr):
+        return new
+    if new.consts:
+        raise NotImplementedError(
+            "a rewritten nested jaxpr captured constants where JAX 0.10 allows none; "
+            "JAX 0.11 or newer takes it")
+    return new.jaxpr
 
 
 def all_invars(jaxpr) -> list:
@@ -125,7 +188,12 @@ def sub_jaxprs(eqn):
 
 
 def eval_jaxpr(jaxpr, *args):
-    return core.eval_jaxpr(jaxpr, jaxpr.consts, *args)
+    return core.eval_jaxpr(jaxpr, consts_of(jaxpr), *args)
+
+
+def consts_of(jaxpr) -> list:
+    """A jaxpr's attached constants (none for a plain Jaxpr before JAX 0.11)."""
+    return list(getattr(jaxpr, "consts", ()))
 
 
 def bind_equation(eqn, args) -> list:
@@ -230,7 +298,7 @@ def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):
     def read(v):
         return v.val if isinstance(v, Literal) else env[v]
 
-    for v, val in zip(all_invars(jaxpr), [*jaxpr.consts, *args]):
+    for v, val in zip(all_invars(jaxpr), [*consts_of(jaxpr), *args]):
         env[v] = val
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
@@ -266,18 +334,20 @@ def discharge_state(jaxpr, *, should_discharge, strip_memory_space=False):
         return _discharge_whole_refs(jaxpr, list(should_discharge), strip_memory_space)
     except _NotWholeRefs:
         pass
-    if _DISCHARGE_STRIPS_MEMORY_SPACE:
+    if DISCHARGE_STRIPS_MEMORY_SPACE:
         return state_discharge.discharge_state(jaxpr, should_discharge=should_discharge,
                                                strip_memory_space=strip_memory_space)
-    # before JAX 0.11 a discharged Ref always became its inner (device) array
-    return state_discharge.discharge_state(jaxpr, should_discharge=should_discharge)
+    # before JAX 0.11 a discharged Ref always became its inner (device) array,
+    # and discharge took a ClosedJaxpr only
+    return state_discharge.discharge_state(with_consts(jaxpr, consts_of(jaxpr)),
+                                           should_discharge=should_discharge)
 
 
-_DISCHARGE_STRIPS_MEMORY_SPACE = hasattr(state_discharge, "discharged_aval")
+DISCHARGE_STRIPS_MEMORY_SPACE = hasattr(state_discharge, "discharged_aval")
 
 
 def _discharged_aval(aval, strip_memory_space):
-    if _DISCHARGE_STRIPS_MEMORY_SPACE:
+    if DISCHARGE_STRIPS_MEMORY_SPACE:
         return state_discharge.discharged_aval(aval, discharge=True,
                                                strip_memory_space=strip_memory_space)
     return aval.inner_aval
@@ -357,7 +427,7 @@ def _discharge_whole_refs(jaxpr, should_discharge, strip_memory_space):
     outvars = [read(a) for a in jaxpr.outvars] + [value[r] for r in refs]
     plain = core.Jaxpr(jaxpr.constvars, invars, outvars, eqns, core.no_effects,
                        jaxpr.debug_info.with_unknown_names())
-    return with_consts(plain, jaxpr.consts)
+    return with_consts(plain, consts_of(jaxpr))
 
 
 def is_symbolic_dim(d) -> bool:

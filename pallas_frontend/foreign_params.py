@@ -5,6 +5,7 @@ is offered to the backends (``Backend.adopt_foreign_params``, API 1.7) before
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from pallas_frontend import registry
@@ -16,7 +17,15 @@ def _adopt_one(obj: Any) -> Any:
         return obj          # ours, a bool or None: nothing to adopt (and no plugin loaded)
     for b in registry.backends().values():
         hook = getattr(b, "adopt_foreign_params", None)     # absent before API 1.7
-        ours = hook(obj) if callable(hook) else None
+        if not callable(hook):
+            continue
+        try:
+            ours = hook(obj)
+        except Exception as e:    # a broken hook must not stop the others, nor the call
+            warnings.warn(f"backend '{b.name}': adopt_foreign_params({type(obj).__name__}) "
+                          f"raised {type(e).__name__}: {e}; ignoring that backend's hook",
+                          RuntimeWarning, stacklevel=4)
+            continue
         if ours is not None:
             return ours
     return obj

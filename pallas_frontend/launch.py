@@ -12,6 +12,7 @@ from pallas_frontend import foreign_params, registry
 from pallas_frontend.block_indices import check_block_ranges
 from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
+from pallas_frontend import _jax_compat as jc
 from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
 from pallas_frontend.tracing import (alias_mapping, build_kernel_ir, grid_sizes_operand,
@@ -123,7 +124,11 @@ def pallas_call(
         mode = registry.effective_interpret(interpret, compiler_params)
         take_kernel_failure()
         try:
-            return traced(mode, enable_debug_checks.value, dyn_sizes, *args)
+            outs = traced(mode, enable_debug_checks.value, dyn_sizes, *args)
+            if jc.CALLBACK_ERRORS_SURFACE_ON_WAIT and not any(
+                    isinstance(o, jax.core.Tracer) for o in jax.tree.leaves(outs)):
+                jax.block_until_ready(outs)    # so that a failed check raises here
+            return outs
         except jax.errors.JaxRuntimeError as e:
             failure = take_kernel_failure()   # a check that failed in a host callback
             if failure is not None and str(failure) in str(e):
@@ -299,7 +304,6 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
     """Deprecated: use ``pl.kernel``. Runs a zero-argument stateful function on
     every point of ``mesh``; it communicates only through closed-over Refs
     (``jax.new_ref``), which are updated in place."""
-    from pallas_frontend import _jax_compat as jc
     # A backend's mesh that maps *inside* a kernel body (e.g. Mosaic GPU's warps)
     # records the map itself.
     if callable(getattr(mesh, "core_map", None)):

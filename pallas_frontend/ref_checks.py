@@ -56,7 +56,7 @@ def normalize_negative_indices(jaxpr):
         new = _normalized_eqn(eqn)
         changed |= new is not eqn
         eqns.append(new)
-    return jaxpr.replace(eqns=eqns) if changed else jaxpr
+    return jc.replace_jaxpr(jaxpr, eqns=eqns) if changed else jaxpr
 
 
 def _normalized_param(p):
@@ -185,10 +185,10 @@ def _user_line(tb) -> str:
 
 def _with_runtime_checks(jaxpr: jc.Jaxpr, names) -> jc.Jaxpr:
     def rewrite_param(p):
-        if isinstance(p, jc.Jaxpr):
-            return _rewrite(p, {})
-        if isinstance(p, tuple) and p and all(isinstance(q, jc.Jaxpr) for q in p):
-            return tuple(_rewrite(q, {}) for q in p)
+        if jc.is_jaxpr(p):
+            return jc.like_jaxpr(_rewrite(p, {}), p)
+        if isinstance(p, tuple) and p and all(jc.is_jaxpr(q) for q in p):
+            return tuple(jc.like_jaxpr(_rewrite(q, {}), q) for q in p)
         return p
 
     def before_eqn(eqn, invals):

@@ -73,7 +73,10 @@ def test_discharge_equals_jax(rng, monkeypatch, make, direct):
                         lambda *a, **k: fell_back.append(1) or real(*a, **k))
     ours = jc.discharge_state(jaxpr, should_discharge=should, strip_memory_space=True)
     assert bool(fell_back) != direct
-    theirs = real(jaxpr, should_discharge=should, strip_memory_space=True)
+    if jc.DISCHARGE_STRIPS_MEMORY_SPACE:
+        theirs = real(jaxpr, should_discharge=should, strip_memory_space=True)
+    else:    # JAX 0.10: a ClosedJaxpr in, Refs always become device arrays
+        theirs = real(jc.with_consts(jaxpr, []), should_discharge=should)
     assert [v.aval for v in ours.invars] == [v.aval for v in theirs.invars]
     assert [v.aval for v in ours.outvars] == [v.aval for v in theirs.outvars]
     for _ in range(3):

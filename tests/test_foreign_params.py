@@ -83,3 +83,30 @@ def test_a_foreign_object_no_backend_adopts_is_still_refused(adopter):
                                          r"CompilerParams.*Use pallas_tpu\.CompilerParams"):
         pl.pallas_call(_double, jax.ShapeDtypeStruct((8,), jnp.float32),
                        compiler_params=jpltpu.CompilerParams())
+
+
+class BrokenHook(backend_api.Backend):
+    """A backend whose hook raises: warned about, skipped, never the call's end."""
+    name = "broken-hook"
+    api_version = backend_api.API_VERSION
+    platforms = ("cpu",)
+
+    def adopt_foreign_params(self, obj):
+        raise AttributeError("module has no attribute 'SomethingNewer'")
+
+
+def test_a_raising_hook_is_warned_about_and_the_others_still_adopt(rng):
+    from jax.experimental.pallas import triton as jpltriton
+    broken = registry.register_backend(BrokenHook())     # asked first
+    adopter = registry.register_backend(Adopter())
+    try:
+        with pytest.warns(RuntimeWarning, match=r"backend 'broken-hook': adopt_foreign_params"
+                          r"\(CompilerParams\) raised AttributeError: .*SomethingNewer"):
+            x = rng.standard_normal(64).astype(np.float32)
+            f = pl.pallas_call(_double, jax.ShapeDtypeStruct(x.shape, jnp.float32),
+                               compiler_params=jpltriton.CompilerParams(num_warps=8))
+            np.testing.assert_allclose(np.asarray(f(x)), 2 * x.astype(np.float64), rtol=1e-7)
+    finally:
+        registry.unregister_backend(broken.name)
+        registry.unregister_backend(adopter.name)
+    assert adopter.lowered == 1

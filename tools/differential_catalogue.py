@@ -51,7 +51,7 @@ UNARY = [_u(n, getattr(lax, n)) for n in (
     "cbrt", "ceil", "clz", "cos", "cosh", "digamma", "erf", "erf_inv", "erfc", "exp", "exp2",
     "expm1", "floor", "is_finite", "lgamma", "log", "log1p", "logistic", "neg",
     "population_count", "rsqrt", "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh",
-    "one_minus_square")] + [
+    "one_minus_square") if hasattr(lax, n)] + [    # one_minus_square: JAX 0.11+
     _u("not", lax.bitwise_not),
     _u("copy", lambda x: lax.copy_p.bind(x)),
     Case("round[away]", "round", "unary",
@@ -62,8 +62,9 @@ UNARY = [_u(n, getattr(lax, n)) for n in (
     Case("integer_pow[3]", "integer_pow", "unary", lambda x: lax.integer_pow(x["a"], 3)),
     Case("integer_pow[-2]", "integer_pow", "unary",
          lambda x: lax.integer_pow(x["a"], -2)),
-    Case("polynomial", "polynomial", "unary",
-         lambda x: lax.polynomial(x["a"], [0.5, -1.25, 2.0, 0.75])),
+    *([Case("polynomial", "polynomial", "unary",                  # JAX 0.11+
+            lambda x: lax.polynomial(x["a"], [0.5, -1.25, 2.0, 0.75]))]
+      if hasattr(lax, "polynomial") else []),
     Case("reduce_precision[e5m10]", "reduce_precision", "unary",
          lambda x: lax.reduce_precision(x["a"], exponent_bits=5, mantissa_bits=10)),
     Case("reduce_precision[e8m7]", "reduce_precision", "unary",

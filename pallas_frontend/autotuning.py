@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from pallas_frontend import autotune_cache
-from pallas_frontend.output_agreement import mismatch as _mismatch
+from pallas_frontend.output_agreement import mismatch as _mismatch, nan_count as _nan_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -439,20 +439,6 @@ def _device_of(leaves):
             except Exception:  # noqa: BLE001 - deleted or abstract arrays: look further
                 continue
     return jax.devices()[0]
-
-
-def _nan_count(out) -> int:
-    """How many NaN elements the pytree of (host) arrays ``out`` holds."""
-    import jax
-    import jax.numpy as jnp
-    total = 0
-    for leaf in jax.tree.leaves(out):
-        a = np.asarray(leaf)
-        if jnp.issubdtype(a.dtype, jnp.complexfloating):
-            total += int(np.count_nonzero(np.isnan(a.astype(np.complex128))))
-        elif jnp.issubdtype(a.dtype, jnp.floating):
-            total += int(np.count_nonzero(np.isnan(a.astype(np.float64))))
-    return total
 
 
 def _one_line(e: BaseException) -> str:

@@ -53,3 +53,18 @@ def mismatch(out, expected, tolerance: float | None = None, same_dtype: bool = T
             return (f"{where} differs by {error.max():.3g} (largest magnitude {scale:.3g}, "
                     f"tolerance {allowed:g} of it)")
     return ""
+
+
+def nan_count(out) -> int:
+    """How many NaN elements the pytree of (host) arrays ``out`` holds: a result
+    with more NaN than another's has read unwritten or out-of-range memory."""
+    import jax
+    import jax.numpy as jnp
+    total = 0
+    for leaf in jax.tree.leaves(out):
+        a = np.asarray(leaf)
+        if jnp.issubdtype(a.dtype, jnp.complexfloating):
+            total += int(np.count_nonzero(np.isnan(a.astype(np.complex128))))
+        elif jnp.issubdtype(a.dtype, jnp.floating):
+            total += int(np.count_nonzero(np.isnan(a.astype(np.float64))))
+    return total

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend import backend_api, registry
+from pallas_frontend import backend_api, grid_limits, registry
 from pallas_frontend.backend_api import BlockMapping, KernelIR, LoweringContext
 from pallas_frontend.specs import Squeezed
 
@@ -62,6 +62,8 @@ def _lower_for(ctx, *args, platform, kernel: KernelIR, interpret, backend):
     try:
         b = registry.select_backend(platform=platform, interpret=interpret,
                                     compiler_params=kernel.compiler_params, backend=backend)
+        if grid_limits.interpreting(b.name, interpret):
+            grid_limits.check_interpreted_grid(kernel.grid, b.name)
         b.check(kernel)
         if kernel.debug:
             print(kernel.pretty(), file=sys.stdout)

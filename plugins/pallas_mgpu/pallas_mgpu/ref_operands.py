@@ -15,6 +15,8 @@ its own ``alloc_semaphore``.
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import numpy as np
 
@@ -33,14 +35,33 @@ def alloc_semaphore(shape: tuple[int, ...] = ()) -> jax.Ref:
     for JAX's). Nothing synchronizes devices here: the first kernel using it on
     several devices must not pass ``CompilerParams(skip_device_barrier=True)``."""
     import jax.numpy as jnp
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
-    try:
-        shape = tuple(int(d) for d in shape)
-    except TypeError:
-        raise TypeError(f"alloc_semaphore: shape must be a tuple of ints, got {shape!r}.") from None
-    if any(d < 0 for d in shape):
-        raise ValueError(f"alloc_semaphore: shape {shape} has a negative size.")
+    shape = _semaphore_shape(shape)
     return jax.new_ref(jnp.zeros(shape, jnp.int32), memory_space=SemaphoreType.REGULAR(shape))
+
+
+def _semaphore_shape(shape) -> tuple[int, ...]:
+    """``shape`` as a tuple of sizes: an int, or a tuple or list of ints (anything
+    with ``__index__``, as JAX takes shapes). A float is not rounded and a string
+    is not split into its characters: both are refused, as JAX refuses them."""
+    fix = "Give the number of semaphores per dimension as ints, e.g. alloc_semaphore((2,))."
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"alloc_semaphore: shape must be an int or a tuple of ints, got "
+                        f"{shape!r} (a {type(shape).__name__}). {fix}")
+    sizes = []
+    for k, d in enumerate(shape):
+        try:
+            if isinstance(d, bool):
+                raise TypeError
+            sizes.append(operator.index(d))
+        except TypeError:
+            raise TypeError(f"alloc_semaphore: shape {tuple(shape)!r} has {d!r} (a "
+                            f"{type(d).__name__}) at dimension {k}; a size is an int (floats "
+                            f"are not rounded). {fix}") from None
+    if any(d < 0 for d in sizes):
+        raise ValueError(f"alloc_semaphore: shape {tuple(sizes)} has a negative size. {fix}")
+    return tuple(sizes)
 
 
 def is_ref(x) -> bool:

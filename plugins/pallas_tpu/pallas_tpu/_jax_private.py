@@ -10,7 +10,42 @@ process-wide (``RUN_GATE``).
 
 from __future__ import annotations
 
+import functools
+
 from pallas_frontend.backend_api import RunGate
+
+
+# --- the JAX window (0.10-0.12): what an older JAX lacks, probed by feature ---------
+
+# Fields of JAX 0.12's ``pltpu.InterpretParams`` that older JAX releases of the
+# window lack, with the first release that has each.
+_INTERPRET_FIELDS_SINCE = {"on_race": "0.12"}
+
+
+def jax_version() -> str:
+    import jax
+    return jax.__version__
+
+
+def needs_newer_jax(what: str, since: str) -> str:
+    """The one line ours says where this JAX lacks ``what``."""
+    return f"{what} needs JAX {since} or newer; this is JAX {jax_version()}."
+
+
+@functools.cache
+def jax_interpret_fields() -> frozenset[str]:
+    """The fields of this JAX's ``pltpu.InterpretParams``."""
+    import dataclasses
+    from jax.experimental.pallas import tpu as pltpu
+    return frozenset(f.name for f in dataclasses.fields(pltpu.InterpretParams))
+
+
+def missing_interpret_field(name: str) -> str | None:
+    """None where this JAX's ``InterpretParams`` has field ``name``; else the
+    JAX release that first has it."""
+    if name not in _INTERPRET_FIELDS_SINCE or name in jax_interpret_fields():
+        return None
+    return _INTERPRET_FIELDS_SINCE[name]
 
 
 def abstract_tpu_device(device_kind: str = "TPU v5 lite", num_cores: int = 1):

@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 
 import pallas_frontend as pf
 
+from . import _jax_private
+
 PARALLEL = "parallel"
 ARBITRARY = "arbitrary"
 CORE_PARALLEL = "core_parallel"
@@ -115,7 +117,10 @@ class InterpretParams:
     race detection, uninitialised-memory poisoning) instead of compiling it.
 
     The fields are those of ``jax.experimental.pallas.tpu.InterpretParams``
-    in JAX 0.12, with the same defaults (a test keeps them in step).
+    in JAX 0.12, with the same defaults (a test keeps them in step). Under an
+    older JAX a field it lacks keeps its default (``on_race``: before 0.12 a
+    detected race is printed and recorded, not raised); another value is
+    refused where it is written, naming the JAX release that has it.
     """
     detect_races: bool = False
     on_race: str = "raise"                      # "raise" | "warn"
@@ -140,6 +145,11 @@ class InterpretParams:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"pallas_tpu.InterpretParams: {name} must be one of "
                                  f"{allowed}, got {getattr(self, name)!r}.")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != f.default and (since := _jax_private.missing_interpret_field(f.name)):
+                raise NotImplementedError(_jax_private.needs_newer_jax(
+                    f"pallas_tpu.InterpretParams({f.name}={value!r})", since))
 
     @property
     def options(self) -> dict[str, Any]:
@@ -155,12 +165,15 @@ class InterpretParams:
         from jax.experimental.pallas import tpu as pltpu
         if not isinstance(params, pltpu.InterpretParams):
             return None
-        return cls(**{f.name: getattr(params, f.name) for f in dataclasses.fields(cls)})
+        return cls(**{f.name: getattr(params, f.name) for f in dataclasses.fields(cls)
+                      if hasattr(params, f.name)})
 
     def to_jax(self):
-        """The equivalent ``jax.experimental.pallas.tpu.InterpretParams``."""
+        """The equivalent ``jax.experimental.pallas.tpu.InterpretParams`` (the
+        fields this JAX has; the others hold their defaults, see the class)."""
         from jax.experimental.pallas import tpu as pltpu
-        return pltpu.InterpretParams(**self.options)
+        theirs = _jax_private.jax_interpret_fields()
+        return pltpu.InterpretParams(**{k: v for k, v in self.options.items() if k in theirs})
 
 
 # Checked at construction, so a typo fails where it is written, not at lowering.

@@ -99,11 +99,29 @@ def test_interpret_params_mirror_jax():
     upgrade that adds or changes one)."""
     import dataclasses
     from jax.experimental.pallas import tpu as jax_tpu
+    from pallas_tpu import _jax_private
     ours = {f.name: f.default for f in dataclasses.fields(pltpu.InterpretParams)}
     theirs = {f.name: f.default for f in dataclasses.fields(jax_tpu.InterpretParams)}
-    assert ours == theirs
+    # an older JAX of the window lacks the fields JAX 0.12 added, and only those
+    newer = {name for name in ours if _jax_private.missing_interpret_field(name)}
+    assert {k: v for k, v in ours.items() if k not in newer} == theirs
     params = pltpu.InterpretParams(detect_races=True, uninitialized_memory="zero")
     assert params.to_jax() == jax_tpu.InterpretParams(detect_races=True, uninitialized_memory="zero")
+
+
+def test_interpret_option_of_a_newer_jax_is_refused_in_one_line():
+    """``on_race`` came with JAX 0.12: an older JAX refuses another value than
+    the default where it is written, naming the release; JAX 0.12 takes it."""
+    from pallas_tpu import _jax_private
+    if _jax_private.missing_interpret_field("on_race") is None:
+        assert pltpu.InterpretParams(on_race="warn").to_jax().on_race == "warn"
+        return
+    with pytest.raises(NotImplementedError,
+                       match=r"^pallas_tpu.InterpretParams\(on_race='warn'\) needs JAX 0.12 "
+                             r"or newer; this is JAX 0\.1[01]\.\d+\.$"):
+        pltpu.InterpretParams(on_race="warn")
+    from jax.experimental.pallas import tpu as jax_tpu
+    assert pltpu.InterpretParams().to_jax() == jax_tpu.InterpretParams()
 
 
 def test_cpu_without_interpret_is_refused():

@@ -98,12 +98,15 @@ def _tan(w, eqn, ins):
 def _polynomial(w, eqn, ins):
     # c0 + c1*x + c2*x^2 + ... (coefficients ascending), by Horner's rule, rounded as XLA
     # on CPU rounds it: float32/float64 steps fused (fma), float16 an fma in float32
-    # rounded to float16 per step, bfloat16 every multiply and add rounded to bfloat16
+    # rounded to float16 per step where XLA computes float16 natively (AVX512-FP16,
+    # host_floats.py) and otherwise, as bfloat16 always, every multiply and add rounded
+    from pallas_triton import host_floats
     from pallas_triton.widening import computed_dtype, rounded
     x, coeffs = w.bind(ins[0]), ins[1:]
     dt = np.dtype(out_aval(eqn).dtype)
     acc = coeffs[-1]
-    if not is_float(dt) or dt.name == "bfloat16":
+    unfused16 = dt == np.float16 and not host_floats.for_target(w.target).float16_fused
+    if not is_float(dt) or dt.name == "bfloat16" or unfused16:
         for c in reversed(coeffs[:-1]):
             acc = rounded(w, eqn, f"({rounded(w, eqn, f'({acc} * {x})')} + {c})")
         return [acc]

@@ -7,9 +7,10 @@ results with comparisons and selects, so that one expression gives them on a GPU
 and under Triton's interpreter:
 
 - ``sign``: NaN stays itself, ``sign(±0) = ±0``, otherwise ±1.
-- ``max``/``min``/``clamp``: a NaN operand gives NaN (bfloat16: XLA's quiet NaN
-  0x7FC0), -0.0 < +0.0, otherwise one operand's bits unchanged (bfloat16
-  denormals are selected, never flushed).
+- ``max``/``min``/``clamp``: a NaN operand gives NaN (16-bit: which NaN depends on
+  the processor XLA compiles for, ``host_floats.py``), -0.0 < +0.0, otherwise one
+  operand's bits unchanged (bfloat16 denormals are kept or read as zero as XLA
+  reads them on this host).
 - ``round``: the sign of ``x`` is kept (``round(-0.0) = -0.0``, ``round(-0.3) = -0.0``).
 - ``log1p(inf) = inf``; ``expm1`` of a large ``x`` is ``exp(x) - 1`` (finite up to
   ``exp``'s own overflow, 88.72 in float32), ``expm1(inf) = inf``.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pallas_triton import host_floats
 from pallas_triton.emitters import _python_number, in_aval, is_float, out_aval, register
 from pallas_triton.jaxpr_text import tl_dtype
 from pallas_triton.widening import cast, computed_dtype, to_float32
@@ -93,9 +95,12 @@ def extremum(w, eqn, a: str, b: str, kind: str, dtype) -> str:
     type in the kernel (bfloat16's NaN is XLA's quiet NaN)."""
     cdt = computed_dtype(w, eqn, dtype)
     a, b = _tensor(w, a, cdt), _tensor(w, b, cdt)
-    if np.dtype(dtype).name != "bfloat16":
+    name = np.dtype(dtype).name
+    floats = host_floats.for_target(w.target)
+    if name != "bfloat16" or floats.bfloat16_denormals_read_as_zero:
         # As XLA on CPU sees float32 operands: a denormal treated as zero becomes ±0.0 here
-        # (x * 1.0 is x on a GPU). XLA keeps bfloat16's denormal bits, so they stay.
+        # (x * 1.0 is x on a GPU). XLA's bfloat16 vector code (AVX512-BF16) keeps
+        # bfloat16's denormal bits, so they stay there.
         a, b = w.bind(f"{a} * 1.0"), w.bind(f"{b} * 1.0")
     wins = f"{a} > {b}" if kind == "max" else f"{a} < {b}"
     r = w.bind(f"tl.where({wins}, {a}, {b})")
@@ -104,10 +109,13 @@ def extremum(w, eqn, a: str, b: str, kind: str, dtype) -> str:
     z = (f"tl.where({_is_zero_bits(a, cdt, neg)}, {a}, "
          f"tl.where({_is_zero_bits(b, cdt, neg)}, {b}, {r}))")
     r = w.bind(f"tl.where({r} == 0, {z}, {r})")
-    if np.dtype(dtype).name == "bfloat16":
+    if (name == "bfloat16" and not floats.bfloat16_nan_kept) or \
+            (name == "float16" and not floats.float16_nan_kept):
+        # XLA's quiet NaN (0x7FC0, 0x7E00), as its generic max/min code gives it
         return f"tl.where({a} != {a}, float('nan'), tl.where({b} != {b}, float('nan'), {r}))"
     # a NaN: the first NaN operand; b's with its sign bit ORed (min) or ANDed (max) with
-    # a's, as XLA's CPU code for float16/32/64 gives it
+    # a's, as XLA's CPU code for float32/64 (and float16/bfloat16 where host_floats says
+    # so) gives it
     sa = sign_bit(a, cdt)
     b_nan = (f"tl.where({sa}, -tl.abs({b}), {b})" if kind == "min"
              else f"tl.where({sa}, {b}, tl.abs({b}))")

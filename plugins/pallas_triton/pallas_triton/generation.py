@@ -28,8 +28,10 @@ def generate_source(kernel: backend_api.KernelIR, *, target: str = "interpret",
                     params: CompilerParams | None = None):
     """The generated kernel (source and launch facts), cached by a hash of KernelIR+params."""
     from pallas_triton.fingerprint import kernel_fingerprint
+    from pallas_triton import host_floats
     params = params or _compiler_params(kernel)
-    key = kernel_fingerprint(kernel, (target, params))
+    # under the interpreter the code follows XLA on this host's CPU (host_floats.py)
+    key = kernel_fingerprint(kernel, (target, params, host_floats.for_target(target)))
     gen = _generate_cached(key, _Keyed(kernel, key), target, params.dot_input_precision)
     return gen
 

@@ -221,11 +221,19 @@ def check_dtypes(backend: Backend, kernel: KernelIR) -> None:
     if backend.dtypes is None:
         return
     for m in kernel.mappings:
-        if np.dtype(m.dtype).name not in backend.dtypes:
+        if _dtype_name(m.dtype) not in backend.dtypes:
             raise BackendCapabilityError(
-                f"Backend '{backend.name}' does not support dtype {np.dtype(m.dtype).name} "
+                f"Backend '{backend.name}' does not support dtype {_dtype_name(m.dtype)} "
                 f"of {m.origin} in kernel '{kernel.name}' ({kernel.source}). "
                 f"Supported: {', '.join(sorted(backend.dtypes))}.")
+
+
+def _dtype_name(dtype) -> str:
+    """'float32', ...; a typed PRNG key's extended dtype by its name ('key<fry>')."""
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)
 
 
 _PRIMITIVE_TAGS = {"run_scoped": "run_scoped", "empty_ref": "run_scoped",
@@ -255,7 +263,7 @@ def required_capabilities(kernel: KernelIR) -> dict[str, str]:
         need["jvp"] = kernel.source
     for m in kernel.mappings:
         where = f"{m.origin} ({m.index_map_source or kernel.source})"
-        if np.dtype(m.dtype) == np.float64:
+        if _dtype_name(m.dtype) == "float64":
             need.setdefault("float64", f"{m.origin} ({kernel.source})")
         dims = list(zip(m.block_dims, m.array_shape))
         # vmap's batch dims are squeezed leading dims: part of "vmap", not "squeezed"

@@ -32,6 +32,24 @@ class PallasTypeError(PallasUsageError, TypeError):
 # contract's leaf module, whose BlockMapping speaks in them.
 
 
+def value_dtype(dtype):
+    """``np.dtype(dtype)``, except that a JAX extended dtype (a typed PRNG key's
+    ``key<impl>``) stays as it is: key arrays are operands, values and Refs of
+    kernels too, their key data handled by JAX (``jax.random.key_data``)."""
+    dtype = getattr(dtype, "dtype", dtype)
+    if _is_extended(dtype):
+        return dtype
+    return np.dtype(dtype)
+
+
+def _is_extended(dtype) -> bool:
+    import jax
+    try:
+        return jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
+    except TypeError:
+        return False
+
+
 def check_dims(shape, what: str) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints, or a ValueError naming ``what``."""
     dims = tuple(shape)
@@ -110,7 +128,7 @@ class MemoryRef:
 
     def __post_init__(self):
         object.__setattr__(self, "shape", check_dims(self.shape, f"{self.memory_space} scratch"))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "dtype", value_dtype(self.dtype))
 
 
 class MemorySpace(enum.Enum):
@@ -128,7 +146,7 @@ class MemorySpace(enum.Enum):
     KEY = "key"          # JAX's: PRNG keys
 
     def __call__(self, shape, dtype) -> MemoryRef:
-        return MemoryRef(tuple(shape), np.dtype(dtype), self)
+        return MemoryRef(tuple(shape), value_dtype(dtype), self)
 
     def __eq__(self, other):
         if isinstance(other, MemorySpace):

@@ -23,7 +23,8 @@ from pallas_frontend.ref_checks import (
 from pallas_frontend.export import is_runtime_size, symbolic_blocked
 from pallas_frontend.specs import (
     BlockSpec, Blocked, GridSpec, MemoryRef, MemorySpace, PallasTypeError,
-    PallasUsageError, canonicalize_block_dim, check_dims, from_jax_block_spec, no_block_spec)
+    PallasUsageError, canonicalize_block_dim, check_dims, from_jax_block_spec, no_block_spec,
+    value_dtype)
 
 
 # PallasUsageError and PallasTypeError live with the specs (a leaf module) and
@@ -93,7 +94,7 @@ def normalize_out_shape(out_shape: Any):
                 f"{path} is a {type(leaf).__name__} ({leaf!r}); out_shape must be a pytree of "
                 "jax.ShapeDtypeStruct (or arrays, or pl.MemorySpace.X(shape, dtype)). "
                 "Write jax.ShapeDtypeStruct(shape, dtype).")
-        avals.append(jc.ShapedArray(check_dims(leaf.shape, path), np.dtype(leaf.dtype)))
+        avals.append(jc.ShapedArray(check_dims(leaf.shape, path), value_dtype(leaf.dtype)))
         spaces.append(leaf.memory_space if isinstance(leaf, MemoryRef) else None)
     return avals, spaces, tree
 
@@ -124,7 +125,7 @@ def block_mapping(spec: BlockSpec | None, aval: jc.ShapedArray, origin: str, num
     index_map, src = trace_index_map(spec, dims, origin, num_grid, prefetch_avals,
                                      prefetch_tree, grid_sizes, sizes_ref)
     return BlockMapping(
-        origin=origin, array_shape=tuple(shape), dtype=np.dtype(aval.dtype), block_dims=dims,
+        origin=origin, array_shape=tuple(shape), dtype=value_dtype(aval.dtype), block_dims=dims,
         index_map=index_map, index_map_source=src,
         memory_space=None if spec is None else spec.memory_space,
         pipeline_mode=None if spec is None else spec.pipeline_mode)
@@ -293,7 +294,7 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     for path, a in zip(_paths(tuple(args), "args"), flat_args):
         if not hasattr(a, "shape") or not hasattr(a, "dtype"):
             raise TypeError(f"pallas_call argument {path} is a {type(a).__name__}, not an array.")
-    arg_avals = [jc.ShapedArray(tuple(np.shape(a)), np.dtype(a.dtype)) for a in flat_args]
+    arg_avals = [jc.ShapedArray(tuple(np.shape(a)), value_dtype(a.dtype)) for a in flat_args]
     if npf > len(args):
         raise PallasUsageError(f"num_scalar_prefetch={npf} but only {len(args)} arguments given.")
     prefetch_leaves = jax.tree.leaves(tuple(args[:npf]))

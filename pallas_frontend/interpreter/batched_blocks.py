@@ -27,7 +27,7 @@ from jax import lax
 
 from pallas_frontend.affine_maps import Affine
 from pallas_frontend.interpreter.execute import OperandLayout, int32_table, read_block
-from pallas_frontend.specs import BoundedSlice, Squeezed
+from pallas_frontend.specs import BoundedSlice, Squeezed, value_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ class BatchedAccess:
 
     def batched_bytes(self) -> int:
         """Bytes one step's batch of blocks occupies."""
-        item = np.dtype(self.layout.table.mapping.dtype).itemsize
+        item = value_dtype(self.layout.table.mapping.dtype).itemsize
         blk = int(np.prod(self.layout.block_sizes, dtype=np.int64))
         used = [g for g, on in zip(self.batch_shape, self.batch_levels) if on]
         return int(np.prod(used, dtype=np.int64)) * blk * item

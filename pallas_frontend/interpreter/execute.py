@@ -30,12 +30,15 @@ from pallas_frontend.block_indices import (BlockTable, block_positions, check_bl
 from pallas_frontend.grid_analysis import written_inputs
 from pallas_frontend.interpreter.globals import lift_globals
 from pallas_frontend.primitives import semaphore_ref_positions
-from pallas_frontend.specs import BoundedSlice, Squeezed
+from pallas_frontend.specs import BoundedSlice, Squeezed, value_dtype
 
 
 def padding_value(dtype) -> jax.Array:
-    """What unwritten or overhanging memory reads as in the interpreter."""
-    dtype = np.dtype(dtype)
+    """What unwritten or overhanging memory reads as in the interpreter (a typed
+    PRNG key's: the key of all-zero data)."""
+    dtype = value_dtype(dtype)
+    if not isinstance(dtype, np.dtype):
+        return jnp.zeros((), dtype)
     if jnp.issubdtype(dtype, jnp.inexact):
         return jnp.array(jnp.nan, dtype)
     if jnp.issubdtype(dtype, jnp.integer):

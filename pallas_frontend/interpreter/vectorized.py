@@ -30,6 +30,7 @@ from pallas_frontend.grid_analysis import (GridAnalysis, analyze_grid, coverage_
 from pallas_frontend.interpreter import accumulate, execute, rowwise
 from pallas_frontend.interpreter.batched_blocks import BatchedAccess, batched_access, unravel_step
 from pallas_frontend.interpreter.specialize import Filled, body_for_steps
+from pallas_frontend.specs import value_dtype
 
 # Batches are never smaller than this, whatever the operands weigh.
 _MIN_BATCH_BUDGET = 1 << 20
@@ -149,7 +150,7 @@ def _checked_batchable(plan: VectorizedPlan) -> VectorizedPlan:
 
 
 def _operand_bytes(kernel: KernelIR) -> int:
-    return sum(int(np.prod(m.array_shape, dtype=np.int64)) * np.dtype(m.dtype).itemsize
+    return sum(int(np.prod(m.array_shape, dtype=np.int64)) * value_dtype(m.dtype).itemsize
                for m in kernel.mappings)
 
 
@@ -307,8 +308,8 @@ def _accumulation_terms(plan: VectorizedPlan):
     axis = _single_step_axis(plan)
     if axis is None or plan.num_steps < 2 or kernel.scratch_avals or \
             any(acc.per_step for acc in plan.accesses[len(kernel.in_mappings):]) or \
-            not all(np.issubdtype(np.dtype(m.dtype), np.floating) or
-                    np.issubdtype(np.dtype(m.dtype), np.integer) for m in kernel.out_mappings):
+            not all(jnp.issubdtype(m.dtype, np.floating) or
+                    jnp.issubdtype(m.dtype, np.integer) for m in kernel.out_mappings):
         return None
     return accumulate.accumulation_terms(plan.base.body, len(kernel.grid),
                                          len(kernel.in_mappings), len(kernel.out_mappings),

@@ -7,6 +7,7 @@ import numpy as np
 import pallas_frontend as pf
 from pallas_frontend.backend_api import BackendCapabilityError, BlockMapping, KernelIR
 
+from pallas_tpu import key_operands
 from pallas_tpu.memory import MemorySpace
 
 # Mosaic's vector layouts cover these; 64-bit types and complex numbers have none.
@@ -47,6 +48,8 @@ def check_dtypes(kernel: KernelIR) -> None:
     avals = [(m.origin, m.dtype) for m in kernel.mappings]
     avals += [(f"scratch[{i}]", a.inner_aval.dtype) for i, a in enumerate(kernel.scratch_avals)]
     for origin, dtype in avals:
+        if key_operands.is_key(dtype):     # typed PRNG keys: their data is uint32
+            continue
         name = np.dtype(dtype).name
         if name not in SUPPORTED_DTYPES:
             raise BackendCapabilityError(

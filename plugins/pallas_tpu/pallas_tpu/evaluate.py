@@ -24,7 +24,7 @@ from jax.extend import core as jex
 
 from pallas_frontend.backend_api import FRONTEND_OWNER, primitive_owner, replay_equations
 
-from pallas_tpu import interpret_mode, layout_ops
+from pallas_tpu import interpret_mode, key_operands, layout_ops
 from pallas_tpu import primitives as tpu_prims
 from pallas_tpu.spaces import scratch_type
 
@@ -89,6 +89,10 @@ def _replay_equation(eqn, invals):
         return invals if eqn.primitive.multiple_results else invals[0]
     if eqn.primitive in _RULES:
         return _RULES[eqn.primitive](eqn, invals)
+    if any(isinstance(x, key_operands.KeyRefView) for x in invals):
+        if name in _REF_ACCESS:                  # a Ref of PRNG keys in interpret mode
+            return key_operands.key_access(eqn, invals)
+        return _replay_control_flow(eqn, invals)
     if primitive_owner(eqn.primitive) == FRONTEND_OWNER:
         rule = _FRONTEND_RULES.get(name)
         if rule is None:

@@ -16,10 +16,14 @@ bits), carries the draw. On a TPU it is replayed as JAX's ``prng_seed`` +
 mode, where JAX's PRNG returns zeros) run a threefry stream keyed by the two
 words instead: the same bits on both, other bits than the hardware's.
 
-The sampler is traced once per tile shape with a key of this module's PRNG
+Given the key's words (an array or Ref of its data, or two scalars), the
+sampler is traced once per tile shape with a key of this module's PRNG
 implementation; its key operations (``random_bits``, ``fold_in``,
 ``wrap``/``unwrap``) are then evaluated here on the two words, so the kernel
-jaxpr holds only arrays (scalars that Mosaic keeps in SMEM), no key values.
+jaxpr holds only arrays (scalars that Mosaic keeps in SMEM). Given a typed
+key (e.g. ``key_ref[...]`` of a key operand, see key_operands.py), the tile
+key is ``jax.random.fold_in`` of it and the sampler draws from that key: the
+same words, and on a TPU JAX's lowering of its Pallas keys.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from jax.extend import random as jex_random
 
 from pallas_frontend.backend_api import (
     def_pure_primitive, kernel_primitive, register_interpret_rule)
+from pallas_tpu import key_operands
 
 OWNER = "tpu"
 _KEY_SHAPE = (1, 2)
@@ -59,8 +64,16 @@ def _seeded_bits_abstract_eval(k0, k1, *, shape):
     return jax.core.ShapedArray(shape, jnp.dtype(jnp.uint32))
 
 
+def _seeded_bits_batch(args, dims, *, shape):
+    # the built-in interpreter runs grid points side by side: one stream per key
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    k0, k1 = (jnp.broadcast_to(a, (size,)) if d is None else jnp.moveaxis(a, d, 0)
+              for a, d in zip(args, dims))
+    return jax.vmap(lambda a, b: _software_bits(a, b, shape=shape))(k0, k1), 0
+
+
 def_pure_primitive(seeded_random_bits_p, impl=_software_bits,
-                   abstract_eval=_seeded_bits_abstract_eval)
+                   abstract_eval=_seeded_bits_abstract_eval, batch_rule=_seeded_bits_batch)
 register_interpret_rule(seeded_random_bits_p)
 
 
@@ -121,6 +134,7 @@ def _impl_fold_in(key, data):
 PALLAS_KEY_IMPL = jex_random.define_prng_impl(
     key_shape=_KEY_SHAPE, seed=_impl_seed, split=_impl_split, random_bits=_impl_random_bits,
     fold_in=_impl_fold_in, name="pallas_tpu", tag="pl")
+key_operands.register_pallas_impl(PALLAS_KEY_IMPL)
 
 
 def to_pallas_key(key: jax.Array) -> jax.Array:
@@ -178,6 +192,10 @@ class _Words:
 def _is_key(aval) -> bool:
     return jnp.issubdtype(getattr(aval, "dtype", None), jax.dtypes.prng_key) \
         if hasattr(aval, "dtype") else False
+
+
+def _is_ref_like(x) -> bool:
+    return isinstance(jax.typeof(x), jax.ref.AbstractRef) or hasattr(x, "transforms")
 
 
 def _sub_jaxpr(params):
@@ -292,7 +310,14 @@ def sample_block(sampler_fn, global_key, block_size: Sequence[int], tile_size: S
     if len(block_index) != len(block_size):
         raise ValueError(f"pallas_tpu.sample_block: block_index has {len(block_index)} entries "
                          f"for a {len(block_size)}-d block.")
-    k0, k1 = _key_words(global_key)
+    # a typed key (e.g. read from a Ref of keys) is folded and drawn from as a
+    # key: compiled for TPU, JAX's Mosaic lowering holds a Pallas key as its two
+    # words and cannot unwrap it into an array
+    typed = _is_key(global_key) and not _is_ref_like(global_key)
+    if typed and global_key.shape != ():
+        raise ValueError(f"pallas_tpu.sample_block: global_key must be one key, got a "
+                         f"batch of shape {global_key.shape}.")
+    k0, k1 = (None, None) if typed else _key_words(global_key)
     tiles_per_block = [b // t for b, t in zip(block_size, tile_size)]
     tiles_in_total = [-(-n // t) for n, t in zip(total_size, tile_size)]
 
@@ -307,6 +332,9 @@ def sample_block(sampler_fn, global_key, block_size: Sequence[int], tile_size: S
 
     def assemble(axis, within):
         if axis == len(block_size):
+            if typed:
+                tile_key = jax.random.fold_in(global_key, tile_number(within))
+                return sampler_fn(tile_key, shape=tile_size, **kwargs)
             words = _fold_in_words(k0, k1, tile_number(within))
             return _draw_tile(sampler_fn, words, tile_size, kwargs)
         parts = [assemble(axis + 1, within + (i,)) for i in range(tiles_per_block[axis])]

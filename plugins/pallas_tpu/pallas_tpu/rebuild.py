@@ -11,6 +11,7 @@ operand, as JAX's grid dim; the kernel reads it back with ``pl.num_programs``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -18,7 +19,8 @@ import jax
 import pallas_frontend as pf
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 
-from pallas_tpu import aliased_blocks, check, evaluate, interpret_mode, kernel_globals
+from pallas_tpu import (aliased_blocks, check, evaluate, interpret_mode, kernel_globals,
+                        key_operands)
 from pallas_tpu.params import CompilerParams, InterpretParams
 from pallas_tpu.spaces import block_memory_space, scratch_type_of_aval
 
@@ -70,7 +72,9 @@ def _is_unwindowed(m: BlockMapping) -> bool:
                               MemorySpace.SEMAPHORE)
 
 
-def block_spec(m: BlockMapping, guard_wrap: str | None = None):
+def block_spec(m: BlockMapping, guard_wrap: str | None = None, key_data: bool = False):
+    """``key_data``: the operand is PRNG keys passed as their key data (TPU
+    interpret mode): the block also spans the key data's trailing dims."""
     from jax.experimental import pallas as pl
     space = block_memory_space(m.memory_space)
     if _is_unwindowed(m):
@@ -80,8 +84,17 @@ def block_spec(m: BlockMapping, guard_wrap: str | None = None):
         kwargs["pipeline_mode"] = pl.Buffered(m.pipeline_mode.buffer_count)
     if space is not None:
         kwargs["memory_space"] = space
-    return pl.BlockSpec(tuple(block_dim(d) for d in m.block_dims),
-                        _index_map_fn(m, guard_wrap), **kwargs)
+    dims = tuple(block_dim(d) for d in m.block_dims)
+    index_map = _index_map_fn(m, guard_wrap)
+    if key_data and key_operands.is_key(m.dtype):
+        trailing = key_operands.key_shape(m.dtype)
+        dims += trailing
+        index_map = functools.partial(_with_zeros, index_map, len(trailing))
+    return pl.BlockSpec(dims, index_map, **kwargs)
+
+
+def _with_zeros(index_map, n, *args):
+    return (*index_map(*args), *(0,) * n)
 
 
 def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_axes=(),
@@ -106,6 +119,9 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_ax
             kernel, seeded, _index_map_fn, ids, sizes, refs[:n_pf], refs[n_pf:n_pf + n_in],
             refs[n_pf + n_in:n_pf + n_in + len(kernel.out_mappings)])
         ids += [pl.num_programs(a) for a in dynamic_axes]
+        if interpreting:     # PRNG key operands came as their key data
+            refs = tuple(key_operands.KeyRefView(r, m.dtype) if key_operands.is_key(m.dtype)
+                         else r for r, m in zip(refs, _ref_mappings(kernel, len(refs))))
         with kernel_globals.binding(kernel, refs[n_own:]):
             if not interpreting:
                 evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs[:n_own])
@@ -116,12 +132,24 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_ax
     return body
 
 
-def _out_shapes(kernel: KernelIR, out_avals: Sequence):
+def _ref_mappings(kernel: KernelIR, n: int) -> list:
+    """The BlockMapping of each of the body's first ``n`` Refs (None past the
+    operands: prefetch and scratch have no key case)."""
+    n_pf = kernel.num_scalar_prefetch
+    out = [None] * n_pf + list(kernel.in_mappings) + list(kernel.out_mappings)
+    return (out + [None] * n)[:n]
+
+
+def _out_shapes(kernel: KernelIR, out_avals: Sequence, interpreting: bool = False):
     shapes = []
     for m, aval in zip(kernel.out_mappings, out_avals):
         mat = getattr(aval, "manual_axis_type", None)
         kw = {"manual_axis_type": mat} if mat is not None else {}
-        shapes.append(jax.ShapeDtypeStruct(m.array_shape, m.dtype, **kw))
+        shape, dtype = m.array_shape, m.dtype
+        if key_operands.is_key(dtype):
+            shape, dtype = (key_operands.physical_type(dtype, shape) if interpreting
+                            else (shape, key_operands.for_mosaic_dtype(dtype)))
+        shapes.append(jax.ShapeDtypeStruct(shape, dtype, **kw))
     return shapes
 
 
@@ -180,8 +208,9 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
     # Index maps that read prefetched scalars are checked when they run; the
     # frontend checked all others over the whole grid at trace time.
     guard = kernel.name if interpret is not None and kernel.num_scalar_prefetch else None
-    in_specs = [block_spec(m, guard) for m in kernel.in_mappings]
-    out_specs = [block_spec(m, guard) for m in kernel.out_mappings]
+    key_data = interpret is not None
+    in_specs = [block_spec(m, guard, key_data) for m in kernel.in_mappings]
+    out_specs = [block_spec(m, guard, key_data) for m in kernel.out_mappings]
     scratch = [scratch_type_of_aval(a) for a in kernel.scratch_avals]
     n_globals = len(kernel_globals.global_equations(kernel))
     scratch += kernel_globals.scratch_types(kernel)
@@ -210,7 +239,8 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
             return pl.pallas_call(
                 _kernel_body(kernel, interpret is not None, prng_state, _core_axis_names(kernel),
                              n_globals),
-                out_shape=_out_shapes(kernel, out_avals), grid_spec=grid_spec,
+                out_shape=_out_shapes(kernel, out_avals, interpret is not None),
+                grid_spec=grid_spec,
                 input_output_aliases=dict(kernel.input_output_aliases),
                 compiler_params=params, cost_estimate=_cost_estimate(kernel),
                 interpret=jax_interpret,
@@ -225,8 +255,12 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
         this_call = call_with_grid(args[:n_dynamic]) if n_dynamic else call
         if interpret is not None:
             interpret_mode.reset_after_failure()
+        operands = [jax.random.key_data(x) if key_data and key_operands.is_key(x.dtype)
+                    else key_operands.to_mosaic(x) for x in args[n_dynamic:]]
         with pltpu.force_tpu_interpret_mode(None):
-            return list(this_call(*args[n_dynamic:]))
+            outs = list(this_call(*operands))
+        return [key_operands.wrap(o, m.dtype) if key_data and key_operands.is_key(m.dtype)
+                else key_operands.from_mosaic(o, m.dtype) for o, m in zip(outs, kernel.out_mappings)]
     return run
 
 

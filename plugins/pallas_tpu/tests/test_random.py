@@ -93,13 +93,20 @@ def test_uniform_range_and_moments(rng):
     np.testing.assert_allclose(hist, 1 / 16, atol=SIGMAS * np.sqrt(1 / 16 * 15 / 16 / n))
 
 
-def test_uniform_stays_below_maxval_where_rounding_reaches_it(rng):
-    # [1, 1 + 2**-20) holds 8 float32s; unclamped, u * 2**-20 + 1 rounds up
-    # to maxval for u > 1 - 2**-4, i.e. for ~1/16 of the samples.
+def test_uniform_on_a_narrow_range_stays_in_it(rng):
+    # [1, 1 + 2**-20] holds 9 float32s; as JAX's, u * 2**-20 + 1 may round up
+    # to maxval (for u > 1 - 2**-4, ~1/16 of the samples)
     hi = 1.0 + 2.0**-20
     _, u, _, _, _ = _run(_seed(rng), 1.0, hi)
-    assert u.min() >= 1.0 and u.max() < np.float32(hi)
-    assert len(np.unique(u)) == 8
+    assert u.min() >= 1.0 and u.max() <= np.float32(hi)
+    assert 8 <= len(np.unique(u)) <= 9
+
+
+def test_uniform_with_equal_bounds_returns_the_bound(rng):
+    for bound in (2.0, -0.75, float(rng.uniform(-10, 10))):
+        _, u, u2, _, _ = _run(_seed(rng), bound, bound)
+        np.testing.assert_array_equal(u, np.float32(bound))
+        np.testing.assert_array_equal(u2, np.float32(bound))
 
 
 def test_normal_moments_and_tails(rng):
@@ -169,3 +176,99 @@ def test_uint32_bits_are_the_int32_bits(rng):
 def test_uint32_bits_aot(aot_compile):
     compiled, _ = aot_compile(uint32_bits, jnp.zeros((1,), jnp.int32))
     assert compiled is not None
+
+
+# --- the same values as JAX's pltpu.stateful_* from the same words ---------------------------
+# JAX's stateful samplers are jax.random's samplers over a key whose random_bits
+# is the core's PRNG (jax/_src/pallas/mosaic/random.py). JAX's TPU interpret
+# mode cannot run them (its _uniform is a jit, and the PRNG gives zeros there),
+# so the reference is jax.random's sampler itself over a key whose random_bits
+# returns the words our kernel drew: JAX's code path, given our words.
+
+def _given_words_impl(shape):
+    from jax.extend import random as jex_random
+
+    def random_bits(key, bit_width, bits_shape):
+        assert bit_width == 32 and tuple(bits_shape) == tuple(shape)
+        return jax.lax.bitcast_convert_type(key, jnp.uint32)
+    return jex_random.define_prng_impl(
+        key_shape=tuple(shape), seed=lambda s: jnp.zeros(shape, jnp.uint32), split=None,
+        random_bits=random_bits, fold_in=None, name=f"given_words{shape}", tag="given")
+
+
+def _first_draw(seed, sample, shape=SHAPE, dtype=jnp.float32):
+    """What ``sample(shape)`` returns as the first draw after ``prng_seed(seed)``."""
+    def kernel(seed_ref, o_ref):
+        pltpu.prng_seed(seed_ref[0])
+        o_ref[...] = sample(o_ref.shape).astype(o_ref.dtype)
+    return np.asarray(pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(shape, dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)], interpret=INTERPRET)(
+            jnp.asarray([seed], jnp.int32)))
+
+
+def _jax_sampler_key(seed, shape=SHAPE):
+    words = _first_draw(seed, pltpu.stateful_bits, shape, jnp.uint32)
+    return jax.random.wrap_key_data(jnp.asarray(words), impl=_given_words_impl(shape))
+
+
+def test_stateful_normal_is_jax_normal_of_the_same_words(rng):
+    seed = _seed(rng)
+    ours = _first_draw(seed, pltpu.stateful_normal)
+    theirs = np.asarray(jax.random.normal(_jax_sampler_key(seed), SHAPE))
+    np.testing.assert_array_equal(ours, theirs)
+    assert np.all(np.isfinite(ours))
+
+
+def test_stateful_uniform_is_jax_uniform_of_the_same_words(rng):
+    seed = _seed(rng)
+    lo = float(rng.uniform(-5, 0))
+    for hi in (lo + float(rng.uniform(0.5, 10)), lo):      # equal bounds too
+        ours = _first_draw(seed, lambda s: pltpu.stateful_uniform(s, minval=lo, maxval=hi))
+        theirs = np.asarray(jax.random.uniform(_jax_sampler_key(seed), SHAPE, minval=lo,
+                                               maxval=hi))
+        np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("mode", ["low", "high"])
+def test_stateful_bernoulli_is_jax_bernoulli_of_the_same_words(rng, mode):
+    seed = _seed(rng)
+    p = float(rng.uniform(0.05, 0.95)) if mode == "low" else 1e-3
+    ours = _first_draw(seed, lambda s: pltpu.stateful_bernoulli(p, s, mode=mode), dtype=jnp.int32)
+    words_shape = SHAPE if mode == "low" else (2, *SHAPE)
+    theirs = np.asarray(jax.random.bernoulli(_jax_sampler_key(seed, words_shape), p, SHAPE,
+                                             mode=mode)).astype(np.int32)
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_stateful_bits_are_jax_bits_of_the_same_words(rng):
+    seed = _seed(rng)
+    ours = _first_draw(seed, pltpu.stateful_bits, dtype=jnp.uint32)
+    theirs = np.asarray(jax.random.bits(_jax_sampler_key(seed), SHAPE, jnp.uint32))
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.skipif(jax.default_backend() != "tpu", reason="the hardware PRNG of a TPU chip")
+def test_stateful_samplers_on_tpu_match_jax():
+    from jax.experimental import pallas as jpl
+    from jax.experimental.pallas import tpu as jpltpu
+    seed = jnp.asarray([12345], jnp.int32)
+
+    def program(Pl, T):
+        def kernel(seed_ref, u_ref, e_ref, n_ref, b_ref, h_ref, w_ref):
+            T.prng_seed(seed_ref[0])
+            u_ref[...] = T.stateful_uniform(u_ref.shape, minval=-2.0, maxval=3.0)
+            e_ref[...] = T.stateful_uniform(e_ref.shape, minval=2.0, maxval=2.0)
+            n_ref[...] = T.stateful_normal(n_ref.shape)
+            b_ref[...] = T.stateful_bernoulli(0.3, b_ref.shape).astype(jnp.int32)
+            h_ref[...] = T.stateful_bernoulli(1e-3, h_ref.shape, mode="high").astype(jnp.int32)
+            w_ref[...] = T.stateful_bits(w_ref.shape)
+        f32, i32 = (jax.ShapeDtypeStruct(SHAPE, t) for t in (jnp.float32, jnp.int32))
+        return Pl.pallas_call(
+            kernel, out_shape=[f32, f32, f32, i32, i32, jax.ShapeDtypeStruct(SHAPE, jnp.uint32)],
+            in_specs=[Pl.BlockSpec(memory_space=T.SMEM)])
+    ours = jax.jit(program(pl, pltpu))(seed)
+    theirs = jax.jit(program(jpl, jpltpu))(seed)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(ours[1]), np.float32(2.0))

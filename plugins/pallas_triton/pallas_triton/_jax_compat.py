@@ -1,4 +1,5 @@
-"""The one place pallas_triton reaches into JAX beyond its public API.
+"""The one place pallas_triton reaches into JAX beyond its public API, and where
+the JAX releases of the window (0.10-0.12) differ for it (probed by feature).
 
 Lowering has no public way to ask which GPU the program is lowered for; JAX's
 lowering-rule context knows (its module's device assignment, or the client it
@@ -7,6 +8,33 @@ the context mesh of ``jax.set_mesh``.
 """
 
 from __future__ import annotations
+
+import functools
+
+# JAX's GPU queries, which ``pallas_triton`` re-exports (``gpu_info``); JAX has them
+# in ``jax.experimental.pallas.triton`` from 0.11.
+GPU_QUERIES = ("GpuInfo", "GpuVersion", "get_gpu_info", "get_gpu_info_from_version",
+               "is_gpu_device")
+
+
+def jax_version() -> str:
+    import jax
+    return jax.__version__
+
+
+def needs_newer_jax(what: str, since: str) -> str:
+    """The one line ours says where this JAX lacks ``what``."""
+    return f"{what} needs JAX {since} or newer; this is JAX {jax_version()}."
+
+
+def gpu_queries() -> dict:
+    """JAX's GPU queries by name; where this JAX lacks them, one line naming the
+    release that has them."""
+    from jax.experimental.pallas import triton as jax_triton
+    if not all(hasattr(jax_triton, name) for name in GPU_QUERIES):
+        raise NotImplementedError(needs_newer_jax(
+            "pallas_triton's GPU queries (" + ", ".join(GPU_QUERIES) + ")", "0.11"))
+    return {name: getattr(jax_triton, name) for name in GPU_QUERIES}
 
 
 def lowering_devices(mlir_ctx) -> tuple:
@@ -37,3 +65,22 @@ def context_mesh_devices() -> tuple:
         return ()
     devices = getattr(mesh, "devices", None)
     return tuple(devices.flat) if devices is not None and devices.size else ()
+
+
+@functools.cache
+def xla_keeps_wide_bfloat16_reduce_precision() -> bool:
+    """Whether XLA on the CPU takes a bfloat16 ``reduce_precision`` to a format at
+    least float32's as the identity (jaxlib 0.10: a signalling NaN keeps its bits)
+    rather than computing it in float32 (0.11 on: the NaN comes out quiet). Asked
+    once per process; False without a CPU device."""
+    import jax
+    import numpy as np
+    from jax import lax
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:
+        return False
+    with jax.ensure_compile_time_eval():
+        x = jax.device_put(np.full(16, 0x7F81, np.uint16).view(jax.numpy.bfloat16), cpu)
+        r = jax.jit(lambda v: lax.reduce_precision(v, 8, 23))(x)
+        return bool(np.asarray(r).view(np.uint16)[0] == 0x7F81)

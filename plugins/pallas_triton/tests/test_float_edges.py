@@ -18,6 +18,7 @@ from jax import lax
 import pallas_frontend as pl
 import pallas_triton as pt
 from pallas_triton import manifests
+from jax_window import LAX_ONE_MINUS_SQUARE
 
 TRITON = dict(interpret=pt.InterpretParams())
 FLOATS = [jnp.float32, jnp.bfloat16, jnp.float16]
@@ -301,6 +302,7 @@ def test_integer_pow_rounds_each_product(rng, dtype, y):
     assert_like_xla(*run_like_xla(lambda v: lax.integer_pow(v, y), float_data(rng, dtype)))
 
 
+@LAX_ONE_MINUS_SQUARE
 @pytest.mark.parametrize("dtype", INTS + FLOATS, ids=_name)
 def test_one_minus_square(rng, dtype):
     """tanh's JVP factor: on integers it was computed in float (1.0 - x * x) and lost the

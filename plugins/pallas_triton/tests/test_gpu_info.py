@@ -4,20 +4,24 @@ of this backend's device-less compiles."""
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.experimental.pallas import triton as jax_triton
 
 import pallas_frontend as pl
 import pallas_triton as pt
+from pallas_triton import _jax_compat
+from jax_window import GPU_QUERIES
 
 NAMES = ("GpuInfo", "GpuVersion", "get_gpu_info", "get_gpu_info_from_version", "is_gpu_device")
 
 
+@GPU_QUERIES
 @pytest.mark.parametrize("name", NAMES)
 def test_same_objects_as_jax(name):
+    from jax.experimental.pallas import triton as jax_triton
     assert getattr(pt, name) is getattr(jax_triton, name)
     assert name in pt.__all__
 
 
+@GPU_QUERIES
 def test_no_gpu_here():
     if jax.default_backend() == "gpu":
         pytest.skip("a GPU is attached")
@@ -34,6 +38,7 @@ def _add(x, y):
                           interpret=pt.InterpretParams())(x, y)
 
 
+@GPU_QUERIES
 @pytest.mark.parametrize("version, sm", [("A100", 80), ("H100", 90)])
 def test_gpu_info_names_the_compile_target(version, sm):
     info = pt.get_gpu_info_from_version(pt.GpuVersion[version])
@@ -41,3 +46,13 @@ def test_gpu_info_names_the_compile_target(version, sm):
     a = jax.ShapeDtypeStruct((512,), jnp.float32)
     asm = pt.compile_for_target(_add, a, a, target=("cuda", info.compute_capability))
     assert f".target sm_{sm}" in asm["ptx"]
+
+
+def test_an_older_jax_says_which_release_has_them():
+    """Under JAX 0.10 (no GPU queries in JAX) ours says so in one line, naming 0.11."""
+    from jax.experimental.pallas import triton as jax_triton
+    if all(hasattr(jax_triton, n) for n in _jax_compat.GPU_QUERIES):
+        pytest.skip("this JAX has the GPU queries")
+    with pytest.raises(NotImplementedError, match=r"needs JAX 0\.11 or newer; this is JAX") as e:
+        pt.GpuInfo
+    assert "\n" not in str(e.value)

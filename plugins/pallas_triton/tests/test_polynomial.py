@@ -11,6 +11,9 @@ from jax import lax
 
 import pallas_frontend as pl
 import pallas_triton as pt
+from jax_window import LAX_POLYNOMIAL
+
+pytestmark = LAX_POLYNOMIAL
 
 COEFFS = [0.5, -1.25, 2.0, 0.75]
 

@@ -12,8 +12,11 @@ included; its hook raises; it hands over something that is not a ``Backend``;
 its api_version is missing or of another major; its name is reserved or
 claimed by two distributions) is recorded as a ``LoadFailure`` naming the
 distribution, warned about once, and skipped; the other backends keep
-working. Using a skipped backend raises with the stored cause. Ctrl-C
-(KeyboardInterrupt) still interrupts.
+working. Using a skipped backend raises with the stored cause. An exception
+whose message cannot be read (its ``__str__`` raises) is recorded by its type. A
+``KeyboardInterrupt`` that the plugin's own code raises is recorded as its
+failure too; a real Ctrl-C (a SIGINT while it loads, ``ctrl_c.watch``) still
+interrupts.
 
 Environment:
 - ``PALLAS_FRONTEND_BACKENDS=a,b,c@dist``: load only these plugins (allow-list;
@@ -39,7 +42,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 
-from pallas_frontend import _jax_compat as jc, backend_api, env_config
+from pallas_frontend import _jax_compat as jc, backend_api, ctrl_c, env_config
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 from pallas_frontend.backend_metadata import INFO_GROUP, Declared, parse_declarations
 from pallas_frontend.load_timeout import PluginImportTimeout, call_with_timeout, import_timeout
@@ -263,23 +266,47 @@ def _load_one(cand: Candidate, found: Discovered) -> None:
     def load():
         return _backends_of(cand.load(), origin)
     limit = import_timeout()      # a malformed setting raises here, naming the variable
+    with ctrl_c.watch() as interrupt:
+        try:
+            # A module already (being) imported cannot block again, and its import
+            # lock may be this thread's: load it here.
+            if name == BUILTIN_ENTRY_POINT or cand.top_module in sys.modules:
+                candidates = load()
+            else:
+                candidates = call_with_timeout(load, "its import", limit,
+                                               label=f"loading {name} ({origin.distribution})")
+        except PluginImportTimeout as e:
+            found.failures[name] = LoadFailure(name, origin, str(e).split("\n")[0], e)
+            return
+        except BaseException as e:  # an arbitrary plugin: anything, sys.exit included
+            if isinstance(e, KeyboardInterrupt) and interrupt.pressed:
+                raise                   # the user's Ctrl-C
+            kind = ("import of its module failed" if isinstance(e, ImportError)
+                    else "loading it raised")
+            why = f"{kind}: {exception_text(e)}"
+            if isinstance(e, KeyboardInterrupt):
+                why += " (raised by the plugin's own code, not a Ctrl-C)"
+            found.failures[name] = LoadFailure(name, origin, why, e)
+            return
     try:
-        # A module already (being) imported cannot block again, and its import
-        # lock may be this thread's: load it here.
-        if name == BUILTIN_ENTRY_POINT or cand.top_module in sys.modules:
-            candidates = load()
-        else:
-            candidates = call_with_timeout(load, "its import", limit,
-                                           label=f"loading {name} ({origin.distribution})")
-    except KeyboardInterrupt:
-        raise
-    except PluginImportTimeout as e:
-        found.failures[name] = LoadFailure(name, origin, str(e).split("\n")[0], e)
-        return
-    except BaseException as e:  # an arbitrary plugin: anything, sys.exit included
-        kind = "import of its module failed" if isinstance(e, ImportError) else "loading it raised"
-        found.failures[name] = LoadFailure(name, origin, f"{kind}: {type(e).__name__}: {e}", e)
-        return
+        _keep_valid(candidates, name, origin, found)
+    except Exception as e:  # noqa: BLE001 - a Backend whose attributes raise
+        found.failures[name] = LoadFailure(
+            name, origin, f"reading its Backend's attributes raised {exception_text(e)}", e)
+
+
+def exception_text(e: BaseException) -> str:
+    """``Type: message`` of a plugin's exception; its type alone, saying so, when
+    ``str()`` of it raises (a broken ``__str__`` must not take the caller down)."""
+    try:
+        text = str(e)
+    except BaseException as err:  # noqa: BLE001 - whatever a plugin's __str__ raises
+        return (f"{type(e).__name__} (its message cannot be shown: str() of it raised "
+                f"{type(err).__name__})")
+    return f"{type(e).__name__}: {text}"
+
+
+def _keep_valid(candidates: list, name: str, origin: Origin, found: Discovered) -> None:
     for b in candidates:
         why = _validate(b, origin)
         if why is None and b.name != name:

@@ -48,6 +48,14 @@ def missing_interpret_field(name: str) -> str | None:
     return _INTERPRET_FIELDS_SINCE[name]
 
 
+@functools.cache
+def barrier_semaphore_takes_tag() -> bool:
+    """Whether this JAX's ``pltpu.get_barrier_semaphore`` takes a ``tag`` (0.11+)."""
+    import inspect
+    from jax.experimental.pallas import tpu as pltpu
+    return "tag" in inspect.signature(pltpu.get_barrier_semaphore).parameters
+
+
 def abstract_tpu_device(device_kind: str = "TPU v5 lite", num_cores: int = 1):
     from jax._src.mesh import AbstractDevice
     return AbstractDevice(device_kind=device_kind, num_cores=num_cores, platform="tpu")
@@ -221,7 +229,11 @@ def linear_revisit_check():
 def access_assumption_transform(**flags):
     """JAX's Ref transform carrying Mosaic access assumptions (``pltpu.annotate``),
     and the class of it, to merge with one already on a view."""
-    from jax._src.pallas.mosaic.core import AccessAssumption, AccessAssumptionTransform
+    try:
+        from jax._src.pallas.mosaic.core import AccessAssumption, AccessAssumptionTransform
+    except ImportError:     # JAX 0.10 has no access assumptions
+        raise NotImplementedError(needs_newer_jax(
+            "pallas_tpu.annotate (Mosaic access assumptions)", "0.11")) from None
     return AccessAssumptionTransform(AccessAssumption(**flags)), AccessAssumptionTransform
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import pallas_frontend as pf
 from pallas_frontend.backend_api import kernel_primitive
 
+from pallas_tpu import _jax_private
 from pallas_tpu.memory import SemaphoreKind
 from pallas_tpu.primitives import OWNER
 
@@ -42,6 +43,9 @@ def get_barrier_semaphore(tag: Hashable | None = None):
     device_id=...)``. Wait it back down to 0 before the kernel ends."""
     if tag is not None:
         hash(tag)     # XLA keys the semaphore by it: an unhashable tag fails here
+        if not _jax_private.barrier_semaphore_takes_tag():
+            raise NotImplementedError(_jax_private.needs_newer_jax(
+                "pallas_tpu.get_barrier_semaphore(tag=...)", "0.11"))
     return get_barrier_semaphore_p.bind(tag=tag)
 
 
@@ -80,7 +84,8 @@ def core_barrier(sem, *, core_axis_name: str) -> None:
 
 def _replay_barrier_semaphore(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
-    return pltpu.get_barrier_semaphore(eqn.params["tag"])
+    tag = eqn.params["tag"]
+    return pltpu.get_barrier_semaphore() if tag is None else pltpu.get_barrier_semaphore(tag)
 
 
 def _register():

@@ -109,21 +109,6 @@ def test_interpret_params_mirror_jax():
     assert params.to_jax() == jax_tpu.InterpretParams(detect_races=True, uninitialized_memory="zero")
 
 
-def test_interpret_option_of_a_newer_jax_is_refused_in_one_line():
-    """``on_race`` came with JAX 0.12: an older JAX refuses another value than
-    the default where it is written, naming the release; JAX 0.12 takes it."""
-    from pallas_tpu import _jax_private
-    if _jax_private.missing_interpret_field("on_race") is None:
-        assert pltpu.InterpretParams(on_race="warn").to_jax().on_race == "warn"
-        return
-    with pytest.raises(NotImplementedError,
-                       match=r"^pallas_tpu.InterpretParams\(on_race='warn'\) needs JAX 0.12 "
-                             r"or newer; this is JAX 0\.1[01]\.\d+\.$"):
-        pltpu.InterpretParams(on_race="warn")
-    from jax.experimental.pallas import tpu as jax_tpu
-    assert pltpu.InterpretParams().to_jax() == jax_tpu.InterpretParams()
-
-
 def test_cpu_without_interpret_is_refused():
     f = pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
                        compiler_params=pltpu.CompilerParams())

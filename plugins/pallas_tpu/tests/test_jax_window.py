@@ -1,0 +1,67 @@
+"""The JAX window (0.10 to 0.12): what the user asks of ours that an older
+JAX lacks is refused in one line naming the JAX release that has it, where it
+is written (never a TypeError from inside JAX); on a JAX that has it, it works."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import pallas_frontend as pl
+import pallas_tpu as pltpu
+from pallas_frontend.jax_window import JAX_VERSION
+from pallas_tpu import _jax_private
+
+
+def _needs(what: str, since: str) -> str:
+    """The line (the frontend puts the kernel's name and line before it)."""
+    return re.escape(f"{what} needs JAX {since} or newer; this is JAX {jax.__version__}.")
+
+
+def _jax_has(minimum: str) -> bool:
+    return JAX_VERSION >= tuple(int(p) for p in minimum.split("."))
+
+
+def test_interpret_option_of_a_newer_jax():
+    """``on_race`` came with JAX 0.12; the default is every JAX's behaviour."""
+    from jax.experimental.pallas import tpu as jax_tpu
+    assert pltpu.InterpretParams().to_jax() == jax_tpu.InterpretParams()
+    if _jax_has("0.12"):
+        assert pltpu.InterpretParams(on_race="warn").to_jax().on_race == "warn"
+        return
+    with pytest.raises(NotImplementedError,
+                       match=_needs("pallas_tpu.InterpretParams(on_race='warn')", "0.12")):
+        pltpu.InterpretParams(on_race="warn")
+
+
+def _copy_kernel(body):
+    return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                          scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
+                          interpret=True)
+
+
+def test_annotate():
+    def body(x_ref, o_ref, v_ref):
+        v_ref[...] = x_ref[...]
+        o_ref[...] = pltpu.annotate(v_ref, no_store=True)[...]
+    x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+    if _jax_has("0.11"):
+        assert (_copy_kernel(body)(x) == x).all()
+        return
+    with pytest.raises(NotImplementedError,
+                       match=_needs("pallas_tpu.annotate (Mosaic access assumptions)", "0.11")):
+        _copy_kernel(body)(x)
+
+
+def test_barrier_semaphore_tag():
+    """Without a tag every JAX of the window has it; a tag needs JAX 0.11."""
+    if _jax_private.barrier_semaphore_takes_tag():
+        assert _jax_has("0.11")
+        return
+
+    def body(x_ref, o_ref, v_ref):
+        pltpu.get_barrier_semaphore(tag="mine")
+    with pytest.raises(NotImplementedError,
+                       match=_needs("pallas_tpu.get_barrier_semaphore(tag=...)", "0.11")):
+        _copy_kernel(body)(jnp.zeros((8, 128), jnp.float32))

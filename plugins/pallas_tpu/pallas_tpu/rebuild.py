@@ -120,8 +120,9 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_ax
             refs[n_pf + n_in:n_pf + n_in + len(kernel.out_mappings)])
         ids += [pl.num_programs(a) for a in dynamic_axes]
         if interpreting:     # PRNG key operands came as their key data
-            refs = tuple(key_operands.KeyRefView(r, m.dtype) if key_operands.is_key(m.dtype)
-                         else r for r, m in zip(refs, _ref_mappings(kernel, len(refs))))
+            refs = tuple(key_operands.KeyRefView(r, m.dtype)
+                         if m is not None and key_operands.is_key(m.dtype) else r
+                         for r, m in zip(refs, _ref_mappings(kernel, len(refs))))
         with kernel_globals.binding(kernel, refs[n_own:]):
             if not interpreting:
                 evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs[:n_own])

@@ -33,7 +33,7 @@ class TpuBackend(Backend):
     capabilities = frozenset({
         "grid", "blocked", "squeezed", "scratch", "aliasing", "run_scoped", "scalar_prefetch",
         "semaphores", "dma", "remote_dma", "multi_device", "pipeline", "prng", "debug_print",
-        "debug_check", "loops", "vmap", "jvp", "interpret_mode", "dynamic_grid",
+        "debug_check", "loops", "vmap", "jvp", "interpret_mode", "dynamic_grid", "element",
     })
     conformance_unsupported = manifest.UNSUPPORTED
     conformance_xfail = manifest.XFAIL

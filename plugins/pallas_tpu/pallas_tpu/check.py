@@ -73,8 +73,37 @@ def check_block_dims(kernel: KernelIR) -> None:
                     "(pltpu.async_copy of x_ref.at[pl.ds(start, size)]).")
 
 
+def check_element_padding(kernel: KernelIR) -> None:
+    """``pl.Element`` block dims with low padding: Mosaic refuses them ("Low
+    padding not supported yet") and JAX's TPU interpreter reads such a window
+    unshifted, so neither gives the frontend's meaning (an offset into the
+    array padded at both ends). High padding compiles and is kept."""
+    for m in kernel.mappings:
+        for axis, d in enumerate(m.block_dims):
+            if isinstance(d, pf.Element) and d.padding[0]:
+                raise BackendCapabilityError(
+                    f"Backend 'tpu' cannot take the Element block dim {axis} of {m.origin} "
+                    f"with padding {d.padding} (low padding {d.padding[0]}) in kernel "
+                    f"'{kernel.name}' ({kernel.source}): "
+                    "Mosaic supports no low padding of an element window. Pad the operand "
+                    "instead (jnp.pad) and shift the index map by the padding.")
+
+
+def check_element_blocks(kernel: KernelIR, m: BlockMapping) -> None:
+    """JAX's TPU lowering takes Element dims only beside Element or squeezed dims."""
+    dims = m.block_dims
+    if any(isinstance(d, pf.Element) for d in dims) and not all(
+            isinstance(d, (pf.Element, pf.Squeezed)) for d in dims):
+        raise BackendCapabilityError(
+            f"Backend 'tpu' (Mosaic) cannot take the block dims {dims} of {m.origin} in kernel "
+            f"'{kernel.name}' ({kernel.source}): when a block has an Element dim, every dim "
+            "must be an Element or squeezed (JAX's TPU lowering). Write the other dims as "
+            "pl.Element(size) too, their index map returning element offsets (i * size).")
+
+
 def check_kernel(kernel: KernelIR) -> None:
     check_dtypes(kernel)
+    check_element_padding(kernel)
 
 
 def check_for_mosaic(kernel: KernelIR) -> None:
@@ -82,6 +111,7 @@ def check_for_mosaic(kernel: KernelIR) -> None:
     runs blocks of any shape, so this runs when compiling for a TPU only."""
     for m in kernel.mappings:
         check_block_tiling(kernel, m)
+        check_element_blocks(kernel, m)
 
 
 def check_shared_vmem_in_interpret(kernel: KernelIR, num_cores: int) -> None:

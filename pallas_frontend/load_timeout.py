@@ -7,6 +7,17 @@ seconds (default 20; 0: no limit) the caller stops waiting and records where
 the thread is blocked. The thread is left running (Python cannot stop it);
 being a daemon, it does not keep the process alive.
 
+What is enforced, precisely: the caller stops waiting at the limit whenever
+the importing thread lets other threads run, which pure Python code does every
+few milliseconds (``sys.getswitchinterval()``) and blocking I/O, sleeps and
+most native libraries do while they wait. A single native call that holds the
+GIL (an extension's long computation, a ``ctypes.PyDLL`` call) stops every
+thread of the process, the waiting one included, until it returns: no thread
+can end that wait, so the caller resumes only then. The outcome does not
+depend on it: an import that returns after the limit, however late the caller
+saw it, is recorded as timed out (``PluginImportTimeout``), saying for how long
+it held the caller; it is not used.
+
 An abandoned import may hold Python's global import lock (``_imp``): then
 every later import in any thread (another plugin's, even a ``find_spec``)
 waits for it, which would stretch a 3 s limit to however long that import
@@ -21,6 +32,7 @@ import _imp
 import sys
 import sysconfig
 import threading
+import time
 import traceback
 from collections.abc import Callable
 
@@ -31,6 +43,9 @@ from pallas_frontend.env_config import (  # noqa: F401 (names of this module's A
 class PluginImportTimeout(TimeoutError):
     """A plugin's import or hook did not return within the import timeout."""
 
+
+#: how much later than the limit the caller may resume before its wait is blamed on the GIL
+_GIL_SLACK_S = 1.0
 
 _abandoned: list[tuple[threading.Thread, str]] = []   # (thread, what it was doing)
 
@@ -84,16 +99,28 @@ def call_with_timeout(fn: Callable[[], object], what: str, limit: float | None,
             result["value"] = fn()
         except BaseException as e:  # handed to the caller, which records it
             result["error"] = e
+        result["done"] = time.monotonic()
     worker = threading.Thread(target=target, name=f"pallas_frontend: {label or what}",
                               daemon=True)
+    start = time.monotonic()
     worker.start()
     worker.join(limit)
+    waited = time.monotonic() - start
+    held = (f" It held Python's GIL (native code that lets no other thread run), so the "
+            f"caller could stop waiting only after {waited:.1f} s."
+            if waited > limit + _GIL_SLACK_S else "")
+    if not worker.is_alive() and result["done"] - start > limit:
+        # it returned, but after the limit (see the module doc): the same outcome as a timeout
+        raise PluginImportTimeout(
+            f"{what} did not return within {limit:g} s ({ENV_IMPORT_TIMEOUT}): it returned "
+            f"after {result['done'] - start:.1f} s, so it was not used.{held} Fix the plugin, "
+            f"or raise {ENV_IMPORT_TIMEOUT} if it is just slow.") from result.get("error")
     if worker.is_alive():
         _abandoned.append((worker, f"{label or what}"))
         where, stack = _blocked_at(worker)
         raise PluginImportTimeout(
             f"{what} did not return within {limit:g} s ({ENV_IMPORT_TIMEOUT}) and was "
-            f"abandoned; it is blocked at {where or 'an unknown line'}. Fix the plugin, or "
+            f"abandoned; it is blocked at {where or 'an unknown line'}.{held} Fix the plugin, or "
             f"raise {ENV_IMPORT_TIMEOUT} if it is just slow.\nStack of the blocked "
             f"call:\n{stack}")
     if "error" in result:

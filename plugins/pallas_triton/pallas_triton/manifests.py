@@ -106,8 +106,9 @@ XLA_DIFFERENCES = {
                      "* sum(|terms|)"}
        for name in ("reduce_sum", "cumsum")},
     **{name: {"scalar_operand": {"dtypes": ("bfloat16",)},
-              "why": "XLA gives 0x7FC0 for a NaN from two bfloat16 arrays (as here, always) but "
-                     "keeps the NaN's sign when the other operand is a constant"}
+              "why": "XLA gives 0x7FC0 for a NaN from two bfloat16 arrays on a host with "
+                     "AVX512-BF16 (as here there, host_floats.py) but keeps the NaN's sign when "
+                     "the other operand is a constant"}
        for name in ("max", "min")},
     # two-operand library functions: which NaN comes out of two NaN operands is the
     # library's; float16 add/mul of two NaNs: NumPy's float16 returns the second's sign

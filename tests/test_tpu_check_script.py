@@ -78,3 +78,46 @@ def test_tpu_export_for_an_older_host(tmp_path):
         assert "loc(" not in kernel
     assert (tmp_path / "conformance_kernels_jax.py").read_text().count(
         "from jax.experimental import pallas as pl") == 1
+
+
+def _remote_module():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import tpu_remote
+    return tpu_remote
+
+
+def test_pack_without_flatbuffers_stops_with_one_line(monkeypatch):
+    tpu_remote = _remote_module()
+    real = tpu_remote.importlib.util.find_spec
+    monkeypatch.setattr(tpu_remote.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "flatbuffers" else real(name, *a))
+    with pytest.raises(SystemExit, match=r"needs the flatbuffers package here, to write the "
+                                         r"exports: pip install flatbuffers"):
+        tpu_remote.pack_cases("unused-folder")
+
+
+def test_a_pack_with_a_failed_export_exits_nonzero(monkeypatch, tmp_path):
+    tpu_remote = _remote_module()
+    manifest = {"cases": [{"name": "k", "sides": {"ours": {"file": "a.bin"},
+                                                  "jax": {"error": "export: TypeError: x"}},
+                           "tune": {}}]}
+    monkeypatch.setattr(tpu_remote, "pack_cases", lambda *a, **k: manifest)
+    assert tpu_remote.failed_exports(manifest) == ["k: jax"]
+    assert tpu_remote.main(["pack", "--out", str(tmp_path)]) == 1
+
+
+def test_the_host_reads_flatbuffers_from_the_pack(monkeypatch, tmp_path):
+    tpu_remote = _remote_module()
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    real = tpu_remote.importlib.util.find_spec
+    monkeypatch.setattr(tpu_remote.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "flatbuffers" else real(name, *a))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(SystemExit, match="its wheel in the pack's wheels/ folder"):
+        tpu_remote._flatbuffers_from_pack(tmp_path)
+    fake = wheels / "flatbuffers-25.0-py2.py3-none-any.whl"
+    fake.write_bytes(b"")
+    with pytest.raises(SystemExit):
+        tpu_remote._flatbuffers_from_pack(tmp_path)
+    assert str(fake) in sys.path

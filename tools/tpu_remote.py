@@ -31,6 +31,7 @@ import functools
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -156,9 +157,13 @@ def pack_cases(out, size="full", only=None, platform="tpu"):
     import tpu_check_cases
 
     out = Path(out)
+    if platform == "tpu":
+        _require_flatbuffers("here, to write the exports")
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.bin"):
         stale.unlink()
+    if platform == "tpu":    # for a TPU host without a package index: read from the pack
+        _download_flatbuffers(out / "wheels")
     (out / CONFORMANCE_COPY).write_text(tpu_check_cases.swapped_conformance_source())
     entries = []
     for index, case in enumerate(tpu_check_cases.cases(size, on_cpu=platform == "cpu")):
@@ -188,6 +193,34 @@ def pack_cases(out, size="full", only=None, platform="tpu"):
     return manifest
 
 
+def failed_exports(manifest) -> list[str]:
+    """``case: side`` of every export the pack could not write."""
+    return [f"{entry['name']}: {label}" for entry in manifest["cases"]
+            for label, export in _exports(entry) if "error" in export]
+
+
+def _require_flatbuffers(where: str) -> None:
+    """JAX (de)serializes exports with flatbuffers, which JAX does not depend on."""
+    if importlib.util.find_spec("flatbuffers") is None:
+        sys.exit(f"tools/tpu_remote.py needs the flatbuffers package {where}: "
+                 "pip install flatbuffers")
+
+
+def _download_flatbuffers(folder: Path) -> None:
+    """flatbuffers' pure-Python wheel, which ``run`` imports from the pack where the
+    host has no flatbuffers (a wheel of pure Python is importable as it is)."""
+    folder.mkdir(exist_ok=True)
+    if not list(folder.glob("flatbuffers-*.whl")):
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "--only-binary=:all:", "-d", str(folder), "flatbuffers"], check=True)
+
+
+def _flatbuffers_from_pack(pack: Path) -> None:
+    if importlib.util.find_spec("flatbuffers") is None:
+        sys.path.extend(str(w) for w in sorted((pack / "wheels").glob("flatbuffers-*.whl")))
+    _require_flatbuffers("on this host (or its wheel in the pack's wheels/ folder)")
+
+
 # --- check and run (the TPU host's JAX) -----------------------------------------------
 
 def _exports(entry):
@@ -208,6 +241,7 @@ def check_pack(pack):
         os.environ.setdefault(name, value)
     pack = Path(pack)
     manifest = json.loads((pack / "manifest.json").read_text())
+    _flatbuffers_from_pack(pack)
     devices = topologies.get_topology_desc(topology_name=TOPOLOGY, platform="tpu").devices
     mesh = jax.sharding.Mesh(devices[:1], ("x",))
     failures = []
@@ -279,6 +313,8 @@ def run_pack(pack, out, timing=None, time_limit=None):
 
     pack = Path(pack)
     manifest = json.loads((pack / "manifest.json").read_text())
+    if manifest["platform"] == "tpu":
+        _flatbuffers_from_pack(pack)
     timer = _load_file("device_timing", ROOT / "pallas_frontend" / "device_timing.py")
     device = jax.devices()[0]
     try:
@@ -368,7 +404,10 @@ def main(argv=None):
                    help="stop timing (still checking results) after this many seconds")
     args = parser.parse_args(argv)
     if args.command == "pack":
-        pack_cases(args.out, args.size, args.only)
+        failed = failed_exports(pack_cases(args.out, args.size, args.only))
+        if failed:
+            print(f"{len(failed)} exports failed: " + "; ".join(failed), file=sys.stderr)
+            return 1
     elif args.command == "check":
         return 1 if check_pack(args.pack) else 0
     else:

@@ -26,18 +26,11 @@ def _prepare_libtpu() -> None:
 
 
 def _libtpu_requirement() -> str:
-    """What this distribution's [libtpu] extra installs (on PyPI: the hint works from
-    a clone or a wheelhouse install too, where 'pallas-tpu[libtpu]' would not resolve)."""
-    import importlib.metadata as md
-    try:
-        lines = md.requires("pallas-tpu") or []
-    except md.PackageNotFoundError:
-        lines = []
-    for line in lines:
-        requirement, _, marker = line.partition(";")
-        if "libtpu" in marker and "extra" in marker:
-            return requirement.strip()
-    return "libtpu"
+    """The libtpu built for the installed JAX, through JAX's own ``tpu`` extra at
+    that exact version (what this distribution's [libtpu] extra resolves to): a
+    plain ``libtpu`` would be the newest, which an older jaxlib cannot load."""
+    import jax
+    return f"jax[tpu]=={jax.__version__}"
 
 
 @functools.cache

@@ -1,9 +1,11 @@
 """Without libtpu, compiling for a TPU topology says how to get it with a command
-that works wherever pallas-tpu came from (issue 34): the requirement of its own
-[libtpu] extra, which PyPI has ("pallas-tpu[libtpu]" resolves from no index yet)."""
+that works wherever pallas-tpu came from (issue 34): JAX's own tpu extra at the
+installed JAX's version, which PyPI has ("pallas-tpu[libtpu]" resolves from no
+index yet) and which picks the libtpu that JAX was built with (issue 41)."""
 
-import importlib.metadata
 import importlib.util
+
+import jax
 
 import pytest
 
@@ -21,7 +23,5 @@ def test_missing_libtpu_names_the_pinned_requirement(monkeypatch):
             aot.topology_mesh("v5e:1x1")
     finally:
         aot.topology_mesh.cache_clear()
-    pins = [r.split(";")[0].strip() for r in importlib.metadata.requires("pallas-tpu")
-            if "extra == \"libtpu\"" in r]
-    assert pins and f"pip install '{pins[0]}'" in str(info.value), str(info.value)
+    assert f"pip install 'jax[tpu]=={jax.__version__}'" in str(info.value), str(info.value)
     assert "pallas-tpu[" not in str(info.value)

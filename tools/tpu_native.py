@@ -1,0 +1,292 @@
+"""Run the project natively on a TPU host whose JAX is in the project's window
+(the lent v5e: Python 3.11, JAX 0.10.2, libtpu 0.0.42.1, no package index).
+
+    python tools/tpu_native.py pack --jax-src PATH --rev jax-v0.10.2   # here, any machine
+    python3 tools/tpu_native.py run --parts project,jax-suite          # there, from the copy
+    python tools/tpu_native.py report --results DIR [--write]          # here: the tables
+
+``pack`` writes ``.tpu-native/`` (``--out``): wheels of the four distributions
+and of the pure-Python packages they need that such a host may lack (pluggy,
+importlib-metadata, zipp), and JAX's TPU test files of ``--rev`` (a JAX checkout
+or bare clone at ``--jax-src``), two copies each as ``tools/jax_suite.py`` makes
+them: JAX's file as it stands ("jax") and with only the Pallas imports naming
+ours ("ours"). Run it under the JAX the host has (a Python 3.11 venv of jax
+0.10.2): which private imports have public homes is read from that JAX.
+
+``run`` installs the wheels into ``--site`` (no index, no dependencies: the
+host's JAX stays the one used), then runs, each with pytest in a process of its
+own that holds the chip alone, and writes JUnit reports and ``native.json``
+into ``--out``:
+- ``project``: the conformance suite against pallas_tpu and the plugin's tests,
+  compiled for the chip (``plugins/pallas_tpu/tests/test_on_chip.py`` compares
+  ours with NumPy float64 and with JAX's Pallas on the same device arrays);
+- ``jax-suite``: each packed JAX test file, under ours and under JAX
+  (``--side``), one file at a time, each within ``--timeout`` seconds.
+``report`` reads one or more such folders and writes the "TPU v5e" table of
+``docs/jax-suite.md``. Python 3.11 syntax throughout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import jax_suite  # noqa: E402
+
+PACK = ROOT / ".tpu-native"
+# JAX's test files that run on one chip (tests/pallas at the JAX tag).
+TPU_FILES = ("tpu_pallas_test.py", "tpu_ops_test.py", "tpu_pallas_random_test.py",
+             "tpu_pallas_async_test.py", "tpu_pallas_pipeline_test.py",
+             "tpu_paged_attention_kernel_test.py", "tpu_gmm_test.py",
+             "tpu_ragged_paged_attention_test.py", "tpu_pallas_state_test.py",
+             "tpu_pallas_memory_space_test.py", "tpu_side_effects_test.py",
+             "tpu_splash_attention_kernel_test.py", "tpu_splash_attention_mask_test.py",
+             "tpu_fusible_matmul_test.py", "tpu_info_test.py", "tpu_trace_value_test.py",
+             "tpu_pallas_call_print_test.py")
+# Pure-Python requirements of the distributions that a bare TPU host may lack.
+SUPPORT = ("pluggy", "importlib-metadata", "zipp")
+DISTRIBUTIONS = {"pallas-frontend": ROOT, "pallas-triton": ROOT / "plugins" / "pallas_triton",
+                 "pallas-tpu": ROOT / "plugins" / "pallas_tpu",
+                 "pallas-mgpu": ROOT / "plugins" / "pallas_mgpu"}
+DOC = ROOT / "docs" / "jax-suite.md"
+START, END = "<!-- tpu_native:start -->", "<!-- tpu_native:end -->"
+
+
+# --- pack (here) -----------------------------------------------------------------
+
+def pack(jax_src: Path, rev: str, out: Path, files) -> None:
+    import jax
+    wheels = out / "wheels"
+    if out.exists():
+        shutil.rmtree(out)
+    wheels.mkdir(parents=True)
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run(pip + ["wheel", "--no-deps", "-w", str(wheels),
+                          *map(str, DISTRIBUTIONS.values())], check=True)
+    subprocess.run(pip + ["download", "--no-deps", "--only-binary=:all:", "-d", str(wheels),
+                          *SUPPORT], check=True)
+    skewed = [m for m in jax_suite.SKEW_SHIMS if not jax_suite._module_exists(m)]
+    for side in ("jax", "ours"):
+        folder = out / "suite" / side
+        folder.mkdir(parents=True)
+        for shim in jax_suite.SHIMS.glob("*.py"):
+            shutil.copy(shim, folder / shim.name)
+    names = []
+    for name in files:
+        try:
+            source = jax_suite.read_tests(jax_src, rev, name)
+        except subprocess.CalledProcessError:
+            print(f"  {name}: not in {rev}, left out")
+            continue
+        for side in ("jax", "ours"):
+            copy = jax_suite.make_copy(source, side == "ours", skewed)
+            (out / "suite" / side / name).write_text(copy)
+        names.append(name)
+    manifest = {"jax_revision": jax_suite.jax_revision(jax_src, rev), "rev": rev,
+                "packed_with_jax": jax.__version__, "ours": jax_suite.our_revision(),
+                "files": names, "wheels": sorted(p.name for p in wheels.iterdir())}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    print(f"packed {len(names)} JAX test files and {len(manifest['wheels'])} wheels into {out}")
+
+
+# --- run (on the TPU host) ----------------------------------------------------------
+
+def install(pack_dir: Path, site: Path) -> None:
+    """The pack's wheels into ``site``, from the pack alone (no index, no deps)."""
+    wheels = sorted(str(p) for p in (pack_dir / "wheels").glob("*.whl"))
+    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-index",
+                    "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade", "--target",
+                    str(site), *wheels], check=True, env=env)
+
+
+def chip_env(site: Path, extra_path: Path | None = None) -> dict[str, str]:
+    """The host's environment (its TPU_ variables, its JAX first on PYTHONPATH), with
+    the installed pack after it and no CPU pinning: programs run on the chip."""
+    parts = [os.environ.get("PYTHONPATH", ""), str(site)]
+    if extra_path is not None:
+        parts.insert(0, str(extra_path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in parts if p))
+    for name in ("JAX_PLATFORMS", "PALLAS_FRONTEND_BACKENDS", "PALLAS_JAX_SUITE_TARGET"):
+        env.pop(name, None)
+    return env
+
+
+def pytest_run(args, report: Path, env, cwd: Path, timeout: float) -> dict:
+    """One pytest process (it holds the chip alone); cut with SIGINT at ``timeout``."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+           f"--junitxml={report}", "-o", "junit_family=xunit1", *args]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True)
+    note = ""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        note = f"cut at the {timeout:.0f} s limit"
+        proc.send_signal(2)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    seconds = round(time.monotonic() - start, 1)
+    results = jax_suite.parse_junit(report, report.stem) if report.exists() else {}
+    passed, failed, skipped = jax_suite.tally(results)
+    print(f"  {report.stem}: {passed} passed, {failed} failed, {skipped} skipped "
+          f"in {seconds} s {note}", flush=True)
+    return {"passed": passed, "failed": failed, "skipped": skipped, "seconds": seconds,
+            "note": note, "exit": proc.returncode,
+            "not_passed": {t: why for t, (o, why) in results.items() if o == "failed"}}
+
+
+def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: float) -> dict:
+    import jax
+    out.mkdir(parents=True, exist_ok=True)
+    install(pack_dir, site)
+    env = chip_env(site)
+    devices = jax.devices()
+    record = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+              "device": devices[0].device_kind, "platform": devices[0].platform,
+              "python": platform.python_version(), "jax": jax.__version__,
+              "jaxlib": _version("jaxlib"), "libtpu": _version("libtpu"),
+              "manifest": json.loads((pack_dir / "manifest.json").read_text()), "runs": {}}
+    if "project" in parts:
+        suites = {"conformance": ["--pyargs", "pallas_frontend.testing", "--pallas-backend",
+                                  "tpu"],
+                  "pallas_tpu": [str(ROOT / "plugins" / "pallas_tpu" / "tests")]}
+        for name, args in suites.items():
+            record["runs"][f"project/{name}"] = pytest_run(
+                args, out / f"project-{name}.xml", env, ROOT, timeout)
+    if "jax-suite" in parts:
+        for name in files or record["manifest"]["files"]:
+            for side in sides:
+                folder = pack_dir / "suite" / side
+                record["runs"][f"{side}/{name}"] = pytest_run(
+                    [name], out / f"{side}-{name.removesuffix('.py')}.xml",
+                    chip_env(site, folder), folder, timeout)
+    (out / "native.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+# --- report (here) ---------------------------------------------------------------------
+
+def merge(folders) -> dict:
+    """The runs of several ``run`` outputs (a later folder's run of a file wins)."""
+    merged = None
+    for folder in folders:
+        record = json.loads((Path(folder) / "native.json").read_text())
+        if merged is None:
+            merged = record
+        else:
+            merged["runs"].update(record["runs"])
+    return merged
+
+
+def render(record: dict) -> str:
+    runs = record["runs"]
+    lines = [f"Run natively on one {record['device']} ({record['date']} UTC): Python "
+             f"{record['python']}, jax {record['jax']}, jaxlib {record['jaxlib']}, libtpu "
+             f"{record['libtpu']}; JAX's files at {record['manifest']['rev']} "
+             f"({record['manifest']['jax_revision']}), ours at {record['manifest']['ours']}. "
+             "Written by `tools/tpu_native.py report` from the run's JUnit reports.", ""]
+    project = {k.split("/", 1)[1]: v for k, v in runs.items() if k.startswith("project/")}
+    if project:
+        lines += ["| the project's tests on the chip | passed | failed | skipped |",
+                  "|---|---|---|---|"]
+        lines += [f"| {name} | {r['passed']} | {r['failed']} | {r['skipped']} |"
+                  for name, r in project.items()]
+        lines.append("")
+    names = sorted({k.split("/", 1)[1] for k in runs if not k.startswith("project/")})
+    if names:
+        lines += ["| JAX's file | JAX on v5e (p/f/s) | ours on v5e (p/f/s) | "
+                  "passing under JAX, not under ours |", "|---|---|---|---|"]
+        lost_rows = []
+        for name in names:
+            theirs, ours = runs.get(f"jax/{name}"), runs.get(f"ours/{name}")
+            cell = (lambda r: "–" if r is None else
+                    f"{r['passed']}/{r['failed']}/{r['skipped']}" + (" (cut)" if r["note"] else ""))
+            lost = _lost(theirs, ours)
+            lines.append(f"| {name} | {cell(theirs)} | {cell(ours)} | "
+                         f"{'–' if lost is None else len(lost)} |")
+            lost_rows += [f"- `{t}`: {why}" for t, why in (lost or {}).items()]
+        lines.append("")
+        if lost_rows:
+            lines += ["Tests that pass under JAX on the chip and not under ours:", ""] + lost_rows
+    return "\n".join(lines)
+
+
+def _lost(theirs, ours):
+    """Tests failed under ours whose JAX run did not fail them (None: a side missing)."""
+    if theirs is None or ours is None:
+        return None
+    failed_theirs = {t.split("::", 1)[1] for t in theirs["not_passed"]}
+    return {t: why for t, why in ours["not_passed"].items()
+            if t.split("::", 1)[1] not in failed_theirs}
+
+
+def write(text: str, path: Path = DOC) -> None:
+    import re
+    doc = path.read_text()
+    block = f"{START}\n{text}\n{END}"
+    if START in doc:
+        doc = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: block, doc, flags=re.S)
+    else:
+        doc = doc.rstrip("\n") + "\n\n## TPU v5e, natively\n\n" + block + "\n"
+    path.write_text(doc)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pack", help="wheels and JAX's TPU test files, here")
+    p.add_argument("--jax-src", required=True, type=Path)
+    p.add_argument("--rev", default="jax-v0.10.2")
+    p.add_argument("--out", type=Path, default=PACK)
+    p.add_argument("--files", nargs="*", default=list(TPU_FILES))
+    r = sub.add_parser("run", help="on the TPU host")
+    r.add_argument("--pack", type=Path, default=PACK)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--site", type=Path, default=Path("/tmp/pallas-native-site"))
+    r.add_argument("--parts", default="project,jax-suite")
+    r.add_argument("--side", default="ours,jax", help="ours, jax or both (comma-separated)")
+    r.add_argument("--files", nargs="*", help="JAX test files to run (default: the pack's)")
+    r.add_argument("--timeout", type=float, default=420.0, help="seconds per pytest process")
+    q = sub.add_parser("report", help="the docs table from run folders, here")
+    q.add_argument("--results", nargs="+", required=True)
+    q.add_argument("--write", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "pack":
+        pack(args.jax_src, args.rev, args.out, args.files)
+    elif args.command == "run":
+        record = run(args.pack, args.out, args.site, args.parts.split(","),
+                     args.side.split(","), args.files, args.timeout)
+        if record["platform"] != "tpu":
+            print(f"note: JAX's default device here is {record['platform']}, not a TPU")
+    else:
+        text = render(merge(args.results))
+        print(text)
+        if args.write:
+            write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend.discharge import discharge_kernel_body
 from pallas_frontend.block_indices import BlockTable, check_block_ranges
 from pallas_frontend.specs import Blocked, BoundedSlice, Squeezed
 
@@ -309,6 +310,6 @@ def parallel_grid_axes(kernel: KernelIR, *, private_scratch: bool = False) -> tu
             "runtime values); treat every axis as sequential.")
     tables = check_block_ranges(kernel)
     n_grid = len(kernel.grid)
-    body = jc.discharge_kernel_body(kernel.jaxpr, n_grid)
+    body = discharge_kernel_body(kernel.jaxpr, n_grid)
     found = analyze_grid(kernel, tables, body, scratch_is_shared=not private_scratch)
     return tuple(a in found.parallel_axes for a in range(n_grid))

@@ -89,6 +89,11 @@ def pip_install() -> str:
     return f"{python} -m pip install"
 
 
+def requirements_command(*requirements: str) -> str:
+    """A command installing third-party ``requirements`` (on PyPI) into this interpreter."""
+    return f"{pip_install()} {' '.join(shlex.quote(r) for r in requirements)}"
+
+
 def _requirement(dist: str, extra: str | None) -> str:
     return shlex.quote(f"{dist}[{extra}]") if extra else dist
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend.discharge import discharge_kernel_body
 from pallas_frontend.specs import Blocked, BoundedSlice
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def kernel_body_fn(kernel: KernelIR) -> Callable[..., list]:
     """
     n_grid = kernel.num_index_operands
     n_refs = len(kernel.jaxpr.invars) - n_grid
-    body = jc.discharge_kernel_body(kernel.jaxpr, n_grid)
+    body = discharge_kernel_body(kernel.jaxpr, n_grid)
 
     def fn(*args):
         if len(args) != n_grid + n_refs:
@@ -61,7 +62,7 @@ def block_window(mapping: BlockMapping, *grid_ids, prefetch=()) -> tuple[list, l
     index_map = mapping.index_map
     if prefetch and not any(jc.is_ref_value(p) for p in prefetch):
         # The index map reads the prefetch operands as Refs; discharge them to values.
-        index_map = jc.discharge_kernel_body(index_map, len(index_map.invars) - len(prefetch))
+        index_map = discharge_kernel_body(index_map, len(index_map.invars) - len(prefetch))
     outs = iter(jc.eval_jaxpr(index_map, *grid_ids, *prefetch))
     starts, sizes = [], []
     for dim in mapping.block_dims:

@@ -46,6 +46,7 @@ CONTRACT_MAY_IMPORT = {
                                         "pallas_frontend.grid_context"},
     "pallas_frontend.grid_context": set(),
     "pallas_frontend.kernel_arrays": {"pallas_frontend.contract", "pallas_frontend._jax_compat",
+                                      "pallas_frontend.discharge",
                                       "pallas_frontend.specs"},
     "pallas_frontend.specs": {"pallas_frontend.contract"},
     "pallas_frontend.hookspecs": set(),

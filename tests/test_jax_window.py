@@ -28,7 +28,7 @@ def test_an_older_jax_is_refused_with_one_line():
     assert out.returncode != 0 and "imported" not in out.stdout
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: pallas-frontend needs jax >= 0.10 (this is jax 0.9.3)")
-    assert "pip install 'jax>=0.10,<0.13'" in last
+    assert "install 'jax>=0.10,<0.13' 'jaxlib>=0.10,<0.13'" in last
 
 
 def test_a_newer_jax_is_warned_about_and_still_imports():

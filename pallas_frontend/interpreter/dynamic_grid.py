@@ -20,6 +20,7 @@ import numpy as np
 from jax import lax
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend.discharge import discharge_kernel_body
 from pallas_frontend import primitives
 from pallas_frontend.affine_maps import affine_outputs
 from pallas_frontend.export import symbolic_grid_of
@@ -182,7 +183,7 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
     for s in sizes:
         total = total * jnp.maximum(s, 0)
 
-    body = jc.discharge_kernel_body(kernel.jaxpr, kernel.num_index_operands)
+    body = discharge_kernel_body(kernel.jaxpr, kernel.num_index_operands)
     inputs = operands
     padded_in = [_pad(x, m) for x, m in zip(inputs, kernel.in_mappings)]
     aliased = {o: i for i, o in kernel.input_output_aliases}
@@ -204,7 +205,7 @@ def run(kernel: KernelIR, dyn_sizes, *operands):
         return idx[::-1]
 
     # the kernel's Refs: prefetch, inputs, outputs, scratch (prefetch Refs may be written)
-    index_maps = [jc.discharge_kernel_body(m.index_map, n_grid) if n_pf else None
+    index_maps = [discharge_kernel_body(m.index_map, n_grid) if n_pf else None
                   for m in kernel.mappings]
     ins_at = kernel.num_index_operands + n_pf
     written = tuple(k for k in range(n_in) if body.jaxpr.outvars[n_pf + k]

@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend.discharge import discharge_kernel_body
 from pallas_frontend.backend_api import KernelIR
 from pallas_frontend.block_indices import (BlockTable, block_positions, check_block_ranges,
                                            grid_coordinates)
@@ -150,7 +151,7 @@ def make_plan(kernel: KernelIR) -> InterpreterPlan:
     kernel = lift_globals(kernel)
     tables = check_block_ranges(kernel)
     layouts = tuple(operand_layout(t) for t in tables)
-    body = jc.discharge_kernel_body(kernel.jaxpr, len(kernel.grid))
+    body = discharge_kernel_body(kernel.jaxpr, len(kernel.grid))
     return InterpreterPlan(kernel, layouts, body)
 
 

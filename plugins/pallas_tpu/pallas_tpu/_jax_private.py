@@ -56,6 +56,42 @@ def barrier_semaphore_takes_tag() -> bool:
     return "tag" in inspect.signature(pltpu.get_barrier_semaphore).parameters
 
 
+# JAX ``pltpu`` functions that ours replays on TPU and JAX 0.10 lacks, with the
+# release that has them.
+_PLTPU_SINCE = {"conv": "0.11", "has_memory_space": "0.11", "annotate": "0.11",
+                "TensorCoreMesh": "0.11", "emit_pipeline_with_async_prefetch": "0.11"}
+
+
+def jax_pltpu(name: str):
+    """JAX's ``pltpu.<name>``; where this JAX lacks it, one line naming the
+    release that has it."""
+    from jax.experimental.pallas import tpu as pltpu
+    found = getattr(pltpu, name, None)
+    if found is None:
+        raise NotImplementedError(needs_newer_jax(
+            f"pallas_tpu.{name} on TPU (JAX's pltpu.{name})", _PLTPU_SINCE.get(name, "0.12")))
+    return found
+
+
+@functools.cache
+def bitcast_takes_dim() -> bool:
+    import inspect
+    from jax.experimental.pallas import tpu as pltpu
+    return "dim" in inspect.signature(pltpu.bitcast).parameters
+
+
+def jax_bitcast(x, dtype, dim: int):
+    """JAX's ``pltpu.bitcast`` scaling dim ``dim`` (non-negative) of ``x``.
+    Before JAX 0.12 it scales the second minor dim only (and takes no ``dim``)."""
+    from jax.experimental.pallas import tpu as pltpu
+    if bitcast_takes_dim():
+        return pltpu.bitcast(x, dtype, dim=dim)
+    if dim != x.ndim - 2:
+        raise NotImplementedError(needs_newer_jax(
+            "pallas_tpu.bitcast along the minormost dim (dim=-1) on TPU", "0.12"))
+    return pltpu.bitcast(x, dtype)
+
+
 def abstract_tpu_device(device_kind: str = "TPU v5 lite", num_cores: int = 1):
     from jax._src.mesh import AbstractDevice
     return AbstractDevice(device_kind=device_kind, num_cores=num_cores, platform="tpu")
@@ -122,14 +158,30 @@ def def_linear(prim, transpose_rule):
     ad.deflinear2(prim, transpose_rule)
 
 
+def jax_einshape_has_rules() -> bool:
+    """Whether JAX's einshape has a VJP and fuser rules (JAX 0.11+)."""
+    from jax._src.pallas import einshape as jax_einshape
+    return hasattr(jax_einshape.Einshape, "pull_block_spec_rule")
+
+
 def register_einshape_with_jax_fuser(prim) -> None:
     """Lets JAX's fuser (``jax.experimental.pallas.fuser``) pull block specs
     back through ``prim`` (this plugin's einshape; params ``equation`` and the
     split ``sizes``) and evaluate it on one block, with the rules of JAX's own
     einshape: code written for JAX fuses ``pltpu.einshape`` (JAX's fuser keys
     its rules on the primitive object, and ours is another one)."""
-    from jax._src.pallas import einshape as jax_einshape
     from jax._src.pallas.fuser import block_spec as fuser
+
+    if not jax_einshape_has_rules():
+        # JAX 0.10's fuser has no rule for its own einshape either: say so in one line
+        def refuse(ctx, *args, **params):
+            raise NotImplementedError(needs_newer_jax(
+                "JAX's fuser (pull_block_spec) through pallas_tpu.einshape", "0.11"))
+        fuser.register_pull_block_spec_rule(prim)(refuse)
+        fuser.register_eval_rule(prim)(refuse)
+        return
+
+    from jax._src.pallas import einshape as jax_einshape
 
     def as_jax(aval, equation, sizes):
         return jax_einshape.Einshape(aval, equation=equation, sizes=dict(sizes),

@@ -16,7 +16,7 @@ from jax import lax
 from pallas_frontend.backend_api import (
     def_pure_primitive, kernel_primitive, register_interpret_rule)
 
-from pallas_tpu import interpret_mode
+from pallas_tpu import _jax_private, interpret_mode
 
 OWNER = "tpu"
 
@@ -93,9 +93,8 @@ def conv(lhs, rhs, acc=None, *, dimension_numbers, window_strides=None, padding=
 def _replay(eqn, invals):
     if interpret_mode.active():       # JAX's TPU interpreter has no rule for its conv
         return conv_p.bind(*invals, **eqn.params)
-    from jax.experimental.pallas import tpu as jax_pltpu
     lhs, rhs, *acc = invals
-    return jax_pltpu.conv(lhs, rhs, acc[0] if acc else None, **eqn.params)
+    return _jax_private.jax_pltpu("conv")(lhs, rhs, acc[0] if acc else None, **eqn.params)
 
 
 def _register():

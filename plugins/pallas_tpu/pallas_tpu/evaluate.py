@@ -24,7 +24,7 @@ from jax.extend import core as jex
 
 from pallas_frontend.backend_api import FRONTEND_OWNER, primitive_owner, replay_equations
 
-from pallas_tpu import interpret_mode, key_operands, layout_ops
+from pallas_tpu import _jax_private, interpret_mode, key_operands, layout_ops
 from pallas_tpu import primitives as tpu_prims
 from pallas_tpu.spaces import scratch_type
 
@@ -400,8 +400,7 @@ def _roll(eqn, invals):
 
 @_rule(_RULES, layout_ops.bitcast_p)
 def _bitcast(eqn, invals):
-    from jax.experimental.pallas import tpu as pltpu
-    return pltpu.bitcast(invals[0], eqn.params["dtype"], dim=eqn.params["dim"])
+    return _jax_private.jax_bitcast(invals[0], eqn.params["dtype"], eqn.params["dim"])
 
 
 @_rule(_RULES, layout_ops.einshape_p)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import pallas_frontend as pf
 from pallas_frontend.backend_api import kernel_primitive, register_interpret_rule
 
-from pallas_tpu import interpret_mode
+from pallas_tpu import _jax_private, interpret_mode
 from pallas_tpu.memory import MemorySpace
 
 OWNER = "tpu"
@@ -63,9 +63,8 @@ def _replay(eqn, invals):
     space = eqn.params["memory_space"]
     if interpret_mode.active():
         return _interpreted(space)
-    from jax.experimental.pallas import tpu as jax_pltpu
     from pallas_tpu.spaces import block_memory_space
-    return jax_pltpu.has_memory_space(invals[0], block_memory_space(space))
+    return _jax_private.jax_pltpu("has_memory_space")(invals[0], block_memory_space(space))
 
 
 def _register():

@@ -14,10 +14,10 @@ from jax.experimental.pallas import tpu as jax_pltpu
 
 import pallas_frontend as pl
 import pallas_tpu as pltpu
-from pallas_frontend.testing.jax_window import needs_jax
+from tpu_window import ANNOTATE
 
 # ours carries JAX's own transform (test_jax_window: the line ours says on JAX 0.10)
-pytestmark = needs_jax("0.11", "JAX 0.10 has no pltpu.annotate (Mosaic access assumptions)")
+pytestmark = ANNOTATE
 
 FLAG_SETS = [dict(no_store=True), dict(no_bank_conflict=True),
              dict(no_store=True, no_bank_conflict=True), dict(no_hazard=True),

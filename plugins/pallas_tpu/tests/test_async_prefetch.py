@@ -11,6 +11,7 @@ import pytest
 
 import pallas_frontend as pl
 import pallas_tpu as pltpu
+from tpu_window import ASYNC_PREFETCH, tensorcore_mesh
 
 ROWS, COLS, BLOCK = 16, 768, 128        # six column blocks of (16, 128)
 
@@ -27,10 +28,12 @@ def prefetching_program(Pl, T, *, prefetch=True, interpret=False):
     """JAX's pattern, written once for either API: the first blocks of x (two
     of three buffers) and of y (one) are prefetched before the kernel that
     runs the pipeline; the kernel first does other work (o is written twice)."""
-    mesh = T.TensorCoreMesh(axis_name="core", num_cores=1)
+    mesh = tensorcore_mesh(T)
     spec = lambda mode: Pl.BlockSpec((ROWS, BLOCK), lambda i: (0, i), pipeline_mode=mode)
-    in_specs = [spec(Pl.Buffered(3, prefetched_count=2)), spec(Pl.Buffered(2, prefetched_count=1))]
-    if not prefetch:    # JAX's plain emit_pipeline: the reference where JAX cannot prefetch
+    if prefetch:
+        in_specs = [spec(Pl.Buffered(3, prefetched_count=2)),
+                    spec(Pl.Buffered(2, prefetched_count=1))]
+    else:       # JAX's plain emit_pipeline: the reference where JAX cannot prefetch
         in_specs = [spec(Pl.Buffered(3)), spec(Pl.Buffered(2))]
     options = dict(grid=(COLS // BLOCK,), in_specs=in_specs, out_specs=spec(None))
     if prefetch:
@@ -81,6 +84,7 @@ def test_async_prefetch_matches_numpy_and_jax(mode):
     np.testing.assert_array_equal(ours, theirs)
 
 
+@ASYNC_PREFETCH
 def test_jax_tpu_interpret_mode_cannot_run_jax_prefetch():
     """Why the reference above is JAX's plain pipeline (if this starts to pass,
     compare with JAX's prefetch directly)."""
@@ -92,6 +96,7 @@ def test_jax_tpu_interpret_mode_cannot_run_jax_prefetch():
         jax.jit(prefetching_program(jpl, jpltpu))(x, y)
 
 
+@ASYNC_PREFETCH
 def test_async_prefetch_compiles_for_v5e_as_jax_does(aot_compile, v5e_mesh):
     from jax.experimental import pallas as jpl
     from jax.experimental.pallas import tpu as jpltpu
@@ -116,7 +121,7 @@ def test_async_prefetch_on_tpu_matches_jax():
 def _whole_operand_program(Pl, T, interpret=False):
     """y's block is all of y at every step (JAX's trivial windowing): JAX lets
     it prefetch more blocks (2) than its buffer count (1)."""
-    mesh = T.TensorCoreMesh(axis_name="core", num_cores=1)
+    mesh = tensorcore_mesh(T)
     pipeline, async_prefetch = T.emit_pipeline_with_async_prefetch(
         lambda x_ref, y_ref, o_ref: o_ref.__setitem__(..., x_ref[...] - y_ref[:, :BLOCK]),
         grid=(COLS // BLOCK,), mesh=mesh,
@@ -136,6 +141,7 @@ def _whole_operand_program(Pl, T, interpret=False):
     return program
 
 
+@ASYNC_PREFETCH
 def test_whole_operand_block_may_prefetch_beyond_its_buffers_as_in_jax(aot_compile):
     from jax.experimental import pallas as jpl
     from jax.experimental.pallas import tpu as jpltpu

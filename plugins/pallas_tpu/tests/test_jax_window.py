@@ -65,3 +65,24 @@ def test_barrier_semaphore_tag():
     with pytest.raises(NotImplementedError,
                        match=_needs("pallas_tpu.get_barrier_semaphore(tag=...)", "0.11")):
         _copy_kernel(body)(jnp.zeros((8, 128), jnp.float32))
+
+
+def test_bitcast_along_the_minormost_dim():
+    """The built-in interpreter bitcasts along any dim on every JAX; TPU
+    interpret mode and Mosaic go through JAX's pltpu.bitcast, which takes
+    ``dim`` from JAX 0.12."""
+    def body(x_ref, o_ref):
+        o_ref[...] = pltpu.bitcast(x_ref[...], jnp.float32, -1)
+    x = jnp.arange(16 * 128, dtype=jnp.int32).reshape(16, 128)
+
+    def call(interpret):
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+                              interpret=interpret)(x)
+    want = jax.lax.bitcast_convert_type(x, jnp.float32)
+    assert (call(True) == want).all()
+    if _jax_private.bitcast_takes_dim():
+        assert (call(pltpu.InterpretParams()) == want).all()
+        return
+    with pytest.raises(NotImplementedError, match=_needs(
+            "pallas_tpu.bitcast along the minormost dim (dim=-1) on TPU", "0.12")):
+        call(pltpu.InterpretParams())

@@ -13,6 +13,7 @@ import pytest
 
 import pallas_frontend as pl
 import pallas_tpu as pltpu
+from tpu_window import BITCAST_DIM, EINSHAPE_RULES, skip_unless
 
 INTERPRET = pltpu.InterpretParams()
 MODES = {"tpu_interpret": INTERPRET, "frontend_interpreter": True}
@@ -140,6 +141,8 @@ CASTS = [  # (source shape, source dtype, target dtype, dim)
 @pytest.mark.parametrize("case", CASTS, ids=lambda c: f"{np.dtype(c[1])}_to_{np.dtype(c[2])}_dim{c[3]}")
 def test_bitcast_matches_numpy(rng, mode, case):
     shape, src, dst, dim = case
+    if dim == -1 and mode == "tpu_interpret":
+        skip_unless(BITCAST_DIM)
     x = _random_bits(rng, shape, src)
     got = np.asarray(bitcasted(jnp.asarray(x), dst, dim, interpret=MODES[mode]))
     want = _np_bitcast(x, np.dtype(dst), dim)
@@ -160,6 +163,8 @@ def test_bitcast_packs_row_pairs_low_half_first(rng):
 @pytest.mark.parametrize("case", CASTS, ids=lambda c: f"{np.dtype(c[1])}_to_{np.dtype(c[2])}_dim{c[3]}")
 def test_bitcast_aot(aot_compile, case):
     shape, src, dst, dim = case
+    if dim == -1:
+        skip_unless(BITCAST_DIM)
     fn = functools.partial(bitcasted, dtype=dst, dim=dim)
     compiled, text = aot_compile(fn, jnp.zeros(shape, src))
     assert compiled is not None and "tpu_custom_call" in text
@@ -231,6 +236,7 @@ VJP_CASES = [  # JAX's einshape VJP cases, with a grouped merge on both sides
 ]
 
 
+@EINSHAPE_RULES
 @pytest.mark.parametrize("case", VJP_CASES, ids=lambda c: c[0])
 def test_einshape_vjp_matches_jax(rng, case):
     """Outside a kernel and inside one (TPU interpret mode): the cotangent goes
@@ -276,6 +282,7 @@ FUSED_EINSHAPES = [  # (equation, input shape, sizes, output block shape, NumPy 
 ]
 
 
+@EINSHAPE_RULES
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", FUSED_EINSHAPES, ids=lambda c: c[0])
 def test_jax_fuser_pulls_block_specs_through_einshape(rng, mode, case):

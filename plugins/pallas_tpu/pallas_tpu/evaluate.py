@@ -109,15 +109,23 @@ def _replay_equation(eqn, invals):
 
 
 def _open_scope(jaxpr, k: int, env: dict):
+    """Consecutive allocations (a pytree given to ``pl.run_scoped``, a pipeline's
+    buffers and semaphores) open one ``pl.run_scoped`` together: a region nested
+    per buffer made Mosaic's relayout pass recurse deep enough to overflow
+    (libtpu 0.0.42, a pipeline with nine operands)."""
     from jax.experimental import pallas as pl
-    eqn = jaxpr.eqns[k]
-    ty = eqn.params["ty"]
-    buffer_type = scratch_type(ty.shape, ty.dtype, eqn.params.get("memory_space"))
+    end = k
+    while end < len(jaxpr.eqns) and jaxpr.eqns[end].primitive.name == _SCOPE_START:
+        end += 1
+    allocations = jaxpr.eqns[k:end]
+    types = [scratch_type(e.params["ty"].shape, e.params["ty"].dtype,
+                          e.params.get("memory_space")) for e in allocations]
 
-    def body(ref):
-        env[eqn.outvars[0]] = ref
-        return _eval_from(jaxpr, k + 1, env)
-    return pl.run_scoped(body, buffer_type)
+    def body(*refs):
+        for e, ref in zip(allocations, refs):
+            env[e.outvars[0]] = ref
+        return _eval_from(jaxpr, end, env)
+    return pl.run_scoped(body, *types)
 
 
 # --- control flow whose bodies must be replayed --------------------------------------
@@ -297,11 +305,9 @@ def _semaphore_signal(eqn, invals):
     n_dev = tree.num_leaves if tree is not None else 0
     ref, *idx, inc = invals[:len(invals) - n_dev]
     device_id = jax.tree.unflatten(tree, invals[len(invals) - n_dev:]) if tree is not None else None
-    # JAX 0.12 defaults to mesh ids and deprecates the argument: pass it only for logical ids.
-    id_type = pl.DeviceIdType.LOGICAL if eqn.params["device_id_type"] == "logical" else None
     device_id, core_index = interpret_mode.split_core_axes(device_id, eqn.params["core_index"])
-    pl.semaphore_signal(_sem_view(ref, idx), inc, device_id=device_id, device_id_type=id_type,
-                        core_index=core_index)
+    pl.semaphore_signal(_sem_view(ref, idx), inc, device_id=device_id, core_index=core_index,
+                        **_device_id_type(eqn))
     return []
 
 
@@ -322,15 +328,20 @@ def _unflatten(eqn, invals):
 
 def _descriptor(eqn, invals):
     from jax.experimental.pallas import tpu as pltpu
-    from jax.experimental import pallas as pl
     src, dst, dst_sem, src_sem, device_id = _unflatten(eqn, invals)
     if device_id is not None:
-        # JAX 0.12 defaults to mesh ids and deprecates the argument: pass it only for logical ids.
-        logical = eqn.params.get("device_id_type") == "logical"
-        return pltpu.make_async_remote_copy(
-            src, dst, src_sem, dst_sem, device_id=device_id,
-            device_id_type=pl.DeviceIdType.LOGICAL if logical else None)
+        return pltpu.make_async_remote_copy(src, dst, src_sem, dst_sem, device_id=device_id,
+                                            **_device_id_type(eqn))
     return pltpu.make_async_copy(src, dst, dst_sem)
+
+
+def _device_id_type(eqn) -> dict:
+    """JAX's ``device_id_type`` keyword for logical ids; none for mesh ids,
+    every JAX's default (JAX 0.12 deprecates passing it, JAX 0.10 refuses None)."""
+    from jax.experimental import pallas as pl
+    if eqn.params.get("device_id_type") == "logical":
+        return {"device_id_type": pl.DeviceIdType.LOGICAL}
+    return {}
 
 
 @_rule(_RULES, tpu_prims.dma_start_p)
@@ -387,8 +398,7 @@ def _prng_random_bits(eqn, invals):
 
 @_rule(_RULES, tpu_prims.reciprocal_approx_p)
 def _reciprocal_approx(eqn, invals):
-    from jax.experimental.pallas import tpu as pltpu
-    return pltpu.reciprocal(invals[0], approx=True)
+    return _jax_private.jax_pltpu("reciprocal")(invals[0], approx=True)
 
 
 @_rule(_RULES, layout_ops.roll_p)

@@ -20,8 +20,9 @@ from doc_truths import (REPO, api_history, api_version, conformance_test_count, 
                         dist_version, dot_tiles, frontend_bound, frontend_envs,
                         gpu_aot_conformance_cases, import_timeout_default,
                         interpreter_semaphore_start, jax_names_provided, jax_ops_compiled_cells,
-                        jax_ops_cpu_rows, jax_ops_jax_version, jax_pallas_names, jax_series,
-                        jax_suite_totals, jax_triton_style_calls, libtpu_pin,
+                        jax_ops_cpu_rows, jax_ops_jax_version, jax_pallas_names,
+                        jax_series_in_window, jax_window, python_of_matrix,
+                        jax_suite_totals, jax_triton_style_calls,
                         pallas_frontend_default, plugin_bound, plugin_count, progress_every,
                         python_min, slowest_default, source_default, tox_setenv, tpu_sc_names)
 
@@ -166,12 +167,31 @@ def _triton_math_bounds(match: re.Match) -> str | None:
 
 
 FACTS = [
-    Fact("Python floor", r"Python >= (?P<v>\d+\.\d+)", python_min),
+    # two floors: the project's (pyproject) and the test matrix's (JAX 0.12 needs 3.12)
+    Fact("Python floor", r"Python >= (?P<v>\d+\.\d+)",
+         lambda: lambda v: None if v in (python_min(), python_of_matrix()) else
+         f"Python {v} is neither the project's floor {python_min()} nor the matrix's "
+         f"{python_of_matrix()}", predicate=True),
     Fact("Python floor (pyproject)", r'requires-python = ">=(?P<v>[\d.]+)"', python_min),
     Fact("Python of .python-version", r"Python (?P<v>\d+\.\d+) (?:following|where pyenv)",
-         python_min),
-    Fact("JAX series", r"\bJAX\s+(?P<v>\d+\.\d+)\b(?!\.\d| deprecated)", jax_series),
-    Fact("libtpu pin", r"\blibtpu (?P<v>\d+\.\d+\.\d+)\b(?!\.\d)", libtpu_pin),
+         python_of_matrix),
+    Fact("JAX series", r"\bJAX\s+(?P<v>\d+\.\d+)\b(?!\.\d| deprecated)",
+         lambda: jax_series_in_window, predicate=True),
+    Fact("JAX window", r"\bJAX\s+(?P<lo>\d+\.\d+)\s+to\s+(?P<hi>\d+\.\d+)\b(?!\.\d)",
+         lambda: lambda m: None if (m["lo"], f"0.{int(m['hi'].split('.')[1]) + 1}")
+         == jax_window() else f"says {m['lo']} to {m['hi']}, pyproject says {jax_window()}",
+         predicate=True, whole_match=True),
+    Fact("Python named", r"\bPython\s+(?P<v>3\.\d+)\b(?!\.\d)",
+         lambda: lambda v: None if v in (python_min(), python_of_matrix()) else
+         f"Python {v} is neither the project's floor nor the matrix's", predicate=True),
+    Fact("Python the test command asks for", r"require_python\.py (?P<v>\d+\.\d+)",
+         python_of_matrix),
+    Fact("JAX release", r"\b(?:jax|JAX)(?:==|\s+)(?P<v>\d+\.\d+\.\d+(?:\.\d+)?)\b",
+         lambda: lambda v: jax_series_in_window(".".join(v.split(".")[:2])), predicate=True),
+    Fact("JAX requirement", r"jax>=(?P<lo>[\d.]+),<(?P<hi>[\d.]+)",
+         lambda: lambda m: None if (m["lo"], m["hi"]) == jax_window() else
+         f"says >={m['lo']},<{m['hi']}, pyproject says {jax_window()}",
+         predicate=True, whole_match=True),
     Fact("backend API now", r"under development: (?P<v>\d+\.\d+)",
          lambda: "%d.%d" % api_version()),
     Fact("frontend version", r"the (?P<v>\d+\.\d+\.\d+) under development",
@@ -429,6 +449,7 @@ EXEMPT = [
      r"|all \d+ exports",
      "the versions of a remote TPU host, and a count of one dated run on it"),
     (r"pytest \d+\.\d+, pytest-xdist\s+\d+\.\d+", "the tool versions a measurement used"),
+    (r"\blibtpu\s+0\.0\.\d+\.\d+", "the libtpu of a TPU host a dated run used"),
     (r"-?[0-9]\.0\b(?= |`|,|\)|$)|\b0\.0\b", "a float value in an example"),
     (r'(?:__version__|version) = "0\.1\.0"|pallas-looped\s+0\.1\.0\s+1\.3|api_version = \(1, 3\)',
      "the guide's own example backend"),

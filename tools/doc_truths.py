@@ -48,13 +48,24 @@ def python_min() -> str:
     return _lower_bound(_pyproject()["requires-python"])
 
 
-def jax_series() -> str:
-    return ".".join(_lower_bound(_dependency(_pyproject(), "jax")).split(".")[:2])
+def python_of_matrix() -> str:
+    """The Python the test matrix runs on: .python-version's (pyenv), major.minor."""
+    return ".".join((REPO / ".python-version").read_text().split(".")[:2])
 
 
-def libtpu_pin() -> str:
-    pin = _dependency(_pyproject("plugins/pallas_tpu/pyproject.toml"), "libtpu", "libtpu")
-    return re.search(r"==\s*([\d.]+?)(?:\.\*)?$", pin)[1]
+def jax_window() -> tuple[str, str]:
+    """(oldest, first unsupported) JAX series of the frontend's requirement."""
+    requirement = _dependency(_pyproject(), "jax")
+    upper = re.search(r"<\s*([\d.]+)", requirement)[1]
+    return _lower_bound(requirement), upper
+
+
+def jax_series_in_window(stated: str) -> str | None:
+    """A JAX series a page names must lie in the supported window."""
+    lo, hi = jax_window()
+    key = lambda v: tuple(int(p) for p in v.split("."))  # noqa: E731
+    return None if key(lo) <= key(stated) < key(hi) else \
+        f"JAX {stated} is outside the window jax>={lo},<{hi}"
 
 
 def dist_version(dist: str) -> str:
@@ -84,8 +95,9 @@ def frontend_envs() -> list[str]:
     """The envlist's envs that run the frontend's tests/ folder."""
     ini = configparser.ConfigParser(interpolation=None)
     ini.read(REPO / "tox.ini")
-    return [e for e in tox_envs() if re.search(r"pytest .*--dist loadfile tests\b",
-                                               ini[f"testenv:{e}"].get("commands", ""))]
+    # (the JAX-window envs, jax010-* and jax011-*, come from one generative section)
+    return [e for e in tox_envs() if ini.has_section(f"testenv:{e}") and re.search(
+        r"pytest .*--dist loadfile tests\b", ini[f"testenv:{e}"].get("commands", ""))]
 
 
 def plugin_count() -> int:

@@ -19,7 +19,151 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 from pallas_frontend.backend_api import RunGate
+
+
+# --- the JAX window (0.10-0.12): what an older JAX lacks, probed by feature ---------
+
+# Fields of JAX 0.12's ``plgpu.CompilerParams`` and ``plgpu.InterpretGPUParams``
+# that older releases of the window lack, with the first release that has each.
+_FIELDS_SINCE = {
+    "CompilerParams": {"profile_bounds_check": "0.11", "skip_device_barrier": "0.11",
+                       "is_multi_process": "0.12"},
+    "InterpretGPUParams": {"inline_mgpu": "0.11", "on_race": "0.12"},
+}
+
+
+def jax_version() -> str:
+    import jax
+    return jax.__version__
+
+
+def needs_newer_jax(what: str, since: str) -> str:
+    """The one line ours says where this JAX lacks ``what``."""
+    return f"{what} needs JAX {since} or newer; this is JAX {jax_version()}."
+
+
+@functools.cache
+def jax_param_fields(cls_name: str) -> frozenset[str]:
+    """The fields of this JAX's ``plgpu.<cls_name>`` (CompilerParams, InterpretGPUParams)."""
+    return frozenset(f.name for f in dataclasses.fields(
+        getattr(_plgpu_or_interpret(cls_name), cls_name)))
+
+
+def missing_param_field(cls_name: str, name: str) -> str | None:
+    """None where this JAX's ``plgpu.<cls_name>`` has field ``name``; else the
+    JAX release that first has it."""
+    since = _FIELDS_SINCE[cls_name].get(name)
+    if since is None or name in jax_param_fields(cls_name):
+        return None
+    return since
+
+
+def refuse_fields_jax_lacks(params, cls_name: str, ours: str) -> None:
+    """Raises (one line, naming the JAX release) where ``params`` (our dataclass
+    mirroring ``plgpu.<cls_name>``) sets a field this JAX lacks to other than
+    its default; a field at its default is simply not passed on."""
+    for f in dataclasses.fields(params):
+        value = getattr(params, f.name)
+        if value != f.default and (since := missing_param_field(cls_name, f.name)):
+            raise NotImplementedError(needs_newer_jax(f"{ours}({f.name}={value!r})", since))
+
+
+def jax_params(cls_name: str, values: dict):
+    """``plgpu.<cls_name>(**values)`` with only the fields this JAX has."""
+    theirs = jax_param_fields(cls_name)
+    return getattr(_plgpu_or_interpret(cls_name), cls_name)(
+        **{k: v for k, v in values.items() if k in theirs})
+
+
+def gpu_interpret_api():
+    """The module holding JAX's GPU interpret mode (``InterpretGPUParams``,
+    ``force_gpu_interpret_mode``, ``set_gpu_interpret_mode``): ``plgpu`` from
+    JAX 0.11; JAX 0.10 has them only in its interpreter's package."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    if hasattr(plgpu, "InterpretGPUParams"):
+        return plgpu
+    from jax._src.pallas.mosaic_gpu.interpret import params
+    return params
+
+
+def _plgpu_or_interpret(cls_name: str):
+    if cls_name == "InterpretGPUParams":
+        return gpu_interpret_api()
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    return plgpu
+
+
+# Functions of JAX 0.12's ``plgpu`` that older releases of the window lack, with
+# the first release that has each.
+_PLGPU_SINCE = {"mma": "0.11", "wait_gmem_to_smem": "0.11", "im2col_ref": "0.12",
+                "barrier_arrive_and_wait": "0.12", "store": "0.12"}
+
+
+def _barrier_arrive_then_wait(barrier):
+    # JAX 0.12 lowers barrier_arrive_and_wait as exactly these two operations
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    plgpu.barrier_arrive(barrier)
+    plgpu.barrier_wait(barrier)
+
+
+# What ours does with an older JAX where the same thing can be said in its operations.
+_PLGPU_FALLBACKS = {"barrier_arrive_and_wait": _barrier_arrive_then_wait}
+
+
+def jax_block_spec(*args, oob_fill_mode=None, **kw):
+    """``plgpu.BlockSpec(*args, **kw)``, with ``oob_fill_mode`` where this JAX has
+    it (0.11 on). JAX 0.10's pipeline always fills an edge block's out-of-bounds
+    part with zeros, which every mode allows (UNDEFINED and PROMISE_IN_BOUNDS
+    only permit faster copies), so there the mode is dropped."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    if oob_fill_mode is not None and hasattr(plgpu.BlockSpec, "oob_fill_mode"):
+        kw["oob_fill_mode"] = oob_fill_mode
+    return plgpu.BlockSpec(*args, **kw)
+
+
+@functools.cache
+def gpu_interpreter_clips_edge_blocks() -> bool:
+    """Whether JAX's GPU interpreter zero-fills a TMA read past an array's end and
+    drops such a write, as the GPU does (JAX 0.11 on; 0.10 has neither)."""
+    from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+    return hasattr(gpu_callbacks, "AsyncCopySmemToGmemTask")
+
+
+@functools.cache
+def warpgroup_semantics_is_jax_default() -> bool:
+    """Whether this JAX's ``plgpu.CompilerParams`` lowers with warpgroup semantics by
+    default (JAX 0.11 on); JAX 0.10 defaults to lane semantics, its warpgroup
+    layout inference still partial."""
+    from jax.experimental.mosaic import gpu as mgpu
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    return plgpu.CompilerParams().lowering_semantics == mgpu.LoweringSemantics.Warpgroup
+
+
+def plgpu_lacks(name: str) -> str | None:
+    """None where this JAX's ``plgpu`` has ``name`` (or ours its equivalent);
+    else the first JAX release that has it."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    if hasattr(plgpu, name) or name in _PLGPU_FALLBACKS:
+        return None
+    return _PLGPU_SINCE.get(name, "(none known)")
+
+
+def plgpu_function(name: str, what: str | None = None):
+    """``plgpu.<name>``; where this JAX lacks it, its equivalent in this JAX's
+    operations, or one line naming the JAX release that has it."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    fn = getattr(plgpu, name, None) or _PLGPU_FALLBACKS.get(name)
+    if fn is None:
+        what = what or f"pallas_mgpu.{name}"
+        if name in _PLGPU_SINCE:
+            raise NotImplementedError(needs_newer_jax(what, _PLGPU_SINCE[name]))
+        raise NotImplementedError(f"{what}: this JAX ({jax_version()}) has no "
+                                  f"jax.experimental.pallas.mosaic_gpu.{name}.")
+    return fn
 
 
 def bind_axis_names(sizes: dict[str, int]):
@@ -151,8 +295,11 @@ def _barriers_freed_on_every_device():
     clean-up barrier; nothing else in GPU interpret mode waits on it, and a
     failure on any device aborts it)."""
     from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+    # JAX 0.11+ records a callback's exception for the run (fail_on_exception);
+    # JAX 0.10's callbacks let it propagate.
+    fail_on_exception = getattr(gpu_callbacks, "fail_on_exception", lambda f: f)
 
-    @gpu_callbacks.fail_on_exception
+    @fail_on_exception
     def check(token):
         state = gpu_callbacks._get_shared_memory()
         state.barrier.wait()

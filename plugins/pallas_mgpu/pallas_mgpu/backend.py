@@ -56,6 +56,18 @@ class MosaicGpuBackend(Backend):
             return _jax_private.interpret_effects()
         return frozenset()
 
+    def conformance_compiler_params(self):
+        """Each bool field of ``CompilerParams`` flipped in turn (as the default),
+        leaving out the fields this JAX's ``plgpu.CompilerParams`` lacks (an older
+        JAX of the window refuses them)."""
+        import dataclasses
+        from pallas_mgpu import _jax_private
+        base = CompilerParams()
+        return [base.replace(**{f.name: not getattr(base, f.name)})
+                for f in dataclasses.fields(CompilerParams)
+                if f.init and isinstance(getattr(base, f.name), bool)
+                and not _jax_private.missing_param_field("CompilerParams", f.name)]
+
     def forced_interpret_params(self):
         return active_interpret_mode()
 

@@ -19,6 +19,8 @@ import dataclasses
 
 import numpy as np
 
+from pallas_mgpu import _jax_private
+
 HALF = ("float16", "bfloat16")
 MMA_K = 16                     # the k of one 16-bit mma.sync
 
@@ -62,6 +64,10 @@ def plan(lhs_shape, rhs_shape, lhs_dtype, rhs_dtype, dimension_numbers) -> DotPl
         return DotPlan(None, m, n, k, lhs_dtype, f"WGMMA tiles are 64 rows by a multiple of 8 "
                        f"columns, and the warp-level MMA fallback needs m a multiple of 16, n of "
                        f"8 (32 for 16-row blocks) and k of {MMA_K}")
+    if since := _jax_private.plgpu_lacks("mma"):
+        return DotPlan(None, m, n, k, lhs_dtype, "WGMMA tiles are 64 rows by a multiple of 8 "
+                       "columns, and " + _jax_private.needs_newer_jax(
+                           "the warp-level MMA fallback (plgpu.mma)", since).rstrip("."))
     return DotPlan("mma", m, n, k, lhs_dtype)
 
 

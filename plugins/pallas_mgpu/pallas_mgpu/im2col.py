@@ -14,5 +14,6 @@ def im2col_ref(ref, *, window_shape, padding=None):
     """``ref`` of shape ``(N, *spatial, C)`` viewed as
     ``(N * prod(spatial_out), *window_shape, C)``, ``padding`` the ``(lo, hi)``
     zeros around each spatial dim (default none)."""
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-    return plgpu.im2col_ref(ref, window_shape=window_shape, padding=padding)
+    from pallas_mgpu import _jax_private
+    jax_im2col = _jax_private.plgpu_function("im2col_ref")
+    return jax_im2col(ref, window_shape=window_shape, padding=padding)

@@ -77,6 +77,8 @@ _jax_private.allow_effect_in_kernels(_OrderedOp)
 
 def bind(op: str, *args, out_avals=(), **static):
     """Records ``plgpu.<op>(*args, **static)``; returns its results (a list)."""
+    if op not in _SPECIAL and op not in ADAPTERS:
+        _jax_private.plgpu_function(op)    # refused here, at the user's line, where JAX lacks it
     parts = tuple(_split_view(a) for a in args)
     flat, tree = jax.tree.flatten(parts)        # None (an absent operand) has no leaves
     ref_positions = tuple(i for i, x in enumerate(flat) if _is_ref(x))
@@ -98,11 +100,10 @@ def _static_to_jax(value):
 
 
 def _replay(eqn, invals):
-    from jax.experimental.pallas import mosaic_gpu as plgpu
     p = eqn.params
     args = [_join(a) for a in jax.tree.unflatten(p["tree"], invals)]
     kwargs = {k: _static_to_jax(v) for k, v in p["static"]}
-    fn = _SPECIAL.get(p["op"]) or ADAPTERS.get(p["op"]) or getattr(plgpu, p["op"])
+    fn = _SPECIAL.get(p["op"]) or ADAPTERS.get(p["op"]) or _jax_private.plgpu_function(p["op"])
     out = fn(*args, **kwargs)
     if not p["out_avals"]:
         return []

@@ -16,6 +16,8 @@ from typing import Any
 
 import pallas_frontend as pf
 
+from . import _jax_private
+
 DIMENSION_SEMANTICS = ("parallel", "sequential")
 
 
@@ -34,6 +36,10 @@ class LoweringSemantics(enum.Enum):
 @dataclasses.dataclass(frozen=True)
 class CompilerParams(pf.CompilerParams):
     """Mosaic GPU compile options; passing them selects backend ``mgpu``.
+
+    Under a JAX older than 0.12 a field its ``plgpu.CompilerParams`` lacks
+    keeps its default; another value is refused where it is written, naming
+    the JAX release that has the field (as for ``InterpretParams``).
 
     ``dimension_semantics`` names, per grid axis, "parallel" (the axis
     becomes CTAs) or "sequential" (the axis is a pipelined loop inside each
@@ -77,6 +83,7 @@ class CompilerParams(pf.CompilerParams):
         if not isinstance(self.lowering_semantics, LoweringSemantics):
             raise ValueError("pallas_mgpu.CompilerParams: lowering_semantics must be a "
                              f"pallas_mgpu.LoweringSemantics, got {self.lowering_semantics!r}.")
+        _jax_private.refuse_fields_jax_lacks(self, "CompilerParams", "pallas_mgpu.CompilerParams")
 
     def replace(self, **changes) -> CompilerParams:
         """A copy of these params with the named fields changed."""
@@ -86,7 +93,7 @@ class CompilerParams(pf.CompilerParams):
         """JAX's ``plgpu.CompilerParams`` with the same values."""
         from jax.experimental.mosaic import gpu as mgpu
         from jax.experimental.pallas import mosaic_gpu as plgpu
-        return plgpu.CompilerParams(
+        return _jax_private.jax_params("CompilerParams", dict(
             approx_math=self.approx_math,
             dimension_semantics=dimension_semantics,
             max_concurrent_steps=self.max_concurrent_steps,
@@ -97,14 +104,17 @@ class CompilerParams(pf.CompilerParams):
             profile_bounds_check=self.profile_bounds_check,
             lowering_semantics=getattr(mgpu.LoweringSemantics, self.lowering_semantics.name),
             skip_device_barrier=self.skip_device_barrier,
-            is_multi_process=self.is_multi_process)
+            is_multi_process=self.is_multi_process))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class InterpretParams:
     """Runs a kernel on CPU through JAX's Mosaic GPU interpreter (simulated
     GMEM/SMEM, threads, barriers and TMA; optional race detection) instead of
-    compiling it. Same fields and defaults as JAX 0.12's ``InterpretGPUParams``."""
+    compiling it. Same fields and defaults as JAX 0.12's ``InterpretGPUParams``;
+    under an older JAX a field it lacks (``inline_mgpu`` before 0.11, ``on_race``
+    before 0.12) keeps its default, and another value is refused where it is
+    written, naming the JAX release that has it."""
     detect_races: bool = False
     on_race: str = "raise"                      # "raise" | "warn"
     out_of_bounds_reads: str = "raise"          # "raise" | "uninitialized"
@@ -127,6 +137,8 @@ class InterpretParams:
         if self.num_tma_threads_per_device < 1 or self.num_cores_or_threads < 1:
             raise ValueError("pallas_mgpu.InterpretParams: num_tma_threads_per_device and "
                              "num_cores_or_threads must be >= 1.")
+        _jax_private.refuse_fields_jax_lacks(self, "InterpretGPUParams",
+                                             "pallas_mgpu.InterpretParams")
 
     @property
     def options(self) -> dict[str, Any]:
@@ -135,8 +147,7 @@ class InterpretParams:
 
     def to_jax(self, **overrides):
         """The equivalent ``plgpu.InterpretGPUParams``, with ``overrides`` applied."""
-        from jax.experimental.pallas import mosaic_gpu as plgpu
-        return plgpu.InterpretGPUParams(**{**self.options, **overrides})
+        return _jax_private.jax_params("InterpretGPUParams", {**self.options, **overrides})
 
 
 InterpretGPUParams = InterpretParams     # JAX's name
@@ -146,10 +157,10 @@ def adopt_interpret(params):
     """``params`` as this plugin's ``InterpretParams`` if it is JAX's own
     ``InterpretGPUParams`` (code written for JAX passes that one; the fields
     are the same), else unchanged."""
-    from jax.experimental.pallas import mosaic_gpu as jax_plgpu
-    if isinstance(params, jax_plgpu.InterpretGPUParams):
+    if isinstance(params, _jax_private.gpu_interpret_api().InterpretGPUParams):
         return InterpretParams(**{f.name: getattr(params, f.name)
-                                  for f in dataclasses.fields(InterpretParams)})
+                                  for f in dataclasses.fields(InterpretParams)
+                                  if hasattr(params, f.name)})
     return params
 
 _INTERPRET_CHOICES = {
@@ -173,7 +184,7 @@ def set_gpu_interpret_mode(params: InterpretParams | None = InterpretParams()) -
     params = adopt_interpret(params)
     if params is not None and not isinstance(params, InterpretParams):
         raise TypeError(f"set_gpu_interpret_mode takes pallas_mgpu.InterpretParams, got {params!r}")
-    from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+    jax_plgpu = _jax_private.gpu_interpret_api()
     _global_mode[0] = params
     # JAX's own setting too: JAX's kernels called in the same program (its
     # shipped ops) run in interpret mode as well, as under JAX's function.
@@ -188,7 +199,7 @@ def force_gpu_interpret_mode(params: InterpretParams | None = InterpretParams())
     params = adopt_interpret(params)
     if params is not None and not isinstance(params, InterpretParams):
         raise TypeError(f"force_gpu_interpret_mode takes pallas_mgpu.InterpretParams, got {params!r}")
-    from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+    jax_plgpu = _jax_private.gpu_interpret_api()
     prev = getattr(_local, "mode", _UNSET)
     _local.mode = params
     try:

@@ -24,7 +24,7 @@ import pallas_frontend as pf
 from pallas_frontend import backend_api
 from pallas_frontend.backend_api import kernel_primitive
 
-from pallas_mgpu import evaluate
+from pallas_mgpu import _jax_private, evaluate
 from pallas_mgpu.memory import SMEM, MemorySpace, _check_transforms, transforms_to_jax
 from pallas_mgpu.ops import OWNER, _OrderedOp, _is_ref, _join, _split_view
 
@@ -205,9 +205,9 @@ def jax_block_spec(record: tuple, index_map_jaxpr, consts):
     if isinstance(space, MemorySpace):     # SMEM (the default) or GMEM (left where it is)
         kw["memory_space"] = getattr(plgpu, space.name)
     # no block shape: JAX's pipeline copies the whole operand (it takes no index map then)
-    return plgpu.BlockSpec(block, index_map if block is not None else None,
-                           transforms=transforms_to_jax(transforms),
-                           delay_release=delay, oob_fill_mode=oob.to_jax(), **kw)
+    return _jax_private.jax_block_spec(block, index_map if block is not None else None,
+                                       transforms=transforms_to_jax(transforms),
+                                       delay_release=delay, oob_fill_mode=oob.to_jax(), **kw)
 
 
 def _replay(eqn, invals):

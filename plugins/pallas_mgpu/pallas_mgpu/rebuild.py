@@ -26,7 +26,7 @@ from jax import lax
 import pallas_frontend as pf
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 
-from pallas_mgpu import evaluate, schedule
+from pallas_mgpu import _jax_private, evaluate, schedule
 from pallas_mgpu.memory import scratch_to_jax
 from pallas_mgpu.params import CompilerParams, InterpretParams
 
@@ -66,7 +66,38 @@ def build_kernel(kernel: KernelIR, out_avals: Sequence, interpret: InterpretPara
     if isinstance(kernel.compiler_params, mesh_kernel.MeshKernelParams):
         return mesh_kernel.build(kernel, _out_types(kernel, out_avals),
                                  _jax_interpret(kernel, interpret))
+    if interpret is not None and schedule.has_ragged_blocks(kernel) \
+            and not _jax_private.gpu_interpreter_clips_edge_blocks():
+        return _padded_to_whole_blocks(kernel, out_avals, interpret)
     return _build_gridded(kernel, out_avals, interpret)
+
+
+def _padded_to_whole_blocks(kernel: KernelIR, out_avals, interpret: InterpretParams):
+    """An older JAX's GPU interpreter (0.10) neither zero-fills a TMA read past an
+    array's end nor drops such a write: the kernel runs on its operands padded with
+    zeros to whole blocks (what an edge block holds past the end is undefined in
+    Pallas; the GPU's TMA reads zeros there), and its outputs are cut back."""
+    import dataclasses
+
+    def padded(m: BlockMapping) -> BlockMapping:
+        shape = tuple(-(-n // d.block_size) * d.block_size if isinstance(d, pf.Blocked) else n
+                      for d, n in zip(m.block_dims, m.array_shape))
+        return dataclasses.replace(m, array_shape=shape)
+    whole = dataclasses.replace(kernel, in_mappings=tuple(map(padded, kernel.in_mappings)),
+                                out_mappings=tuple(map(padded, kernel.out_mappings)))
+    run = _build_gridded(whole, out_avals, interpret)
+    n_pre = kernel.num_scalar_prefetch
+
+    def pad(x, m, to):
+        return jax.numpy.pad(x, [(0, t - n) for n, t in zip(m.array_shape, to.array_shape)])
+
+    def cut_back(*args):
+        operands = [pad(x, m, to) for x, m, to in
+                    zip(args[n_pre:], kernel.in_mappings, whole.in_mappings)]
+        outs = run(*args[:n_pre], *operands)
+        return [o[tuple(slice(0, n) for n in m.array_shape)]
+                for o, m in zip(outs, kernel.out_mappings)]
+    return cut_back
 
 
 def _build_gridded(kernel: KernelIR, out_avals, interpret):
@@ -149,10 +180,10 @@ def _build_gridded(kernel: KernelIR, out_avals, interpret):
 
             def spec(k):
                 m = kernel.mappings[k]
-                return plgpu.BlockSpec(tuple(_block_dim(d) for d in m.block_dims),
-                                       _index_map(m, grid_ids, len(plan.seq_axes)),
-                                       transforms=layouts.get(k, ()),
-                                       **{"oob_fill_mode": o for o in _oob_mode(m).values()})
+                return _jax_private.jax_block_spec(
+                    tuple(_block_dim(d) for d in m.block_dims),
+                    _index_map(m, grid_ids, len(plan.seq_axes)), transforms=layouts.get(k, ()),
+                    **{"oob_fill_mode": o for o in _oob_mode(m).values()})
             plgpu.emit_pipeline(
                 step, grid=plan.seq_grid or (1,), in_specs=[spec(k) for k in streamed],
                 max_concurrent_steps=min(params.max_concurrent_steps, max(plan.num_steps, 1)),

@@ -64,8 +64,21 @@ def prng_state_type():
     return pltpu.SMEM((2,), jnp.int32)
 
 
+def _seed_words(seeds) -> list:
+    """The int32 seeds, a key given as its words (key data, in order)."""
+    out = []
+    for s in seeds:
+        if jnp.issubdtype(s.dtype, jax.dtypes.prng_key):
+            words = jax.random.key_data(s).reshape(-1)
+            out += list(jax.lax.bitcast_convert_type(words.astype(jnp.uint32), jnp.int32))
+        else:
+            out.append(s)
+    return out
+
+
 def prng_seed(seeds) -> None:
     state = active().prng_state
+    seeds = _seed_words(seeds)
     seed = seeds[0]
     for s in seeds[1:]:      # several seeds: one int32, order-sensitive
         seed = seed * np.int32(1000003) ^ s

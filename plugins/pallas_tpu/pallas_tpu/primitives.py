@@ -250,8 +250,15 @@ prng_random_bits_p.def_abstract_eval(
 
 
 def prng_seed(*seeds):
-    """Seeds the core's hardware PRNG (ints or int32 scalars)."""
-    prng_seed_p.bind(*(jnp.asarray(s, jnp.int32) for s in seeds))
+    """Seeds the core's hardware PRNG (ints or int32 scalars, or a Pallas key:
+    ``to_pallas_key`` of a JAX key, e.g. read from an SMEM key operand, whose
+    two words are the seeds, as in JAX)."""
+    prng_seed_p.bind(*(s if _is_key_array(s) else jnp.asarray(s, jnp.int32) for s in seeds))
+
+
+def _is_key_array(x) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def prng_random_bits(shape):

@@ -212,3 +212,58 @@ def test_threefry_key_operand_on_tpu_matches_xla():
     x = np.random.default_rng().standard_normal((ROWS, BLOCK[1])).astype(np.float32)
     ours = np.asarray(jax.jit(functools.partial(_threefry_program(pl, pltpu)))(key, x))
     np.testing.assert_allclose(ours, _threefry_reference(key, x), rtol=1e-5, atol=1e-5)
+
+
+# --- prng_seed with a Pallas key --------------------------------------------------------------
+
+def _seeded_by_key_program(Pl, T, interpret=False, compiler_params=None):
+    """pltpu.prng_seed(key) then stateful samplers: the key's two words seed the PRNG."""
+    def kernel(key_ref, n_ref, u_ref):
+        T.prng_seed(key_ref[...])
+        n_ref[...] = T.stateful_normal(n_ref.shape)
+        u_ref[...] = T.stateful_uniform(u_ref.shape, minval=-1.0, maxval=4.0)
+    kw = {} if compiler_params is None else dict(compiler_params=compiler_params)
+    f32 = jax.ShapeDtypeStruct(BLOCK, jnp.float32)
+    return lambda key: Pl.pallas_call(kernel, out_shape=(f32, f32),
+                                      in_specs=[Pl.BlockSpec(memory_space=T.SMEM)],
+                                      interpret=interpret, **kw)(key)
+
+
+def test_prng_seed_with_a_pallas_key_seeds_with_its_words():
+    key = pltpu.to_pallas_key(jax.random.key(_seed()))
+    by_key = jax.jit(_seeded_by_key_program(pl, pltpu, pltpu.InterpretParams()))(key)
+
+    def kernel(w_ref, n_ref, u_ref):
+        pltpu.prng_seed(w_ref[0, 0], w_ref[0, 1])
+        n_ref[...] = pltpu.stateful_normal(n_ref.shape)
+        u_ref[...] = pltpu.stateful_uniform(u_ref.shape, minval=-1.0, maxval=4.0)
+    f32 = jax.ShapeDtypeStruct(BLOCK, jnp.float32)
+    words = jax.lax.bitcast_convert_type(jax.random.key_data(key), jnp.int32)
+    by_words = pl.pallas_call(kernel, out_shape=(f32, f32),
+                              in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
+                              interpret=pltpu.InterpretParams())(words)
+    for a, b in zip(by_key, by_words):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    u = np.asarray(by_key[1])
+    assert u.min() >= -1.0 and u.max() <= 4.0 and len(np.unique(u)) > 900
+
+
+def test_prng_seed_with_a_pallas_key_compiles_for_v5e_as_jax_does(aot_compile):
+    from jax.experimental import pallas as jpl
+    from jax.experimental.pallas import tpu as jpltpu
+    for Pl, T, params in ((pl, pltpu, pltpu.CompilerParams()), (jpl, jpltpu, None)):
+        key = T.to_pallas_key(jax.random.key(0))
+        _, text = aot_compile(_seeded_by_key_program(Pl, T, compiler_params=params), key)
+        assert "tpu_custom_call" in text
+
+
+@pytest.mark.skipif(jax.default_backend() != "tpu", reason="the hardware PRNG of a TPU chip")
+def test_prng_seed_with_a_pallas_key_on_tpu_matches_jax():
+    from jax.experimental import pallas as jpl
+    from jax.experimental.pallas import tpu as jpltpu
+    seed = _seed()
+    ours = jax.jit(_seeded_by_key_program(pl, pltpu))(pltpu.to_pallas_key(jax.random.key(seed)))
+    theirs = jax.jit(_seeded_by_key_program(jpl, jpltpu))(
+        jpltpu.to_pallas_key(jax.random.key(seed)))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -36,7 +36,6 @@ def value_dtype(dtype):
     """``np.dtype(dtype)``, except that a JAX extended dtype (a typed PRNG key's
     ``key<impl>``) stays as it is: key arrays are operands, values and Refs of
     kernels too, their key data handled by JAX (``jax.random.key_data``)."""
-    dtype = getattr(dtype, "dtype", dtype)
     if _is_extended(dtype):
         return dtype
     return np.dtype(dtype)

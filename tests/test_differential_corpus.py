@@ -236,6 +236,31 @@ def _pending(r: D.Result):
                  and fnmatch.fnmatchcase(r.case, c) and fnmatch.fnmatchcase(r.dtype, d)), None)
 
 
+def _computes_as_the_pages_host() -> bool:
+    """Whether XLA and NumPy here compute as on the host docs/differential.md was written
+    on (Intel with AVX512-FP16 and AVX512-BF16, NumPy's AVX-512 loops). On an AMD or
+    AVX2 host, or with those paths forced (docs/contributing.md, "Other processors"),
+    XLA's and NumPy's results equal Triton's interpreter's in other cases (issue 39:
+    9 declared cases equal with both held to AVX2); the built-in, TPU and Mosaic GPU
+    interpreters compute through XLA and keep their counts."""
+    try:
+        from pallas_triton import host_floats
+    except ImportError:
+        return True
+    simd = np.show_config(mode="dicts").get("SIMD Extensions", {}).get("found", [])
+    avx512_loops = any(s in simd for s in ("X86_V4", "AVX512_SKX"))
+    return avx512_loops and host_floats.xla_cpu_floats() == host_floats.AVX512_FP16_HOST
+
+
+def _equal_or_declared(row):
+    """``row`` with its equal and declared counts as one (None stays None)."""
+    if row is None:
+        return None
+    out = {k: v for k, v in row.items() if k not in ("equal", "declared")}
+    out["equal or declared"] = row.get("equal", 0) + row.get("declared", 0)
+    return out
+
+
 @pytest.mark.parametrize("interp", list(D.INTERPRETERS))
 def test_corpus_has_no_undeclared_difference(interp):
     installed, skipped = _all()
@@ -259,6 +284,9 @@ def test_corpus_has_no_undeclared_difference(interp):
     assert not gone, f"pending defects that no longer show (drop their entries): {gone}"
     if SEED == 0 and not skipped and D.PAGE.exists():
         on_page = D.read_page_counts(D.PAGE.read_text()).get(interp)
+        if interp == "triton" and not _computes_as_the_pages_host():
+            # which cases are equal and which declared is the host's; nothing else is
+            on_page, row = _equal_or_declared(on_page), _equal_or_declared(row)
         assert on_page == row, (f"docs/differential.md is not current for {interp}: page "
                                 f"{on_page}, run {row}; python tools/differential_corpus.py "
                                 "--write")

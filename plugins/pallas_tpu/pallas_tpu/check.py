@@ -101,6 +101,25 @@ def check_element_blocks(kernel: KernelIR, m: BlockMapping) -> None:
             "pl.Element(size) too, their index map returning element offsets (i * size).")
 
 
+def check_key_operands(kernel: KernelIR, m: BlockMapping) -> None:
+    """Where JAX's Mosaic lowering reads typed PRNG keys: a Pallas key as its
+    words from SMEM, any other key (threefry) as a vector, so not from SMEM."""
+    if not key_operands.is_key(m.dtype):
+        return
+    in_smem = m.memory_space is MemorySpace.SMEM
+    if key_operands.is_pallas_key(m.dtype) and not in_smem:
+        raise BackendCapabilityError(
+            f"Backend 'tpu' (Mosaic) reads the Pallas keys of {m.origin} in kernel "
+            f"'{kernel.name}' ({kernel.source}) from SMEM only: give it "
+            "pl.BlockSpec(memory_space=pallas_tpu.SMEM).")
+    if not key_operands.is_pallas_key(m.dtype) and in_smem:
+        raise BackendCapabilityError(
+            f"Backend 'tpu' (Mosaic) cannot read the {m.dtype} keys of {m.origin} in kernel "
+            f"'{kernel.name}' ({kernel.source}) from SMEM (JAX's lowering loads their data as "
+            "a vector): leave them in VMEM (the default BlockSpec), or pass a Pallas key "
+            "(pallas_tpu.to_pallas_key) in SMEM.")
+
+
 def check_kernel(kernel: KernelIR) -> None:
     check_dtypes(kernel)
     check_element_padding(kernel)
@@ -112,6 +131,7 @@ def check_for_mosaic(kernel: KernelIR) -> None:
     for m in kernel.mappings:
         check_block_tiling(kernel, m)
         check_element_blocks(kernel, m)
+        check_key_operands(kernel, m)
 
 
 def check_shared_vmem_in_interpret(kernel: KernelIR, num_cores: int) -> None:

@@ -67,14 +67,24 @@ def wrap(data, dtype):
 
 # --- compiled for TPU ---------------------------------------------------------------------
 
+@functools.cache
+def _jax_pallas_key_dtype():
+    from jax.experimental.pallas import tpu as _jax_pltpu  # noqa: F401  (registers it)
+    return jax.eval_shape(lambda: jax.random.wrap_key_data(
+        jnp.zeros((1, 2), jnp.uint32), impl="pallas_tpu")).dtype
+
+
 def for_mosaic_dtype(dtype):
     """The key dtype JAX's Mosaic lowering gets for keys of ``dtype``: JAX's
     ``pallas_tpu`` implementation for this plugin's Pallas keys."""
     if dtype == _our_pallas_key_dtype():
-        from jax.experimental.pallas import tpu as _jax_pltpu  # noqa: F401  (registers it)
-        return jax.eval_shape(lambda: jax.random.wrap_key_data(
-            jnp.zeros((1, 2), jnp.uint32), impl="pallas_tpu")).dtype
+        return _jax_pallas_key_dtype()
     return dtype
+
+
+def is_pallas_key(dtype) -> bool:
+    """Whether keys of ``dtype`` are Pallas keys (ours or JAX's ``pallas_tpu``)."""
+    return is_key(dtype) and dtype in (_our_pallas_key_dtype(), _jax_pallas_key_dtype())
 
 
 def to_mosaic(x):

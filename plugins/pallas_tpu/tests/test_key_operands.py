@@ -267,3 +267,22 @@ def test_prng_seed_with_a_pallas_key_on_tpu_matches_jax():
         jpltpu.to_pallas_key(jax.random.key(seed)))
     for a, b in zip(ours, theirs):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_keys_in_the_memory_mosaic_cannot_read_them_from_are_refused_by_name(aot_compile):
+    """JAX's lowering loads a Pallas key's words from SMEM and a threefry key's
+    data as a vector (not from SMEM): refused before Mosaic, naming the operand."""
+    from pallas_frontend.backend_api import BackendCapabilityError
+    x = jnp.zeros((ROWS, BLOCK[1]), jnp.float32)
+    with pytest.raises(BackendCapabilityError, match="from SMEM \\(JAX's lowering"):
+        aot_compile(_threefry_program(pl, pltpu, pltpu.SMEM,
+                                      compiler_params=pltpu.CompilerParams()),
+                    jax.random.key(0), x)
+
+    def kernel(key_ref, o_ref):
+        o_ref[...] = jax.random.uniform(key_ref[...], o_ref.shape)
+    with pytest.raises(BackendCapabilityError, match="from SMEM only"):
+        aot_compile(lambda k: pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(BLOCK, jnp.float32),
+            compiler_params=pltpu.CompilerParams())(k),
+            pltpu.to_pallas_key(jax.random.key(0)))

@@ -58,19 +58,62 @@ def barrier_semaphore_takes_tag() -> bool:
 
 # JAX ``pltpu`` functions that ours replays on TPU and JAX 0.10 lacks, with the
 # release that has them.
-_PLTPU_SINCE = {"conv": "0.11", "has_memory_space": "0.11", "annotate": "0.11",
+PLTPU_SINCE = {"conv": "0.11", "has_memory_space": "0.12", "annotate": "0.11",
                 "TensorCoreMesh": "0.11", "emit_pipeline_with_async_prefetch": "0.11"}
 
 
 def jax_pltpu(name: str):
-    """JAX's ``pltpu.<name>``; where this JAX lacks it, one line naming the
-    release that has it."""
+    """JAX's ``pltpu.<name>`` (JAX 0.10 has ``reciprocal`` as ``pl.reciprocal``);
+    where this JAX lacks it, one line naming the release that has it."""
+    from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
     found = getattr(pltpu, name, None)
+    if found is None and name == "reciprocal":
+        found = getattr(pl, name, None)
     if found is None:
         raise NotImplementedError(needs_newer_jax(
-            f"pallas_tpu.{name} on TPU (JAX's pltpu.{name})", _PLTPU_SINCE.get(name, "0.12")))
+            f"pallas_tpu.{name} on TPU (JAX's pltpu.{name})", PLTPU_SINCE.get(name, "0.12")))
     return found
+
+
+def memory_space_constraint(x, jax_space, *, to_host: bool):
+    """JAX's ``pltpu.with_memory_space_constraint(x, jax_space)``. A concrete
+    array is returned as it is, as JAX 0.11+ does (JAX 0.10 cannot run the
+    constraint outside a trace); JAX 0.10 places no operand on the host."""
+    import jax
+    from jax.experimental.pallas import tpu as pltpu
+    if not isinstance(x, jax.core.Tracer):
+        return x
+    try:
+        return pltpu.with_memory_space_constraint(x, jax_space)
+    except NotImplementedError:
+        if not to_host:
+            raise
+        raise NotImplementedError(needs_newer_jax(
+            "pallas_tpu.with_memory_space_constraint to pallas_frontend.HOST", "0.11")) from None
+
+
+# Keywords of JAX 0.12's ``pltpu.emit_pipeline`` that older JAX lacks.
+_EMIT_PIPELINE_SINCE = {"output_wait_read_only": "0.12"}
+
+
+@functools.cache
+def _emit_pipeline_keywords() -> frozenset[str]:
+    import inspect
+    from jax.experimental.pallas import tpu as pltpu
+    return frozenset(inspect.signature(pltpu.emit_pipeline).parameters)
+
+
+def jax_emit_pipeline_options(options: dict) -> dict:
+    """``options`` for this JAX's ``pltpu.emit_pipeline``: one it lacks is left
+    out where it is off (its default), and refused in one line where it is on."""
+    have = _emit_pipeline_keywords()
+    for name, value in options.items():
+        if name not in have and value:
+            raise NotImplementedError(needs_newer_jax(
+                f"pallas_tpu.emit_pipeline({name}={value!r}) on TPU",
+                _EMIT_PIPELINE_SINCE.get(name, "0.12")))
+    return {k: v for k, v in options.items() if k in have}
 
 
 @functools.cache

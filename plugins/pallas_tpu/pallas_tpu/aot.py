@@ -43,7 +43,16 @@ def topology_mesh(topology: str = TOPOLOGY):
             f"compiling for TPU topology {topology!r} without a TPU needs libtpu: "
             f"pip install '{_libtpu_requirement()}'")
     _prepare_libtpu()
-    topo = topologies.get_topology_desc(topology_name=topology, platform="tpu")
+    try:
+        topo = topologies.get_topology_desc(topology_name=topology, platform="tpu")
+    except Exception as e:
+        if "chips_per_host_bounds" not in str(e):
+            raise
+        # an older libtpu (JAX 0.10's 0.0.42) takes a topology smaller than its
+        # default host (2x2x1 chips) only when told the host is that small
+        dims = tuple(int(d) for d in topology.split(":")[-1].split("x"))
+        topo = topologies.get_topology_desc(topology_name=topology, platform="tpu",
+                                            chips_per_host_bounds=(*dims, 1, 1)[:3])
     return jax.sharding.Mesh(topo.devices[:1], ("x",))
 
 

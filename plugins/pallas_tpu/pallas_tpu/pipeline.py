@@ -21,7 +21,7 @@ import pallas_frontend as pf
 from pallas_frontend.backend_api import KernelIR, kernel_primitive, tracing_kernel
 
 from pallas_frontend import backend_api
-from pallas_tpu import pipeline_cores, pipeline_schedule
+from pallas_tpu import _jax_private, pipeline_cores, pipeline_schedule
 from pallas_tpu.buffered_ref import source_space
 from pallas_tpu.memory import VMEM
 from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
@@ -301,7 +301,8 @@ def replay_emit_pipeline(eqn, invals):
         else:
             ids = [pl.program_id(a) for a in range(len(grid))]
         evaluate.eval_jaxpr(p["body"], (), *consts, *ids, *blocks)
-    kwargs = {k: v for k, v in p["options"] if v is not None}
+    kwargs = _jax_private.jax_emit_pipeline_options(
+        {k: v for k, v in p["options"] if v is not None})
     sem = p["dimension_semantics"]
     if sem is not None:
         kwargs["dimension_semantics"] = tuple(getattr(pltpu, s.upper()) for s in sem)

@@ -6,6 +6,7 @@ import numpy as np
 
 import pallas_frontend as pf
 
+from pallas_tpu import _jax_private
 from pallas_tpu.memory import MemorySpace, SemaphoreKind
 
 
@@ -53,7 +54,6 @@ def with_memory_space_constraint(x, memory_space):
     """``x`` unchanged, asking that it be placed in ``memory_space`` (HBM,
     VMEM, SMEM or HOST; ANY leaves it free) where it is handed to a kernel:
     Mosaic then receives that operand (and an output aliased to it) there."""
-    from jax.experimental.pallas import tpu as pltpu
     allowed = (MemorySpace.HBM, MemorySpace.VMEM, MemorySpace.SMEM, pf.MemorySpace.HOST)
     if memory_space in (MemorySpace.ANY, pf.MemorySpace.ANY):
         return x
@@ -61,7 +61,8 @@ def with_memory_space_constraint(x, memory_space):
         raise NotImplementedError(
             f"pallas_tpu.with_memory_space_constraint: memory space {memory_space!r} is not "
             "one an operand can be placed in; use HBM, VMEM, SMEM or pallas_frontend.HOST.")
-    return pltpu.with_memory_space_constraint(x, block_memory_space(memory_space))
+    return _jax_private.memory_space_constraint(x, block_memory_space(memory_space),
+                                               to_host=memory_space is pf.MemorySpace.HOST)
 
 
 def constrained_space(jax_space):

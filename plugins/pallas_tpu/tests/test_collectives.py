@@ -18,6 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import pallas_frontend as pl
 import pallas_tpu as pltpu
 from pallas_tpu import aot
+from tpu_window import tensorcore_mesh
 
 N = 4
 REPO = Path(__file__).resolve().parents[3]
@@ -191,7 +192,7 @@ def test_core_barrier_compiles(topology, num_cores):
 # --- VMEM_SHARED ---------------------------------------------------------------------------
 
 def _through_shared(Pl, T, num_cores, interpret):
-    mesh = T.TensorCoreMesh(axis_name="core", num_cores=num_cores)
+    mesh = tensorcore_mesh(T, "core", num_cores)
 
     def f(x):
         @Pl.kernel(mesh=mesh, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -224,7 +225,8 @@ def test_vmem_shared_scratch_reaches_mosaic_as_in_jax():
         with pytest.raises(Exception, match="Scratch memref allocation only supported") as e:
             aot.compile_for_tpu(_through_shared(Pl, T, 2, False), spec, topology="v5p:1x1x1")
         errors.append(str(e.value).split(": ", 1)[1].replace("`f.1`", "`k.1`"))
-    assert errors[0].split("HLO name")[1] == errors[1].split("HLO name")[1]
+    # the message after the kernel's HLO name (which libtpu 0.0.42, JAX 0.10's, does not give)
+    assert errors[0].split("HLO name")[-1] == errors[1].split("HLO name")[-1]
 
 
 def test_vmem_shared_on_several_simulated_cores_is_refused():

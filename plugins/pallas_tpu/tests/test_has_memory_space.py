@@ -9,6 +9,7 @@ import pytest
 
 import pallas_frontend as pl
 import pallas_tpu as pltpu
+from tpu_window import jax_pltpu_has
 
 SPACES = [pltpu.HBM, pltpu.VMEM, pltpu.SMEM, pltpu.VMEM_SHARED, pltpu.CMEM]
 
@@ -41,6 +42,7 @@ def test_an_any_operand_is_in_hbm_on_the_interpreters(interpret):
     np.testing.assert_array_equal(flags, [1, 0, 0, 0, 0])
 
 
+@jax_pltpu_has("has_memory_space")
 def test_has_memory_space_aot(aot_compile):
     x = np.random.default_rng().standard_normal((8, 128)).astype(np.float32)
     compiled, _ = aot_compile(lambda a: _call(a, compiler_params=pltpu.CompilerParams()), x)

@@ -13,6 +13,7 @@ from jax.experimental.pallas import tpu as jpltpu
 import pallas_frontend as pl
 import pallas_tpu as pltpu
 from pallas_tpu import aot
+from tpu_window import tensorcore_mesh
 
 
 def _rng():
@@ -24,7 +25,7 @@ def _rng():
 def _core_map_program(P, T, num_cores, interpret):
     """Each core copies its slice of x in, adds (core + 1) and copies it out,
     after a barrier that deadlocks unless the cores run concurrently."""
-    mesh = T.TensorCoreMesh(axis_name="core", num_cores=num_cores)
+    mesh = tensorcore_mesh(T, "core", num_cores)
 
     @jax.jit
     def f(x):

@@ -17,6 +17,7 @@ import pytest
 
 import pallas_frontend as pl
 import pallas_tpu as pltpu
+from tpu_window import jax_pltpu_has
 
 INTERPRETERS = {"builtin": True, "tpu_interpret": pltpu.InterpretParams()}
 SHAPE = (8, 128)
@@ -98,6 +99,7 @@ def test_conv_against_xla(case, rng):
     np.testing.assert_allclose(got, _conv_reference(x, w, acc, params), rtol=1e-4, atol=1e-4)
 
 
+@jax_pltpu_has("conv")
 def test_conv_aot(aot_compile, rng):
     x = rng.standard_normal((2, 16, 16, 8)).astype(np.float32)
     w = rng.standard_normal((3, 3, 8, 128)).astype(np.float32)

@@ -86,3 +86,40 @@ def test_bitcast_along_the_minormost_dim():
     with pytest.raises(NotImplementedError, match=_needs(
             "pallas_tpu.bitcast along the minormost dim (dim=-1) on TPU", "0.12")):
         call(pltpu.InterpretParams())
+
+
+def test_has_memory_space_on_tpu():
+    """The interpreters answer on every JAX; Mosaic is asked through JAX's
+    pltpu.has_memory_space, which came with JAX 0.12."""
+    from pallas_tpu import aot
+
+    def body(x_ref, o_ref):
+        o_ref[...] = jnp.where(pltpu.has_memory_space(x_ref, pltpu.HBM), 1.0, 0.0) \
+            * jnp.ones((8, 128), jnp.float32)
+
+    def call(x, **kw):
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                              in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)], **kw)(x)
+    x = jnp.zeros((8, 128), jnp.float32)
+    assert (call(x, interpret=True) == 1.0).all()
+    compiled = lambda a: call(a, compiler_params=pltpu.CompilerParams())   # noqa: E731
+    if _jax_has("0.12"):
+        assert "tpu_custom_call" in aot.lower_for_tpu(compiled, x).as_text()
+        return
+    with pytest.raises(NotImplementedError, match=_needs(
+            "pallas_tpu.has_memory_space on TPU (JAX's pltpu.has_memory_space)", "0.12")):
+        aot.lower_for_tpu(compiled, x)
+
+
+def test_with_memory_space_constraint():
+    """A concrete array comes back as it is on every JAX (JAX 0.10 itself
+    cannot run the constraint outside a trace); the host needs JAX 0.11."""
+    x = jnp.ones((8, 128), jnp.float32)
+    assert pltpu.with_memory_space_constraint(x, pltpu.VMEM) is x
+    to_host = jax.jit(lambda a: pltpu.with_memory_space_constraint(a, pl.HOST))
+    if _jax_has("0.11"):
+        jax.make_jaxpr(to_host)(x)
+        return
+    with pytest.raises(NotImplementedError, match=_needs(
+            "pallas_tpu.with_memory_space_constraint to pallas_frontend.HOST", "0.11")):
+        jax.make_jaxpr(to_host)(x)

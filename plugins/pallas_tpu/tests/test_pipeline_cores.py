@@ -17,6 +17,7 @@ from jax.experimental.pallas import tpu as jpltpu
 import pallas_frontend as pl
 import pallas_tpu as pltpu
 from pallas_tpu import aot
+from tpu_window import tensorcore_mesh
 
 B, H, V = 8, 128, 128       # block sizes of the x @ w pipeline
 
@@ -42,7 +43,7 @@ def _split_matmul(Pl, T, num_cores, interpret, reverse_out=False):
     ``reverse_out`` the output index map writes v-blocks in reverse order,
     asking the pipeline's ``pl.num_programs(1)`` (tokamax's gmm_v2 index maps
     ask so; the kernel's own grid has one axis)."""
-    mesh = T.TensorCoreMesh(axis_name="core", num_cores=num_cores)
+    mesh = tensorcore_mesh(T, "core", num_cores)
 
     def f(x, w):
         nb, nv, nh = x.shape[0] // B, w.shape[1] // V, x.shape[1] // H
@@ -158,7 +159,7 @@ def test_core_split_needs_a_parallel_dimension():
 def _gathered_rows(Pl, T, interpret):
     """Copies rows of x picked by an SMEM-placed index vector (as gmm_v2 reads
     its group sizes): a scalar load from a pl.kernel operand."""
-    mesh = T.TensorCoreMesh(axis_name="core", num_cores=1)
+    mesh = tensorcore_mesh(T, "core", 1)
 
     def f(x, rows):
         rows = T.with_memory_space_constraint(rows, T.SMEM)

@@ -36,3 +36,9 @@ def tensorcore_mesh(T, axis_name: str = "core", num_cores: int = 1):
     if hasattr(T, "TensorCoreMesh"):
         return T.TensorCoreMesh(axis_name=axis_name, num_cores=num_cores)
     return T.create_tensorcore_mesh(axis_name, num_cores=num_cores)
+
+
+def jax_pltpu_has(name: str):
+    """Skip where JAX's ``pltpu`` lacks ``name`` (ours replays it as JAX's on TPU)."""
+    return needs_jax(_jax_private.PLTPU_SINCE[name], hasattr(jax_pltpu, name),
+                     f"pallas_tpu.{name} on TPU (JAX's pltpu.{name})")

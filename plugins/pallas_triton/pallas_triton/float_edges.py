@@ -119,7 +119,15 @@ def extremum(w, eqn, a: str, b: str, kind: str, dtype) -> str:
     sa = sign_bit(a, cdt)
     b_nan = (f"tl.where({sa}, -tl.abs({b}), {b})" if kind == "min"
              else f"tl.where({sa}, {b}, tl.abs({b}))")
-    return f"tl.where({a} != {a}, {a}, tl.where({b} != {b}, {b_nan}, {r}))"
+    out = f"tl.where({a} != {a}, {a}, tl.where({b} != {b}, {b_nan}, {r}))"
+    if name == "bfloat16" and cdt == np.float32:
+        # XLA narrows that float32 NaN to bfloat16's quiet NaN with its sign (0x7FC0 /
+        # 0xFFC0), the payload dropped
+        o = w.bind(out)
+        u = w.bind(f"{o}.to(tl.uint32, bitcast=True)")
+        quiet = f"(({u} & 0x80000000) | 0x7FC00000).to(tl.float32, bitcast=True)"
+        return f"tl.where({o} != {o}, {quiet}, {o})"
+    return out
 
 
 @register("max", "min")

@@ -100,8 +100,8 @@ def model_extremum(kind, a, b, rules: XlaCpuFloats):
     if kept:
         sign = (ab & 0x8000) | (bb & 0x8000) if kind == "min" else (ab & bb & 0x8000)
         nan = np.where(na, ab, (bb & 0x7FFF) | sign)
-        if name == "bfloat16":             # narrowed from float32: a quiet NaN
-            nan = nan | 0x0040
+        if name == "bfloat16":             # narrowed from float32: the quiet NaN, sign kept
+            nan = (nan & 0x8000) | QUIET[name]
     else:
         nan = np.full_like(ab, QUIET[name])
     r = np.where(na | nb, nan, r)

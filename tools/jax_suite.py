@@ -400,8 +400,16 @@ def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
     gained = sum(1 for name in counted for t, (oc, _) in our_runs[name]["results"].items()
                  if oc == "passed" and jax_runs[name]["results"].get(t, ("", ""))[0] != "passed")
     lines += [f"Passing under ours but not under JAX: {gained}.", ""]
-    out.write_text("\n".join(lines))
+    out.write_text("\n".join(lines) + _kept_native_section(out))
     return len(lost_rows) - explained
+
+
+def _kept_native_section(page: Path) -> str:
+    """The page's "TPU v5e, natively" section (tools/tpu_native.py writes it from a
+    chip's run), kept when the CPU tables are written anew."""
+    old = page.read_text() if page.exists() else ""
+    start = old.find("\n## TPU v5e, natively")
+    return old[start:] if start >= 0 else ""
 
 
 def run_many(names, directory: Path, timeout: float, target: str, jobs: int, done) -> None:

@@ -54,7 +54,7 @@ TPU_FILES = ("tpu_pallas_test.py", "tpu_ops_test.py", "tpu_pallas_random_test.py
              "tpu_fusible_matmul_test.py", "tpu_info_test.py", "tpu_trace_value_test.py",
              "tpu_pallas_call_print_test.py")
 # Pure-Python requirements of the distributions that a bare TPU host may lack.
-SUPPORT = ("pluggy", "importlib-metadata", "zipp")
+SUPPORT = ("pluggy", "importlib-metadata", "zipp", "absl-py")
 DISTRIBUTIONS = {"pallas-frontend": ROOT, "pallas-triton": ROOT / "plugins" / "pallas_triton",
                  "pallas-tpu": ROOT / "plugins" / "pallas_tpu",
                  "pallas-mgpu": ROOT / "plugins" / "pallas_mgpu"}
@@ -116,7 +116,8 @@ def chip_env(site: Path, extra_path: Path | None = None) -> dict[str, str]:
     parts = [os.environ.get("PYTHONPATH", ""), str(site)]
     if extra_path is not None:
         parts.insert(0, str(extra_path))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in parts if p))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in parts if p),
+               PALLAS_TPU_NATIVE="1")     # the plugin's tests: leave the chip's settings be
     for name in ("JAX_PLATFORMS", "PALLAS_FRONTEND_BACKENDS", "PALLAS_JAX_SUITE_TARGET"):
         env.pop(name, None)
     return env
@@ -150,23 +151,28 @@ def pytest_run(args, report: Path, env, cwd: Path, timeout: float) -> dict:
 
 
 def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: float) -> dict:
-    import jax
+    import jax      # its version only: this process must not open the chip its children need
     out.mkdir(parents=True, exist_ok=True)
     install(pack_dir, site)
     env = chip_env(site)
-    devices = jax.devices()
+    probe = subprocess.run([sys.executable, "-c", "import jax; d = jax.devices()[0]; "
+                            "print(d.device_kind); print(d.platform)"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    kind, device_platform = (probe.stdout.strip().splitlines() + ["unknown", "unknown"])[:2]
     record = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-              "device": devices[0].device_kind, "platform": devices[0].platform,
+              "device": kind, "platform": device_platform,
               "python": platform.python_version(), "jax": jax.__version__,
               "jaxlib": _version("jaxlib"), "libtpu": _version("libtpu"),
               "manifest": json.loads((pack_dir / "manifest.json").read_text()), "runs": {}}
     if "project" in parts:
         suites = {"conformance": ["--pyargs", "pallas_frontend.testing", "--pallas-backend",
                                   "tpu"],
-                  "pallas_tpu": [str(ROOT / "plugins" / "pallas_tpu" / "tests")]}
+                  "pallas_tpu on chip": [str(ROOT / "plugins" / "pallas_tpu" / "tests" /
+                                             "test_on_chip.py")]}
         for name, args in suites.items():
             record["runs"][f"project/{name}"] = pytest_run(
-                args, out / f"project-{name}.xml", env, ROOT, timeout)
+                args, out / f"project-{name.split()[0]}.xml", env, ROOT, timeout)
+            save(record, out)
     if "jax-suite" in parts:
         for name in files or record["manifest"]["files"]:
             for side in sides:
@@ -174,8 +180,13 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
                 record["runs"][f"{side}/{name}"] = pytest_run(
                     [name], out / f"{side}-{name.removesuffix('.py')}.xml",
                     chip_env(site, folder), folder, timeout)
-    (out / "native.json").write_text(json.dumps(record, indent=1))
+                save(record, out)
     return record
+
+
+def save(record: dict, out: Path) -> None:
+    """Written after every pytest run: a run cut short keeps what it finished."""
+    (out / "native.json").write_text(json.dumps(record, indent=1))
 
 
 def _version(dist: str) -> str:
@@ -248,7 +259,7 @@ def write(text: str, path: Path = DOC) -> None:
     block = f"{START}\n{text}\n{END}"
     if START in doc:
         doc = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: block, doc, flags=re.S)
-    else:
+    else:       # the last section: tools/jax_suite.py keeps it when it rewrites the page
         doc = doc.rstrip("\n") + "\n\n## TPU v5e, natively\n\n" + block + "\n"
     path.write_text(doc)
 

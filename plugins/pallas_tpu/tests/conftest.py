@@ -4,13 +4,16 @@ import os
 
 # libtpu prints start-up warnings on hosts without a TPU unless both are set
 # before it loads; 4 host devices are for the multi-device (remote DMA) tests.
-os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
-os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")   # no TPU chips for its lock to guard
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_force_host_platform_device_count=4").strip()
+# On a TPU host (tools/tpu_native.py sets PALLAS_TPU_NATIVE) the chip's own
+# settings stand, and JAX runs on the chip.
+if not os.environ.get("PALLAS_TPU_NATIVE"):
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")   # no TPU chips for its lock to guard
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + " --xla_force_host_platform_device_count=4").strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -161,7 +161,9 @@ def test_smem_scalar_and_aliased_output(rng):
     s = rng.standard_normal(1).astype(np.float32)
     x = rng.standard_normal((256, 512), np.float32)
     want = x.astype(np.float64) * s[0].astype(np.float64) + 1
-    check(run_both(_scale_in_place, s, x), [want], rtol=1e-6)
+    # x * s + 1 rounds once or twice (a TPU fuses it): half an ulp of the product's size
+    atol = 2 ** -23 * float(np.abs(x * s[0]).max())
+    check(run_both(_scale_in_place, s, x), [want], rtol=1e-6, atol=atol)
 
 
 def _manual_dma(pl, pltpu, **launch):
@@ -181,7 +183,9 @@ def _manual_dma(pl, pltpu, **launch):
 
 def test_manual_dma_with_a_semaphore(rng):
     x = rng.standard_normal((128, 256), np.float32)
-    check(run_both(_manual_dma, x), [np.tanh(x.astype(np.float64))], rtol=2e-6, atol=1e-6)
+    # a TPU's tanh is an approximation (measured on a v5e: 8e-5 relative at most)
+    rtol = 2e-4 if ON_CHIP else 2e-6
+    check(run_both(_manual_dma, x), [np.tanh(x.astype(np.float64))], rtol=rtol, atol=1e-6)
 
 
 def _nested_pipeline(pl, pltpu, **launch):
@@ -198,7 +202,8 @@ def _nested_pipeline(pl, pltpu, **launch):
 
 def test_emit_pipeline_over_hbm_operands(rng):
     x = rng.standard_normal((256, 256), np.float32)
-    check(run_both(_nested_pipeline, x), [x.astype(np.float64) * 3 - 1], rtol=1e-6)
+    atol = 2 ** -23 * 3 * float(np.abs(x).max())     # x * 3 - 1 may round once or twice
+    check(run_both(_nested_pipeline, x), [x.astype(np.float64) * 3 - 1], rtol=1e-6, atol=atol)
 
 
 def _random_bits(pl, pltpu, **launch):

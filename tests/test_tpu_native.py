@@ -1,0 +1,69 @@
+"""tools/tpu_native.py without a TPU: the table it writes from a chip's run
+(which tests pass under JAX and not under ours), the page section that
+tools/jax_suite.py keeps, and the environment its children get on a chip."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import jax_suite  # noqa: E402
+import tpu_native  # noqa: E402
+
+
+def _run(passed, failed, skipped, not_passed=()):
+    return {"passed": passed, "failed": failed, "skipped": skipped, "seconds": 1.0, "note": "",
+            "exit": 0, "not_passed": {t: "AssertionError: x" for t in not_passed}}
+
+
+RECORD = {"date": "2026-12-06 03:18", "device": "TPU v5 lite", "platform": "tpu",
+          "python": "3.11.7", "jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1",
+          "manifest": {"rev": "jax-v0.10.2", "jax_revision": "abc", "ours": "def"},
+          "runs": {"project/conformance": _run(60, 1, 4, ["project-conformance::t::a"]),
+                   "jax/a_test.py": _run(5, 1, 0, ["jax-a_test::C::both_fail"]),
+                   "ours/a_test.py": _run(3, 3, 0, ["ours-a_test::C::both_fail",
+                                                    "ours-a_test::C::lost_one",
+                                                    "ours-a_test::C::lost_two"]),
+                   "ours/b_test.py": _run(2, 0, 0)}}
+
+
+def test_lost_tests_are_those_jax_did_not_fail():
+    lost = tpu_native._lost(RECORD["runs"]["jax/a_test.py"], RECORD["runs"]["ours/a_test.py"])
+    assert sorted(lost) == ["ours-a_test::C::lost_one", "ours-a_test::C::lost_two"]
+    assert tpu_native._lost(None, RECORD["runs"]["ours/b_test.py"]) is None
+
+
+def test_the_table_states_versions_counts_and_losses():
+    text = tpu_native.render(RECORD)
+    assert "TPU v5 lite" in text and "jax 0.10.2" in text and "libtpu 0.0.42.1" in text
+    assert "| conformance | 60 | 1 | 4 |" in text
+    assert "| a_test.py | 5/1/0 | 3/3/0 | 2 |" in text
+    assert "| b_test.py | – | 2/0/0 | – |" in text      # JAX's side not run: no claim
+    assert "`ours-a_test::C::lost_one`" in text and "both_fail`" not in text
+
+
+def test_the_native_section_survives_a_rewrite_of_the_cpu_tables(tmp_path):
+    page = tmp_path / "jax-suite.md"
+    page.write_text("# JAX's suite\n\nold CPU tables\n")
+    tpu_native.write("the chip's table", page)
+    assert page.read_text().endswith("## TPU v5e, natively\n\n<!-- tpu_native:start -->\n"
+                                     "the chip's table\n<!-- tpu_native:end -->\n")
+    kept = jax_suite._kept_native_section(page)
+    page.write_text("# JAX's suite\n\nnew CPU tables\n" + kept)
+    tpu_native.write("a newer chip table", page)
+    text = page.read_text()
+    assert "new CPU tables" in text and "a newer chip table" in text
+    assert text.count("## TPU v5e, natively") == 1 and "the chip's table" not in text
+
+
+def test_children_on_a_chip_keep_its_settings(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTHONPATH", "/host/jax")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "host-set")
+    env = tpu_native.chip_env(tmp_path / "site", tmp_path / "suite")
+    assert env["PYTHONPATH"].split(":") == [str(tmp_path / "suite"), "/host/jax",
+                                             str(tmp_path / "site")]   # the host's JAX first
+    assert "JAX_PLATFORMS" not in env and env["TPU_WORKER_HOSTNAMES"] == "host-set"
+    assert env["PALLAS_TPU_NATIVE"] == "1"

@@ -29,6 +29,7 @@ _API = {
                 "loop", "next_power_of_2", "select_ref", "strides_from_shape", "when",
                 "with_scoped"),
     "launch": ("kernel", "pallas_call"),
+    "output_coverage": ("UnwrittenOutputError", "UnwrittenOutputWarning"),
     "primitives": ("DeviceIdType", "KernelCheckError", "SemaphoreDeadlockError", "debug_check",
                    "debug_print", "delay",
                    "enable_debug_checks", "get_global", "multiple_of", "num_programs",
@@ -104,6 +105,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
         align_to, broadcast_to, cdiv, empty, empty_like, empty_ref_like, loop, next_power_of_2,
         select_ref, strides_from_shape, when, with_scoped)
     from pallas_frontend.launch import kernel, pallas_call
+    from pallas_frontend.output_coverage import UnwrittenOutputError, UnwrittenOutputWarning
     from pallas_frontend.primitives import (
         DeviceIdType, KernelCheckError, SemaphoreDeadlockError, debug_check, debug_print, delay,
         enable_debug_checks,

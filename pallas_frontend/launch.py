@@ -9,9 +9,9 @@ from typing import Any
 import jax
 
 from pallas_frontend import foreign_params, registry
-from pallas_frontend.block_indices import check_block_ranges
 from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
+from pallas_frontend.output_coverage import check_grid
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
@@ -59,6 +59,7 @@ def pallas_call(
     cost_estimate: CostEstimate | None = None,
     metadata: dict[str, str | int | float] | None = None,
     backend: str | None = None,
+    allow_unwritten_outputs: bool | Sequence[int] = False,
 ) -> Callable[..., Any]:
     """Returns a function that runs ``kernel`` once per point of ``grid``.
 
@@ -70,6 +71,10 @@ def pallas_call(
     ``interpret=True`` runs the built-in reference interpreter on any platform;
     ``compiler_params`` of a backend's type choose that backend; ``backend=``
     names one explicitly. On CPU the interpreter is the default.
+
+    An output element that no grid point writes is a warning
+    (``pl.UnwrittenOutputWarning``), an error under ``pl.enable_debug_checks``;
+    ``allow_unwritten_outputs=True`` (or a tuple of flat output indices) allows it.
     """
     gs = resolve_grid_spec(grid_spec, grid, in_specs, out_specs, scratch_shapes)
     if cost_estimate is not None and not isinstance(cost_estimate, CostEstimate):
@@ -87,6 +92,7 @@ def pallas_call(
                         f"{metadata!r}.")
     registry.check_interpret_arguments(interpret, compiler_params, backend)
     aliases = alias_mapping(input_output_aliases)
+    allowed = _allowed_unwritten(allow_unwritten_outputs)
     normalize_out_shape(out_shape)   # bad shapes are refused here, before any call
 
     static_grid = all(isinstance(g, int) for g in gs.grid)
@@ -104,9 +110,10 @@ def pallas_call(
         record_symbolic_grid(ir, gs.grid)     # jax.export: sizes the interpreter proves with
         # A backend's interpret mode may be asked to read out-of-range blocks as
         # uninitialized memory (pallas_tpu.InterpretParams(out_of_bounds_reads=...)).
-        if gs.num_scalar_prefetch == 0 and static_grid and \
-                getattr(mode, "out_of_bounds_reads", "raise") == "raise":
-            check_block_ranges(ir)
+        # Output coverage (output_coverage.py): blocks known at trace time only.
+        if gs.num_scalar_prefetch == 0 and static_grid:
+            check_grid(ir, check_ranges=getattr(mode, "out_of_bounds_reads", "raise") == "raise",
+                       debug_checks=debug_checks, allowed=allowed)
         flat_args = jax.tree.leaves(args)
         pos = grid_sizes_operand(ir)
         if pos is not None:      # an index map reads pl.num_programs of a traced axis
@@ -142,6 +149,16 @@ def pallas_call(
     functools.update_wrapper(call, kernel, assigned=("__name__", "__qualname__", "__doc__"),
                              updated=())
     return call
+
+
+def _allowed_unwritten(allow) -> bool | tuple[int, ...]:
+    if isinstance(allow, bool):
+        return allow
+    if isinstance(allow, Sequence) and all(isinstance(j, int) and not isinstance(j, bool)
+                                           for j in allow):
+        return tuple(allow)
+    raise TypeError(f"allow_unwritten_outputs must be a bool or a sequence of flat output "
+                    f"indices (ints), got {allow!r}.")
 
 
 def _is_params_dataclass(p) -> bool:

@@ -2,7 +2,8 @@
 int32); a larger grid is refused before anything runs, naming the grid, the
 limit and the fix (issue 39: the built-in interpreter failed with an
 OverflowError about an argument "y", JAX's TPU interpret mode returned the
-output unwritten). The plugins' interpreters are tested in their own suites."""
+output unwritten). The plugins' interpreters (each where its plugin is installed:
+tox env all-plugins) are held to the same limit by the same tests."""
 
 import re
 
@@ -53,6 +54,34 @@ def test_the_limit_itself_is_accepted(rng):
     with pytest.raises(ValueError, match="2,147,483,648 points"):
         grid_limits.check_interpreted_grid((LIMIT + 1,), "interpret")
     grid_limits.check_interpreted_grid((None, LIMIT), "interpret")   # a run-time size: not counted
+
+
+def _plugin_interpret(plugin: str):
+    """``plugin``'s interpret params, or a skip where the plugin is not installed."""
+    return pytest.importorskip(plugin).InterpretParams()
+
+
+PLUGINS = {"pallas_tpu": "tpu", "pallas_triton": "triton", "pallas_mgpu": "mgpu"}
+
+
+@pytest.mark.parametrize("plugin", sorted(PLUGINS))
+@pytest.mark.parametrize("grid", [(2**16, 2**15), (5, 2**29, 1)], ids=str)
+def test_each_plugins_interpreter_refuses_the_same_grids(plugin, grid):
+    f = _add_one(grid, interpret=_plugin_interpret(plugin))
+    points = int(np.prod(grid, dtype=np.int64))
+    words = (rf"Kernel kernel at .*test_interpreted_grid_limit.py:\d+: the grid "
+             rf"{re.escape(str(grid))} has {points:,} points, more than backend "
+             rf"'{PLUGINS[plugin]}' in interpret mode runs.*2\*\*31 - 1 = 2,147,483,647 grid "
+             rf"points.*fewer, larger blocks")
+    with pytest.raises(ValueError, match=words):
+        jax.jit(f).lower(jax.ShapeDtypeStruct((8, 128), jnp.float32))
+
+
+@pytest.mark.parametrize("plugin", sorted(PLUGINS))
+def test_each_plugins_interpreter_runs_a_grid_under_the_limit(plugin, rng):
+    x = rng.standard_normal((8, 128)).astype(np.float32)
+    out = _add_one((2, 3), interpret=_plugin_interpret(plugin))(x)
+    np.testing.assert_allclose(np.asarray(out), x.astype(np.float64) + 1, rtol=1e-6)
 
 
 def test_vmap_adds_its_axis_to_the_count(rng):

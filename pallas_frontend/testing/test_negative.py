@@ -66,3 +66,25 @@ def test_capability_tag_is_checked(pallas_backend, call_options, rng, tag):
             return
         got = np.asarray(jax.block_until_ready(jax.jit(fn)(*operands)))
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def _tail_kernel(**call):
+    """The beginner's grid: 1000 // 128 = 7 blocks of 128 over 1000 elements."""
+    return pl.pallas_call(
+        lambda x, o: o.__setitem__(..., x[...] * 2.0), jax.ShapeDtypeStruct((1000,), jnp.float32),
+        grid=(1000 // 128,), in_specs=[pl.BlockSpec((128,), lambda i: (i,))],
+        out_specs=pl.BlockSpec((128,), lambda i: (i,)), **call)
+
+
+def test_unwritten_output_tail_is_named_before_the_backend_runs(call_kernel, rng):
+    """Output coverage is the frontend's: the same warning on every backend, and
+    an error under debug checks, before lowering (the written part is right)."""
+    x = rng.standard_normal(1000).astype(np.float32)
+    f = call_kernel(_tail_kernel)
+    with pytest.warns(pl.UnwrittenOutputWarning, match=r"104 of its 1000 elements.*first at "
+                      r"index \(896,\): grid \(7,\).*pl\.cdiv\(1000, 128\) = 8"):
+        got = np.asarray(jax.block_until_ready(jax.jit(f)(x)))
+    np.testing.assert_allclose(got[:896], x[:896].astype(np.float64) * 2.0, rtol=1e-6)
+    with pl.enable_debug_checks(True), pytest.raises(pl.UnwrittenOutputError,
+                                                     match=r"first at index \(896,\)"):
+        jax.jit(call_kernel(_tail_kernel)).lower(x)

@@ -21,8 +21,7 @@ from pallas_frontend import autotune_cache
 from pallas_frontend.env_config import ConfigError
 
 from conftest import rand
-from test_autotune import FakeTimer, add_kernel  # noqa: F401 - shared helpers
-from pallas_frontend import registry
+from test_autotune import FakeTimer, add_kernel, fake_timer  # noqa: F401 - shared helpers
 
 
 @pytest.fixture(autouse=True)
@@ -31,17 +30,6 @@ def cache_file(tmp_path, monkeypatch):
     monkeypatch.setenv(autotune_cache.ENV_CACHE, str(path))
     return path
 
-
-@pytest.fixture
-def fake_timer():
-    backends = []
-
-    def make(times):
-        backends.append(registry.register_backend(FakeTimer(times)))
-        return backends[-1]
-    yield make
-    for b in backends:
-        registry.unregister_backend(b.name)
 
 
 def _entry(i):

@@ -84,6 +84,10 @@ class TpuBackend(Backend):
         else:   # JAX's TPU interpreter would hang in a wait nothing can satisfy
             from pallas_tpu import semaphore_deadlock
             semaphore_deadlock.check(kernel)
+        if interpret is None:
+            # semaphores passed between kernels get JAX's semaphore dtypes
+            from pallas_tpu import semaphore_operands
+            ctx = semaphore_operands.typed_lowering_context(kernel, ctx)
         with rebuild.dynamic_shapes_export(kernel):
             build = rebuild.build_pallas_call(kernel, ctx.mlir_ctx.avals_out, interpret)
             # JAX stages its interpreter when the rebuilt call is lowered, here

@@ -20,7 +20,7 @@ import pallas_frontend as pf
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 
 from pallas_tpu import (aliased_blocks, check, evaluate, interpret_mode, kernel_globals,
-                        key_operands)
+                        key_operands, semaphore_operands)
 from pallas_tpu.params import CompilerParams, InterpretParams
 from pallas_tpu.spaces import block_memory_space, scratch_type_of_aval
 
@@ -147,6 +147,11 @@ def _out_shapes(kernel: KernelIR, out_avals: Sequence, interpreting: bool = Fals
         mat = getattr(aval, "manual_axis_type", None)
         kw = {"manual_axis_type": mat} if mat is not None else {}
         shape, dtype = m.array_shape, m.dtype
+        if semaphore_operands.jax_dtype_kind(aval) is not None:
+            # a semaphore output (``semaphore_operands.typed_lowering_context``)
+            shapes.append(semaphore_operands.jax_out_shape(
+                semaphore_operands.jax_dtype_kind(aval), shape))
+            continue
         if key_operands.is_key(dtype):
             shape, dtype = (key_operands.physical_type(dtype, shape) if interpreting
                             else (shape, key_operands.for_mosaic_dtype(dtype)))

@@ -362,3 +362,25 @@ def select_view(idx, refs):
     return state_types.TransformedRef(ref=tuple(refs),
                                       transforms=(state_types.SelectTransform(idx),))
 
+
+
+def hide_frames_under(path: str) -> None:
+    """Frames of files under ``path`` are library code to JAX: left out of the
+    tracebacks JAX filters (as JAX's own frames are) and never taken as the user's
+    line of an operation (``source_info``). JAX 0.10-0.12 keep both lists here."""
+    from jax._src import traceback_util
+    traceback_util.register_exclusion(path)
+    source_info_util.register_exclusion(path)
+
+
+def is_user_file(file_name: str) -> bool:
+    """Whether JAX counts ``file_name`` as the user's code (not JAX's, not Python's,
+    not a path given to ``hide_frames_under``)."""
+    return source_info_util.is_user_filename(file_name)
+
+
+def api_boundary(fun):
+    """``fun`` as a JAX API boundary: an exception leaving it has the frames of
+    JAX and of ``hide_frames_under`` paths filtered from its traceback."""
+    from jax._src import traceback_util
+    return traceback_util.api_boundary(fun)

@@ -208,11 +208,20 @@ def check_primitive_owners(backend: Backend, kernel: KernelIR,
         if owner is not None and owner not in (FRONTEND_OWNER, backend.name) \
                 and not accept(eqn.primitive):
             where = jc.jaxpr_source_line(eqn) or kernel.source
-            raise BackendCapabilityError(
+            err = BackendCapabilityError(
                 f"Kernel '{kernel.name}' uses primitive '{eqn.primitive.name}' of backend "
-                f"'{owner}' at {where}, which backend '{backend.name}' cannot lower. "
-                f"Run it with backend '{owner}' (pass its CompilerParams) or use the "
-                "portable pallas_frontend API instead.")
+                f"'{owner}' at {where}, which backend '{backend.name}' (the one running "
+                f"this kernel) cannot lower. {FOREIGN_PRIMITIVE_ADVICE.format(owner=owner)}")
+            err.primitive_owner = owner   # the launch puts the owner's own names in the advice
+            raise err
+
+
+# The launch replaces it by the owner's CompilerParams/InterpretParams names when
+# the owner is installed (call_primitive.name_owner_in_advice).
+FOREIGN_PRIMITIVE_ADVICE = ("Run it with backend '{owner}' on its hardware (its "
+                            "CompilerParams), or on any machine in its interpreter (its "
+                            "InterpretParams), or write the step with the portable "
+                            "pallas_frontend API.")
 
 
 def check_dtypes(backend: Backend, kernel: KernelIR) -> None:

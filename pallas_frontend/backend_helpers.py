@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend import frames
 from pallas_frontend import grid_context as _grid
 from pallas_frontend.contract import FRONTEND_OWNER, KernelIR
 
@@ -27,6 +28,7 @@ def kernel_primitive(name: str, *, owner: str, multiple_results: bool = False) -
     A backend that meets a primitive owned by another backend rejects the
     kernel in ``Backend.check``, naming the primitive and its owner.
     """
+    frames.hide_caller_package()   # the plugin's frames are not the kernel author's line
     prim = jc.Primitive(name)
     prim.multiple_results = multiple_results
     _primitive_owners[prim] = owner

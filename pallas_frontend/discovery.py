@@ -42,7 +42,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 
-from pallas_frontend import _jax_compat as jc, backend_api, ctrl_c, env_config
+from pallas_frontend import _jax_compat as jc, backend_api, ctrl_c, env_config, frames
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 from pallas_frontend.backend_metadata import INFO_GROUP, Declared, parse_declarations
 from pallas_frontend.load_timeout import PluginImportTimeout, call_with_timeout, import_timeout
@@ -323,7 +323,7 @@ def _keep_valid(candidates: list, name: str, origin: Origin, found: Discovered) 
             continue
         if b.distribution is None:
             b.distribution = origin.distribution
-        jc.add_library_package(type(b).__module__)   # its frames are not the user's line
+        frames.hide_package(type(b).__module__)   # its frames are not the user's line
         found.backends[name] = b
         found.origins[name] = origin
 

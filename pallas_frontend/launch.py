@@ -8,7 +8,7 @@ from typing import Any
 
 import jax
 
-from pallas_frontend import foreign_params, registry
+from pallas_frontend import foreign_params, frames, registry
 from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.output_coverage import check_grid
@@ -18,10 +18,13 @@ from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_blo
 from pallas_frontend.tracing import (alias_mapping, build_kernel_ir, grid_sizes_operand,
                                      normalize_out_shape, resolve_grid_spec)
 
+frames.hide_frontend()     # our frames leave tracebacks as JAX's own do
+
 
 def _names_kernel(launch):
     """Errors of a launch (bad specs, index maps, operands, tracing) name the
     kernel function and its line, as JAX's ``name_and_src_info`` does."""
+    @jc.api_boundary
     @functools.wraps(launch)
     def wrapped(kernel, *args, **kwargs):
         try:
@@ -35,6 +38,7 @@ def _names_kernel(launch):
 def _name_kernel_error(e: Exception, kernel: Callable, name: str | None) -> None:
     from pallas_frontend.call_primitive import name_kernel_in_error
     from pallas_frontend.index_maps import source_of
+    frames.explain_traced_python_value(e)
     fn_name, source = getattr(kernel, "__name__", repr(kernel)), source_of(kernel)
     label = (f"{name} for kernel function {fn_name} at {source}" if name and name != fn_name
              else f"{fn_name} at {source}")
@@ -146,6 +150,7 @@ def pallas_call(
             _name_kernel_error(e, kernel, name)
             raise
 
+    call = jc.api_boundary(call)      # our frames leave its tracebacks, as JAX's do
     functools.update_wrapper(call, kernel, assigned=("__name__", "__qualname__", "__doc__"),
                              updated=())
     return call

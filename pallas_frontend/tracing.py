@@ -16,6 +16,7 @@ import numpy as np
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.index_maps import _fn_name, _type_str, source_of, trace_index_map
+from pallas_frontend.frames import traced_as
 from pallas_frontend.primitives import (
     GridSizeInIndexMap, enable_debug_checks, grid_context, ref_aval_of)
 from pallas_frontend.ref_checks import (
@@ -190,7 +191,8 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
     # when it closes the jaxpr, after the body has returned
     named = [(n, g) for n, g in zip(grid_names or (), grid) if g is not None]
     with static_slice_errors(), jc.extend_axis_env(named):
-        jaxpr, _ = jc.trace_kernel_jaxpr(body, in_avals, traced_for="pallas kernel")
+        jaxpr, _ = jc.trace_kernel_jaxpr(traced_as(body, kernel, num_index, len(ref_avals)),
+                                          in_avals, traced_for="pallas kernel")
     if grid_names and any(e.primitive.name == "axis_index" for e in _iter_eqns(jaxpr.jaxpr)):
         def with_program_ids(*flat):
             def index_of(axis):
@@ -318,8 +320,10 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
         outs = []
         for s, a, p, space in zip(out_spec_list, out_avals, out_paths, out_spaces):
             m = block_mapping(s, a, p, num_grid, pf_avals, **pf_map)
-            if space is not None and m.memory_space is None:
-                m = BlockMapping(**{**m.__dict__, "memory_space": space})
+            if space is not None:
+                m = BlockMapping(**{**m.__dict__, "array_memory_space": space,
+                                    "memory_space": space if m.memory_space is None
+                                    else m.memory_space})
             outs.append(m)
         return ins, tuple(outs)
 

@@ -69,10 +69,32 @@ def clone_root() -> Path | None:
 
 
 def wheelhouse() -> Path | None:
-    """The folder of the wheel pallas-frontend was installed from, when recorded."""
+    """The folder of the wheel pallas-frontend was installed from: recorded when the
+    wheel file was named; after ``--find-links DIR`` (pip records nothing), the
+    folder that holds this pallas-frontend's wheel among ``PIP_FIND_LINKS`` (which
+    pip reads too), ``./wheelhouse`` and ``wheelhouse`` beside this environment."""
     record = _direct_url()
     path = _local_path(record.get("url", "")) if "archive_info" in record else None
-    return path.parent if path is not None and path.suffix == ".whl" else None
+    if path is not None and path.suffix == ".whl":
+        return path.parent
+    links = os.environ.get("PIP_FIND_LINKS", "").split()
+    candidates = [(_local_path(u) if "://" in u else Path(u)) for u in links]
+    candidates += [Path.cwd() / "wheelhouse", Path(sys.prefix).parent / "wheelhouse"]
+    for folder in candidates:
+        if folder is not None and _holds_this_frontend(folder):
+            return folder.resolve()
+    return None
+
+
+def _holds_this_frontend(folder: Path) -> bool:
+    try:
+        version = metadata.version(FRONTEND)
+    except metadata.PackageNotFoundError:
+        return False
+    try:
+        return any(folder.glob(f"pallas_frontend-{version}-*.whl"))
+    except OSError:
+        return False
 
 
 def pip_install() -> str:
@@ -120,7 +142,9 @@ def install_command(dist: str, extra: str | None = None) -> str:
     command = f"{pip_install()} --find-links {links} {_requirement(dist, extra)}"
     if house is None:
         command += (f" ({WHEELHOUSE_PLACEHOLDER}: the folder of wheels {FRONTEND} was installed "
-                    "from; in a clone, python tools/build_wheelhouse.py DIR builds one; "
+                    "from, the DIR you gave --find-links: replace WHEELHOUSE by it; set "
+                    "PIP_FIND_LINKS=DIR and pip and these hints find it alone; in a clone, "
+                    "python tools/build_wheelhouse.py DIR builds one; "
                     "the distributions are on no index yet)")
     return command
 

@@ -42,13 +42,46 @@ def test_from_a_recorded_wheelhouse_the_hint_names_it(monkeypatch, tmp_path):
         f"{install_hints.pip_install()} --find-links {tmp_path / 'house'} pallas-triton"
 
 
-def test_an_unrecorded_wheelhouse_is_named_in_words(monkeypatch):
+def test_an_unrecorded_wheelhouse_is_named_in_words(monkeypatch, tmp_path):
     monkeypatch.setattr(install_hints, "clone_root", lambda: None)
     monkeypatch.setattr(install_hints, "_direct_url", lambda: {})
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.chdir(tmp_path)
     command = install_hints.install_command("pallas-mgpu")
     assert command.startswith(f"{install_hints.pip_install()} --find-links WHEELHOUSE pallas-mgpu "
                               "(WHEELHOUSE: the folder of wheels pallas-frontend was installed "
-                              "from; in a clone, python tools/build_wheelhouse.py DIR builds one")
+                              "from, the DIR you gave --find-links: replace WHEELHOUSE by it; "
+                              "set PIP_FIND_LINKS=DIR")
+
+
+def _house(folder):
+    from importlib import metadata
+    folder.mkdir(parents=True)
+    version = metadata.version("pallas-frontend")
+    (folder / f"pallas_frontend-{version}-py3-none-any.whl").write_bytes(b"")
+    return folder
+
+
+@pytest.mark.parametrize("how", ["PIP_FIND_LINKS", "PIP_FIND_LINKS url", "./wheelhouse"])
+def test_a_find_links_wheelhouse_is_found_and_named(monkeypatch, tmp_path, how):
+    # issue 39: after pip install --find-links DIR (pip records no folder), hints
+    # printed WHEELHOUSE even where the folder could be found
+    monkeypatch.setattr(install_hints, "clone_root", lambda: None)
+    monkeypatch.setattr(install_hints, "_direct_url", lambda: {})
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    if how == "./wheelhouse":
+        house = _house(tmp_path / "wheelhouse")
+    else:
+        house = _house(tmp_path / ("my wheels" if how.endswith("url") else "wheels"))
+        other = tmp_path / "elsewhere"     # a folder without the frontend's wheel is passed over
+        other.mkdir()
+        link = house.as_uri() if how.endswith("url") else str(house)
+        monkeypatch.setenv("PIP_FIND_LINKS", f"{other} {link}")
+    command = install_hints.install_command("pallas-triton")
+    assert command == (f"{install_hints.pip_install()} --find-links "
+                       f"{shlex.quote(str(house))} pallas-triton")
+    assert "WHEELHOUSE" not in command
 
 
 def test_once_published_the_hint_names_the_distribution(monkeypatch):

@@ -50,9 +50,10 @@ def element(rng, **call):
 
 
 def squeezed(rng, **call):
-    x = _x(rng, 8, B)
-    spec = pl.BlockSpec((None, B), lambda i: (i, 0))
-    f = pl.pallas_call(_double, jax.ShapeDtypeStruct((8, B), jnp.float32), grid=(8,),
+    # the squeezed dim leads, so the block's last two dims stay (8, 128) (Mosaic TPU)
+    x = _x(rng, 2, 8, B)
+    spec = pl.BlockSpec((None, 8, B), lambda i: (i, 0, 0))
+    f = pl.pallas_call(_double, jax.ShapeDtypeStruct((2, 8, B), jnp.float32), grid=(2,),
                        in_specs=[spec], out_specs=spec, **call)
     return f, [x], 2.0 * x.astype(np.float64)
 
@@ -96,7 +97,8 @@ def run_scoped(rng, **call):
 
 def debug_print(rng, **call):
     def body(x, o):
-        pl.debug_print("conformance debug_print {}", x[0])
+        # an int32 value: Mosaic TPU formats only 32-bit integers into placeholders
+        pl.debug_print("conformance debug_print {}", pl.program_id(0))
         o[...] = x[...] * 2
     x = _x(rng)
     return pl.pallas_call(body, F32, **_blocked(**call)), [x], 2.0 * x.astype(np.float64)
@@ -141,9 +143,13 @@ def loops(rng, **call):
 
 
 def vmap(rng, **call):
-    x = _x(rng, 3, N)
-    return jax.vmap(pl.pallas_call(_double, F32, **_blocked(**call))), [x], \
-        2.0 * x.astype(np.float64)
+    # a 2-D kernel with (8, 128) blocks: vmapped, its blocks are (squeezed, 8, 128),
+    # which Mosaic TPU takes (a vmapped 1-D kernel's (squeezed, 128) it refuses)
+    x = _x(rng, 3, 8, N)
+    spec = pl.BlockSpec((8, B), lambda i: (0, i))
+    f = pl.pallas_call(_double, jax.ShapeDtypeStruct((8, N), jnp.float32), grid=(N // B,),
+                       in_specs=[spec], out_specs=spec, **call)
+    return jax.vmap(f), [x], 2.0 * x.astype(np.float64)
 
 
 def jvp(rng, **call):

@@ -28,6 +28,38 @@ def vector_add_ref(x, y):
     return np.asarray(x, np.float64) + np.asarray(y, np.float64)
 
 
+def tiled_add(rows: int, cols: int, br: int = 8, bc: int = 128, **call):
+    """``x + y`` over 2-D ``(br, bc)`` blocks (``cols`` may leave ragged edge
+    blocks). Under ``jax.vmap`` the batch dim becomes a squeezed leading block
+    dim and the last two stay ``(8, 128)``-tiled, which Mosaic TPU needs (a
+    vmapped 1-D kernel would have ``(squeezed, bc)`` blocks, which it refuses)."""
+    def body(x, y, o):
+        o[...] = x[...] + y[...]
+    spec = _spec((br, bc), lambda i, j: (i, j))
+    return pl.pallas_call(
+        body, jax.ShapeDtypeStruct((rows, cols), jnp.float32),
+        grid=(pl.cdiv(rows, br), pl.cdiv(cols, bc)), in_specs=[spec] * 2, out_specs=spec,
+        name="tiled_add", **call)
+
+
+def matmul_tolerance(a, b) -> dict:
+    """``assert_allclose`` tolerances for a float32 matmul of ``a`` and ``b``
+    (accumulated in float32) against NumPy float64: ``rtol`` 1e-4 and ``atol``
+    1e-4 * sqrt(k), or twice the largest error of XLA's own default-precision
+    ``jnp.dot`` of the same inputs on JAX's default device, if larger. A
+    kernel need not round better than the device's own matmul: a TPU's
+    default-precision float32 dot rounds the operands to bfloat16 (errors
+    ~0.1 for k of a few hundred), a GPU's may use TF32; on CPU XLA's dot is
+    float32-accurate and the tolerance stays the stated one."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    k = a.shape[-1]
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    xla = np.asarray(jnp.dot(jnp.asarray(a), jnp.asarray(b),
+                             preferred_element_type=jnp.float32), np.float64)
+    xla_err = float(np.max(np.abs(xla - want)))
+    return dict(rtol=1e-4, atol=max(1e-4 * float(np.sqrt(k)), 2.0 * xla_err))
+
+
 def blocked_matmul(m: int, n: int, k: int, bm: int, bn: int, bk: int, **call):
     """Accumulates over the k grid axis straight into the output block (m and n
     may leave ragged edge blocks; bk must divide k)."""

@@ -55,7 +55,7 @@ def test_non_default_compiler_params(pallas_backend, call_options, rng):
                                    err_msg=f"with {params!r}")
         got = K.blocked_matmul(128, 128, 256, 128, 128, 128, **options)(a, b)
         np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64),
-                                   rtol=1e-4, atol=1e-4 * 16, err_msg=f"with {params!r}")
+                                   **K.matmul_tolerance(a, b), err_msg=f"with {params!r}")
 
 
 @pytest.mark.requires("aliasing")

@@ -174,6 +174,11 @@ class BlockMapping:
     index_map_source: str            # "file:line" of the user's index_map
     memory_space: Any = None
     pipeline_mode: Any = None        # a pallas_frontend.Buffered, or None
+    # Outputs only: the space out_shape placed the whole array in
+    # (``MemorySpace.X(shape, dtype)``), None for a plain ShapeDtypeStruct.
+    # Optional (a backend reads it with getattr): JAX tells XLA to allocate such
+    # an output there, where ``memory_space`` says only where blocks are seen.
+    array_memory_space: Any = None
 
     @property
     def block_shape(self) -> tuple[int, ...]:

@@ -72,6 +72,14 @@ def _is_unwindowed(m: BlockMapping) -> bool:
                               MemorySpace.SEMAPHORE)
 
 
+def _is_unwindowed_or_placed(m: BlockMapping) -> bool:
+    """Also an output that out_shape placed whole in a memory space (e.g.
+    ``pltpu.VMEM(shape, dtype)``) and whose block is all of it: the kernel
+    sees the array itself, which an aliased input already is."""
+    return _is_unwindowed(m) or (getattr(m, "array_memory_space", None) is not None
+                                 and m.block_shape == tuple(m.array_shape))
+
+
 def block_spec(m: BlockMapping, guard_wrap: str | None = None, key_data: bool = False):
     """``key_data``: the operand is PRNG keys passed as their key data (TPU
     interpret mode): the block also spans the key data's trailing dims."""
@@ -105,7 +113,7 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_ax
     from jax.experimental import pallas as pl
     jaxpr, n_grid = kernel.jaxpr, len(kernel.grid)
     dynamic_axes = kernel.dynamic_grid_axes
-    seeded = aliased_blocks.copied_pairs(kernel, _is_unwindowed)
+    seeded = aliased_blocks.copied_pairs(kernel, _is_unwindowed_or_placed)
     n_pf, n_in = kernel.num_scalar_prefetch, len(kernel.in_mappings)
 
     def body(*refs):
@@ -151,6 +159,12 @@ def _out_shapes(kernel: KernelIR, out_avals: Sequence, interpreting: bool = Fals
             # a semaphore output (``semaphore_operands.typed_lowering_context``)
             shapes.append(semaphore_operands.jax_out_shape(
                 semaphore_operands.jax_dtype_kind(aval), shape))
+            continue
+        placed = getattr(m, "array_memory_space", None)
+        if (placed is not None and not interpreting and not getattr(mat, "varying", None)
+                and not key_operands.is_key(dtype)):
+            # out_shape was pltpu.X(shape, dtype): JAX has XLA allocate the output there
+            shapes.append(block_memory_space(placed)(shape, dtype))
             continue
         if key_operands.is_key(dtype):
             shape, dtype = (key_operands.physical_type(dtype, shape) if interpreting

@@ -220,7 +220,7 @@ def _custom_calls(hlo: str) -> list[str]:
 # VMEM (the custom call's memory-space colors); ours does not yet.
 _VMEM_OUT_SHAPE = pytest.mark.xfail(
     strict=True, reason="the out_shape's memory space does not reach the rebuilt call")
-_MARKS = {"one_copy_into_vmem": _VMEM_OUT_SHAPE, "two_copies_into_vmem": _VMEM_OUT_SHAPE}
+_MARKS = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_MARKS.get(n, ()))

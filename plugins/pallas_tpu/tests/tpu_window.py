@@ -5,6 +5,7 @@ line pallas_tpu says for it (naming the JAX release that has it)."""
 import pytest
 from jax.experimental.pallas import tpu as jax_pltpu
 
+from pallas_frontend.jax_window import JAX_VERSION
 from pallas_tpu import _jax_private
 
 
@@ -28,6 +29,12 @@ EINSHAPE_RULES = needs_jax("0.11", _jax_private.jax_einshape_has_rules(),
                            "a VJP and fuser rules for JAX's pltpu.einshape")
 ASYNC_PREFETCH = needs_jax("0.11", hasattr(jax_pltpu, "emit_pipeline_with_async_prefetch"),
                            "JAX's pltpu.emit_pipeline_with_async_prefetch")
+
+# JAX 0.11's Mosaic refuses JAX's own prefetch of a whole-operand block (an s32[1]
+# operand's layout); JAX 0.12 compiles it (ours compiles it on every JAX)
+JAX_PREFETCHES_WHOLE_OPERAND = needs_jax(
+    "0.12", JAX_VERSION >= (0, 12),
+    "JAX's own async prefetch of a whole-operand block compiled for v5e")
 
 
 def tensorcore_mesh(T, axis_name: str = "core", num_cores: int = 1):

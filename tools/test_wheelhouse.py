@@ -106,7 +106,7 @@ def test_wheelhouse_holds_wheel_and_sdist_of_each_distribution(wheelhouse):
         wheel = _wheel(wheelhouse, dist)
         assert len(list(wheelhouse.glob(dist.replace("-", "_") + "-*.tar.gz"))) == 1, dist
         meta = _metadata(wheel)
-        assert "Requires-Python: >=3.12" in meta, (dist, meta[:20])
+        assert "Requires-Python: >=3.11" in meta, (dist, meta[:20])
         if dist != "pallas-frontend":
             # the version policy (docs/install.md): a bounded range of frontend releases
             frontend = [ln for ln in meta if ln.startswith("Requires-Dist: pallas-frontend")]
@@ -194,7 +194,7 @@ FUTURE_PLUGIN = {
         [project]
         name = "pallas-futurebackend"
         version = "2.0.0"
-        requires-python = ">=3.12"
+        requires-python = ">=3.11"
         # built for backend API 2.x: the frontend releases that would provide it
         dependencies = ["pallas-frontend>=0.2,<0.3"]
 

@@ -6,15 +6,17 @@
 nothing until an env ends), and no test counts for envs that pass. Here:
 
 - every ``--every`` seconds (default 30) one line: envs finished out of all,
-  the tests they ran (passed, skipped, failed), the envs running, the time;
+  the tests run so far (passed, skipped, failed; running envs included), each
+  running env with its passed and failed so far, the time;
 - at the end, per env: its tox result, passed/skipped/failed/errors and time;
   the slowest tests of the run; wall time and CPU time (user + system of
   every process tox started), so a run can be compared on another machine;
 - last, a pytest-style line (``N passed, N skipped, N failed in ...``) for CI.
 
 The counts come from each env's JUnit XML report: tox.ini gives every pytest
-command ``--junitxml={toxworkdir}/results/{envname}.xml``. The exit status is
-tox's.
+command ``--junitxml={toxworkdir}/results/{envname}.xml``; while an env runs,
+from the ``<envname>.live.json`` the frontend's pytest plugin writes beside it
+(``pallas_frontend.testing.live_counts``). The exit status is tox's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import configparser
 import dataclasses
+import json
 import os
 import re
 import resource
@@ -33,6 +36,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# pallas_frontend.testing.live_counts (a pytest11 plugin, in every env) writes
+# <env>.live.json beside <env>.xml after each test where this marker is
+LIVE_MARKER, LIVE_SUFFIX = ".live-counts", ".live.json"
 RESULT_LINE = re.compile(r"^\s*(?P<env>[\w.-]+): (?P<status>OK|FAIL|SKIP)\b(?P<rest>.*)$")
 
 
@@ -105,6 +111,19 @@ class Progress:
                     continue
         return found
 
+    def live(self) -> dict[str, Counts]:
+        """Counts so far of the envs whose pytest is running (``LIVE_SUFFIX`` files,
+        rewritten after every test by pallas_frontend.testing.live_counts)."""
+        found = {}
+        for env in self.envs:
+            try:
+                data = json.loads((self.results / f"{env}{LIVE_SUFFIX}").read_text())
+                found[env] = Counts(**{k: int(data.get(k, 0)) for k in
+                                       ("passed", "skipped", "failed", "errors")})
+            except (OSError, ValueError, TypeError):     # none yet, or being replaced
+                continue
+        return found
+
     def line(self) -> str:
         with self.lock:
             done = [e for e in self.envs if e in self.status]
@@ -112,11 +131,16 @@ class Progress:
         for env, (counts, _) in self.reports().items():
             if env in done:
                 total.add(counts)
-        running = _running_envs()
+        live = {e: c for e, c in self.live().items() if e not in done}
+        for counts in live.values():
+            total.add(counts)
+        running = sorted(set(_running_envs()) | set(live))
+        shown = [f"{e} {live[e].passed} passed, {live[e].failed + live[e].errors} failed"
+                 if e in live else e for e in running]
         return (f"[tests] {len(done)}/{len(self.envs)} envs done, "
-                f"{total.passed + total.skipped + total.failed + total.errors} tests "
+                f"{total.passed + total.skipped + total.failed + total.errors} tests so far "
                 f"({total.words()})"
-                + (f"; running: {', '.join(running)}" if running else "")
+                + (f"; running: {'; '.join(shown)}" if shown else "")
                 + f"; {_minutes(time.monotonic() - self.start)}")
 
 
@@ -163,6 +187,8 @@ def main(argv=None) -> int:
     results.mkdir(parents=True, exist_ok=True)
     for env in envs:                          # an old report must not count for this run
         (results / f"{env}.xml").unlink(missing_ok=True)
+        (results / f"{env}{LIVE_SUFFIX}").unlink(missing_ok=True)
+    (results / LIVE_MARKER).touch()           # asks each env's pytest for live counts
     progress = Progress(envs, results)
     print(f"[tests] tox p: {len(envs)} envs ({', '.join(envs)}); a line every "
           f"{args.every:g} s, counts at the end", flush=True)

@@ -62,6 +62,8 @@ def pytest_configure(config):
     for layer, what in LAYERS.items():
         config.addinivalue_line("markers", f"{layer}: conformance layer: {what}")
     config.addinivalue_line("markers", "requires(*tags): backend capability tags the test needs")
+    from pallas_frontend.testing import live_counts   # the test command's live counts
+    live_counts.register(config)
 
 
 def _in_suite(item) -> bool:

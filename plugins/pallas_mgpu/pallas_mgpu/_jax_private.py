@@ -62,6 +62,13 @@ def missing_param_field(cls_name: str, name: str) -> str | None:
     return since
 
 
+def fields_jax_lacks(cls_name: str) -> dict[str, str]:
+    """The fields of JAX 0.12's ``plgpu.<cls_name>`` this JAX lacks, with the
+    release that first has each."""
+    return {name: since for name in _FIELDS_SINCE[cls_name]
+            if (since := missing_param_field(cls_name, name))}
+
+
 def refuse_fields_jax_lacks(params, cls_name: str, ours: str) -> None:
     """Raises (one line, naming the JAX release) where ``params`` (our dataclass
     mirroring ``plgpu.<cls_name>``) sets a field this JAX lacks to other than
@@ -100,7 +107,7 @@ def _plgpu_or_interpret(cls_name: str):
 # Functions of JAX 0.12's ``plgpu`` that older releases of the window lack, with
 # the first release that has each.
 _PLGPU_SINCE = {"mma": "0.11", "wait_gmem_to_smem": "0.11", "im2col_ref": "0.12",
-                "barrier_arrive_and_wait": "0.12", "store": "0.12"}
+                "barrier_arrive_and_wait": "0.12", "store": "0.12", "alloc_semaphore": "0.12"}
 
 
 def _barrier_arrive_then_wait(barrier):
@@ -134,13 +141,25 @@ def gpu_interpreter_clips_edge_blocks() -> bool:
 
 
 @functools.cache
-def warpgroup_semantics_is_jax_default() -> bool:
-    """Whether this JAX's ``plgpu.CompilerParams`` lowers with warpgroup semantics by
-    default (JAX 0.11 on); JAX 0.10 defaults to lane semantics, its warpgroup
-    layout inference still partial."""
-    from jax.experimental.mosaic import gpu as mgpu
+def gpu_interpreter_has_cluster_cancel() -> bool:
+    """Whether JAX's GPU interpreter runs ``try_cluster_cancel`` (JAX 0.11 on)."""
+    import inspect
+    from jax._src.pallas.mosaic_gpu.interpret import jaxpr_interpret
+    return "try_cluster_cancel" in inspect.getsource(jaxpr_interpret)
+
+
+@functools.cache
+def jax_default_lowering_semantics() -> str:
+    """The name of the lowering semantics this JAX's ``plgpu.CompilerParams`` defaults
+    to: "Warpgroup" from JAX 0.11, "Lane" under 0.10."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
-    return plgpu.CompilerParams().lowering_semantics == mgpu.LoweringSemantics.Warpgroup
+    return plgpu.CompilerParams().lowering_semantics.name
+
+
+def warpgroup_semantics_is_jax_default() -> bool:
+    """Whether this JAX lowers with warpgroup semantics by default (JAX 0.11 on);
+    JAX 0.10 defaults to lane semantics, its warpgroup layout inference still partial."""
+    return jax_default_lowering_semantics() == "Warpgroup"
 
 
 def plgpu_lacks(name: str) -> str | None:
@@ -152,11 +171,46 @@ def plgpu_lacks(name: str) -> str | None:
     return _PLGPU_SINCE.get(name, "(none known)")
 
 
+# Keywords of JAX 0.12's ``plgpu`` functions that JAX 0.11 has too (others: 0.12 only).
+_KEYWORD_SINCE = {("try_cluster_cancel", "collective_axes"): "0.11"}
+
+
+@functools.cache
+def _as_in_jax_012(name: str, fn):
+    """``fn`` (this JAX's ``plgpu.<name>``) called as JAX 0.12's: JAX 0.10's
+    ``load`` takes a required index (None: the whole Ref, what 0.12 loads); a
+    keyword this JAX's function lacks is dropped when unset (None, (), False) and
+    refused otherwise, in one line naming the release that has it."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn
+    index_first = name == "load" and "idx" in params and \
+        params["idx"].default is inspect.Parameter.empty
+
+    def call(*args, **kw):
+        for k in [k for k in kw if k not in params]:
+            value = kw.pop(k)
+            if value is not None and value != () and value is not False:
+                since = _KEYWORD_SINCE.get((name, k), "0.12")
+                raise NotImplementedError(needs_newer_jax(f"plgpu.{name}({k}={value!r})", since))
+        if index_first:
+            args = (args[0], None, *args[1:])
+        return fn(*args, **kw)
+    return call
+
+
 def plgpu_function(name: str, what: str | None = None):
-    """``plgpu.<name>``; where this JAX lacks it, its equivalent in this JAX's
-    operations, or one line naming the JAX release that has it."""
+    """``plgpu.<name>``, called as in JAX 0.12; where this JAX lacks it, its
+    equivalent in this JAX's operations, or one line naming the JAX release that has it."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
-    fn = getattr(plgpu, name, None) or _PLGPU_FALLBACKS.get(name)
+    fn = getattr(plgpu, name, None)
+    if fn is not None:
+        return _as_in_jax_012(name, fn)
+    fn = _PLGPU_FALLBACKS.get(name)
     if fn is None:
         what = what or f"pallas_mgpu.{name}"
         if name in _PLGPU_SINCE:

@@ -21,7 +21,7 @@ import pallas_frontend as pf
 
 from pallas_mgpu import _jax_private, evaluate, ref_operands, ref_union
 from pallas_mgpu.memory import GMEM, scratch_to_jax
-from pallas_mgpu.params import CompilerParams, adopt_interpret
+from pallas_mgpu.params import CompilerParams, LoweringSemantics, adopt_interpret
 
 
 MAX_THREADS = 2048 // 128
@@ -157,7 +157,10 @@ def kernel(body=None, out_type: Any = (), *, scratch_types: Any = (), compiler_p
     if compiler_params is not None and not isinstance(compiler_params, CompilerParams):
         raise TypeError(f"pallas_mgpu.kernel: compiler_params must be pallas_mgpu.CompilerParams, "
                         f"got {compiler_params!r}.")
-    base = compiler_params or CompilerParams()
+    # no params: the body is JAX's Mosaic GPU code, lowered as this JAX lowers it by
+    # default (warpgroup semantics from JAX 0.11; lane semantics under 0.10)
+    base = compiler_params or CompilerParams(lowering_semantics=LoweringSemantics[
+        _jax_private.jax_default_lowering_semantics()])
     params = MeshKernelParams(
         **{name: getattr(base, name) for name in _own_fields()},
         grid=tuple(int(g) for g in grid), grid_names=tuple(grid_names),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from pallas_mgpu import ops
+from pallas_mgpu import _jax_private, ops
 from pallas_mgpu.ops import bind
 
 
@@ -86,8 +86,7 @@ def async_prefetch(ref, *, collective_axes=None, leader_tracked=None, predicate=
 
 
 def _async_prefetch(ref, predicate, **kw):
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-    plgpu.async_prefetch(ref, predicate=predicate, **kw)
+    _jax_private.plgpu_function("async_prefetch")(ref, predicate=predicate, **kw)
 
 
 def wait_gmem_to_smem(n: int) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from pallas_mgpu import ops
+from pallas_mgpu import _jax_private, ops
 from pallas_mgpu.ops import aval_of, bind
 
 
@@ -98,9 +98,8 @@ def copy_gmem_to_smem(src, dst, barrier=None, *, collective_axes=None, leader_tr
 
 
 def _copy_gmem_to_smem(src, dst, barrier, predicate, **kw):
-    from jax.experimental.pallas import mosaic_gpu as plgpu
     kw = {k: v for k, v in kw.items() if v is not None}
-    plgpu.copy_gmem_to_smem(src, dst, barrier, predicate=predicate, **kw)
+    _jax_private.plgpu_function("copy_gmem_to_smem")(src, dst, barrier, predicate=predicate, **kw)
 
 
 def copy_smem_to_gmem(src, dst, predicate=None, *, commit_group: bool = True,
@@ -140,8 +139,7 @@ def barrier_arrive(barrier, *, predicate=None) -> None:
 
 
 def _barrier_arrive(barrier, predicate):
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-    plgpu.barrier_arrive(barrier, predicate=predicate)
+    _jax_private.plgpu_function("barrier_arrive")(barrier, predicate=predicate)
 
 
 def barrier_wait(barrier) -> None:
@@ -195,8 +193,8 @@ def tcgen05_commit_arrive(barrier, collective_axis: str | None = None, *, predic
 
 
 def _tcgen05_commit_arrive(barrier, predicate, *, collective_axis):
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-    plgpu.tcgen05_commit_arrive(barrier, collective_axis, predicate=predicate)
+    _jax_private.plgpu_function("tcgen05_commit_arrive")(barrier, collective_axis,
+                                                         predicate=predicate)
 
 
 def async_load_tmem(src, *, layout: Layout | None = None):

@@ -24,7 +24,7 @@ from jax.extend import core as jex
 from pallas_frontend import backend_api
 from pallas_frontend.backend_api import kernel_primitive
 
-from pallas_mgpu import evaluate
+from pallas_mgpu import _jax_private, evaluate
 from pallas_mgpu.memory import SMEM, Barrier, ClusterBarrier
 from pallas_mgpu.ops import OWNER, _OrderedOp, _is_ref, _join, _split_view
 from pallas_mgpu.pipeline import (
@@ -312,7 +312,6 @@ _contexts: list = []     # (JAX's pipeline callback, the body's slot), innermost
 
 
 def _replay(eqn, invals):
-    from jax.experimental.pallas import mosaic_gpu as plgpu
     p = eqn.params
     gmem, allocations, consts, map_consts, sizes, state = jax.tree.unflatten(p["tree"], invals)
     gmem = [_join(x) for x in gmem]
@@ -342,7 +341,7 @@ def _replay(eqn, invals):
     static = {k: v for k, v in p["static"] if v is not None}
     if state:
         kw["pipeline_state"] = state[0]
-    pipeline = plgpu.emit_pipeline_warp_specialized(
+    pipeline = _jax_private.plgpu_function("emit_pipeline_warp_specialized")(
         jax_body, grid=_join_grid(p["grid"], sizes), in_specs=specs[:p["num_in"]],
         out_specs=specs[p["num_in"]:],
         **static, **kw)

@@ -6,7 +6,7 @@ import re
 from collections import Counter
 
 import jax
-from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+from jax_window import jplgpu as jax_plgpu  # JAX's plgpu (with 0.10's GPU interpret API)
 
 import pallas_mgpu as plgpu
 from pallas_mgpu import _jax_private, aot

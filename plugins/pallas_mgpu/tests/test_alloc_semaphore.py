@@ -15,11 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import pallas as jpl
-from jax.experimental.pallas import mosaic_gpu as jplgpu
+from jax_window import jplgpu  # JAX's plgpu (with 0.10's GPU interpret API)
 
 import pallas_frontend as pf
 import pallas_mgpu
 from pallas_mgpu import _jax_private
+from jax_window import plgpu_op
+
+# the tests that compare with JAX's own alloc_semaphore
+JAX_ALLOC_SEMAPHORE = plgpu_op("alloc_semaphore")
 
 P = jax.sharding.PartitionSpec
 H100 = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", platform="gpu",
@@ -93,6 +97,7 @@ def test_alloc_semaphore_is_a_zeroed_int32_ref_in_a_semaphore_space():
         pallas_mgpu.alloc_semaphore((-1,))
 
 
+@JAX_ALLOC_SEMAPHORE
 @pytest.mark.parametrize("body", ["unused", "signal_wait", "mgpu_signal_wait", "read"])
 def test_kernel_on_alloc_semaphore_lowers_for_h100_as_jax(body):
     theirs = _lowered(_with_new_semaphores("jax", body), (2, 128), jnp.float32)
@@ -120,6 +125,7 @@ def _remote_kernel(side):
     return f
 
 
+@JAX_ALLOC_SEMAPHORE
 def test_remote_signals_on_alloc_semaphore_lower_as_jax_over_two_h100s():
     theirs = _lowered(_remote_kernel("jax"), (256,), jnp.float32, devices=2, spec=P("x"))
     ours = _lowered(_remote_kernel("ours"), (256,), jnp.float32, devices=2, spec=P("x"))
@@ -147,6 +153,7 @@ def _two_kernels(side):
     return f
 
 
+@JAX_ALLOC_SEMAPHORE
 def test_a_semaphore_shared_by_two_kernels_lowers_as_jax():
     theirs = _lowered(_two_kernels("jax"), (2, 128), jnp.float32)
     ours = _lowered(_two_kernels("ours"), (2, 128), jnp.float32)
@@ -169,6 +176,7 @@ def _pl_kernel_over_a_mesh(side):
     return f
 
 
+@JAX_ALLOC_SEMAPHORE
 def test_pl_kernel_over_a_mgpu_mesh_takes_alloc_semaphore_as_jax():
     theirs = _lowered(_pl_kernel_over_a_mesh("jax"), (2, 128), jnp.float32)
     ours = _lowered(_pl_kernel_over_a_mesh("ours"), (2, 128), jnp.float32)
@@ -176,6 +184,7 @@ def test_pl_kernel_over_a_mgpu_mesh_takes_alloc_semaphore_as_jax():
     assert any(".sys." in s for s in ours[0][1]), ours[0][1]
 
 
+@JAX_ALLOC_SEMAPHORE
 def test_jaxs_own_semaphore_ref_is_taken_too():
     def ours_on_jaxs(x):
         body = _bodies(pallas_mgpu, pf)["signal_wait"]
@@ -192,6 +201,7 @@ def _run(side, body, interpret, x):
         return e
 
 
+@JAX_ALLOC_SEMAPHORE
 @pytest.mark.parametrize("body", ["unused", "signal_wait", "read"])
 def test_gpu_interpret_mode_runs_where_jaxs_does(body, rng):
     x = jnp.asarray(rng.standard_normal((2, 128)), jnp.float32)
@@ -208,6 +218,7 @@ def test_gpu_interpret_mode_runs_where_jaxs_does(body, rng):
         assert not isinstance(theirs, Exception)
 
 
+@JAX_ALLOC_SEMAPHORE
 @pytest.mark.parametrize("body", ["unused", "read"])
 def test_interpret_true_runs_as_jaxs(body, rng):
     x = jnp.asarray(rng.standard_normal((2, 128)), jnp.float32)
@@ -240,6 +251,7 @@ def test_counts_outlive_the_kernel_under_the_builtin_interpreter(rng):
     np.testing.assert_allclose(y, np.asarray(x, np.float64) + inc, rtol=1e-6)
 
 
+@JAX_ALLOC_SEMAPHORE
 @pytest.mark.parametrize("interpret", ["gpu", "builtin"])
 def test_a_jax_ref_operand_is_updated_in_place_as_under_jax(interpret, rng):
     x = jnp.asarray(rng.standard_normal((2, 128)), jnp.float32)

@@ -10,13 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import pallas as jax_pl
-from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+from jax_window import jplgpu as jax_plgpu  # JAX's plgpu (with 0.10's GPU interpret API)
+from jax_window import plgpu_op
 
 import pallas_frontend as pl
 import pallas_mgpu as plgpu
 from test_plain_ops import _lowered_ops
 
 APIS = {"jax": (jax_pl, jax_plgpu), "ours": (pl, plgpu)}
+JAX_IM2COL = plgpu_op("im2col_ref")
 X_SHAPE, ROWS, C = (1, 6, 6, 16), 16, 16
 
 
@@ -35,6 +37,7 @@ def _scratch(lib):
     return [lib.SMEM((ROWS, C), jnp.float32), lib.Barrier()]
 
 
+@JAX_IM2COL
 def test_lowers_for_h100_as_jaxs():
     got = {}
     for api, (_, gpu) in APIS.items():
@@ -45,10 +48,20 @@ def test_lowers_for_h100_as_jaxs():
     assert not got["jax"] - got["ours"]
 
 
+@JAX_IM2COL
 @pytest.mark.parametrize("api", APIS)
 def test_interpret_mode_refuses_as_jax(api):
     _, gpu = APIS[api]
     k = gpu.kernel(_body(api), out_type=jax.ShapeDtypeStruct((ROWS, C), jnp.float32),
                    scratch_types=_scratch(gpu), interpret=gpu.InterpretGPUParams())
     with pytest.raises(NotImplementedError, match="does not support im2col copies"):
+        jax.jit(k)(np.ones(X_SHAPE, np.float32))
+
+
+def test_an_older_jax_refuses_in_one_line():
+    if plgpu_op("im2col_ref").args[0] is False:
+        pytest.skip("this JAX has im2col_ref")
+    k = plgpu.kernel(_body("ours"), out_type=jax.ShapeDtypeStruct((ROWS, C), jnp.float32),
+                     scratch_types=_scratch(plgpu), interpret=plgpu.InterpretParams())
+    with pytest.raises(NotImplementedError, match=r"im2col_ref needs JAX 0\.12 or newer"):
         jax.jit(k)(np.ones(X_SHAPE, np.float32))

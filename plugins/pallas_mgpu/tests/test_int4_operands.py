@@ -6,7 +6,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+from jax_window import jplgpu as jax_plgpu  # JAX's plgpu (with 0.10's GPU interpret API)
 
 import pallas_mgpu as plgpu
 from h100_ops import h100_ops

@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+from jax_window import JAX_PUBLIC_GPU_INTERPRET
+
 SCRIPT = r'''
 import functools
 import jax, jax.numpy as jnp, numpy as np
@@ -56,6 +58,7 @@ print("OK")
 '''
 
 
+@JAX_PUBLIC_GPU_INTERPRET
 def test_kernels_with_a_cost_estimate_under_shard_map():
     env = dict(os.environ, JAX_PLATFORMS="cpu", PALLAS_FRONTEND_BACKENDS="mgpu",
                XLA_FLAGS="--xla_force_host_platform_device_count=2")

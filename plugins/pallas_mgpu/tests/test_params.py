@@ -7,16 +7,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+from jax_window import jplgpu as jax_plgpu  # JAX's plgpu (with 0.10's GPU interpret API)
+from jax_window import JAX_PARAMS_AS_IN_012
 
 import pallas_frontend as pl
 import pallas_mgpu as plgpu
+from pallas_mgpu import _jax_private
 
 
 def _fields(cls):
     return {f.name: f.default for f in dataclasses.fields(cls) if f.name != "BACKEND"}
 
 
+@JAX_PARAMS_AS_IN_012
 def test_compiler_params_have_jax_fields_and_defaults():
     ours, theirs = _fields(plgpu.CompilerParams), _fields(jax_plgpu.CompilerParams)
     assert ours.keys() == theirs.keys()
@@ -26,11 +29,30 @@ def test_compiler_params_have_jax_fields_and_defaults():
     assert plgpu.CompilerParams().to_jax() == jax_plgpu.CompilerParams()
 
 
+@JAX_PARAMS_AS_IN_012
 def test_interpret_params_have_jax_fields_and_defaults():
     assert _fields(plgpu.InterpretParams) == _fields(jax_plgpu.InterpretGPUParams)
     assert plgpu.InterpretGPUParams is plgpu.InterpretParams
     assert plgpu.InterpretParams(detect_races=True).to_jax() == \
         jax_plgpu.InterpretGPUParams(detect_races=True)
+
+
+def test_an_older_jax_takes_the_fields_it_has_and_refuses_the_rest_in_one_line():
+    """Under JAX 0.10/0.11 ours has JAX 0.12's fields; those this JAX lacks hold their
+    default (not handed to JAX); another value is refused where it is written."""
+    lacked = {**_jax_private.fields_jax_lacks("CompilerParams"),
+              **_jax_private.fields_jax_lacks("InterpretGPUParams")}
+    if not lacked:
+        pytest.skip("this JAX has every field of JAX 0.12's params")
+    assert plgpu.CompilerParams().to_jax() is not None
+    assert plgpu.InterpretParams(detect_races=True).to_jax().detect_races
+    for cls in (plgpu.CompilerParams, plgpu.InterpretParams):
+        for f in dataclasses.fields(cls):
+            if f.name in lacked:
+                other = {"on_race": "warn", "inline_mgpu": "ignore"}.get(f.name, not f.default)
+                with pytest.raises(NotImplementedError,
+                                   match=rf"\({f.name}=.*needs JAX {lacked[f.name]} or newer"):
+                    cls(**{f.name: other})
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -122,7 +144,10 @@ def test_jax_own_interpret_gpu_params_run_on_mgpu(rng, monkeypatch):
     from pallas_mgpu.backend import MosaicGpuBackend
     theirs = InterpretGPUParams(detect_races=True, uninitialized_memory="zero")
     adopted, _ = foreign_params.adopt(theirs, None)
-    assert adopted == plgpu.InterpretParams(detect_races=True, uninitialized_memory="zero")
+    # (JAX 0.10's default is one TMA thread, 0.11 on five, as ours)
+    assert adopted == plgpu.InterpretParams(
+        detect_races=True, uninitialized_memory="zero",
+        num_tma_threads_per_device=theirs.num_tma_threads_per_device)
     lowered = []
     real_lower = MosaicGpuBackend.lower
     monkeypatch.setattr(MosaicGpuBackend, "lower",

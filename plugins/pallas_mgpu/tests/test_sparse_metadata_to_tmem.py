@@ -14,7 +14,7 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.experimental.pallas import mosaic_gpu as jplgpu
+from jax_window import jplgpu  # JAX's plgpu (with 0.10's GPU interpret API)
 
 import pallas_mgpu
 from pallas_mgpu import _jax_private

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as jax_pl
 from jax.experimental.mosaic import gpu as mgpu
-from jax.experimental.pallas import mosaic_gpu as jax_plgpu
+from jax_window import jplgpu as jax_plgpu  # JAX's plgpu (with 0.10's GPU interpret API)
 
 import pallas_frontend as pl
 import pallas_mgpu as plgpu

@@ -234,3 +234,18 @@ def test_scalar_prefetch_is_not_checked(rng):
     with pl.enable_debug_checks(True), warnings.catch_warnings():
         warnings.simplefilter("error", pl.UnwrittenOutputWarning)
         jax.jit(f).lower(idx, x)     # traced: no warning, no error
+
+
+def test_large_grids_cost_little_at_trace_time():
+    """16M grid points: affine maps are decided per dim in closed form (no
+    per-point table is built); a map past the general limits is left unchecked."""
+    big = jax.ShapeDtypeStruct((4096 * 8, 4096 * 128), jnp.float32)
+    call = _call(big.shape, (8, 128), (4096, 4095), lambda i, j: (i, j))
+    with pytest.warns(pl.UnwrittenOutputWarning, match=r"first at index \(0, 524160\)"):
+        t = block_tables(kernel_ir(call, big))[1]
+    gap = output_coverage.find_gap(t)
+    assert (gap.first, gap.count) == ((0, 4095 * 128), 4096 * 8 * 128)
+    assert "_materialized" not in t.__dict__
+    diag = _call((4096 * 8, 4096 * 8), (8, 8), (4096, 4096), lambda i, j: (i, (i + j) % 4096))
+    t = block_tables(kernel_ir(diag, jax.ShapeDtypeStruct((4096 * 8,) * 2, jnp.float32)))[1]
+    assert output_coverage.find_gap(t) is None      # not affine, 16M points: not decided

@@ -108,14 +108,6 @@ def _conformance_total(match: re.Match) -> str | None:
         "run it for this backend and restate the result")
 
 
-def _normal_bound(stated: str) -> str | None:
-    # pallas_tpu/random.py: v on the odd multiples of 2**-23 in (-1, 1), z = sqrt(2) erf_inv(v)
-    import statistics
-    v = 1 - 2.0 ** -constant("plugins/pallas_tpu/pallas_tpu/random.py", "_MANTISSA_BITS")
-    z = statistics.NormalDist().inv_cdf((1 + v) / 2)
-    return None if z < float(stated) else f"says |z| < {stated}, the largest |z| is {z:.3f}"
-
-
 def _flash_defaults(match: re.Match) -> str | None:
     from jax.experimental.pallas.ops.tpu import flash_attention
     sizes = dataclasses.asdict(flash_attention.BlockSizes.get_default(1, 1, 1, 1, 1))
@@ -129,6 +121,19 @@ def _tiles_match(match: re.Match) -> str | None:
     wrong = [f"{k}={match[k]} (dot_paths.py: {want[k]})" for k in want
              if match.groupdict().get(k) and match[k] != want[k]]
     return "; ".join(wrong) or None
+
+
+def _rank1_rule(match: re.Match) -> str | None:
+    """pallas_tpu's rank-1 block rule (check.block_shape_problem): the chunk
+    and the lane count of its minimum power of 2, as check.py has them."""
+    path = "plugins/pallas_tpu/pallas_tpu/check.py"
+    lanes, sublanes = constant(path, "LANES"), constant(path, "SUBLANES")
+    if match["two"] != "2" or match["word"] != "32":
+        return "the rule is a power of 2 of at least LANES * (32 // bits)"
+    if int(match["chunk"]) != lanes * sublanes or int(match["lanes"]) != lanes:
+        return (f"says {match['chunk']} and {match['lanes']}, check.py's rule uses "
+                f"{lanes * sublanes} and {lanes}")
+    return None
 
 
 def _register_tiles(match: re.Match) -> str | None:
@@ -220,9 +225,6 @@ FACTS = [
          lambda: lambda v: None if _number_word(v) == len(frontend_envs())
          else f"says {v}, tox.ini runs tests/ in {len(frontend_envs())} envs "
               f"({', '.join(frontend_envs())})", predicate=True),
-    Fact("frontend envs (start first)", r"The (?P<v>\w+) frontend envs start first",
-         lambda: lambda v: None if _number_word(v) == len(frontend_envs())
-         else f"says {v}, tox.ini has {len(frontend_envs())}", predicate=True),
     Fact("distributions", r"(?i)\b(?P<v>one|two|three|four|five|six|\d+) "
                           r"(?:distributions|wheels)\b(?! claim)",
          lambda: lambda v: None if _number_word(v) == plugin_count() + 1
@@ -368,7 +370,6 @@ FACTS = [
                            (REPO / "plugins/pallas_tpu/tests/conftest.py").read_text())[1]),
     Fact("uniform's mantissa bits", r"uniform is a (?P<v>\d+)-bit mantissa",
          lambda: constant("plugins/pallas_tpu/pallas_tpu/random.py", "_MANTISSA_BITS")),
-    Fact("normal's bound", r"\|z\| < (?P<v>[\d.]+)", lambda: _normal_bound, predicate=True),
     Fact("prng key words", r"a `(?P<v>\(\d+, \d+\))` uint32 array",
          lambda: str(constant("plugins/pallas_tpu/pallas_tpu/keyed_random.py", "_KEY_SHAPE"))),
     Fact("Hopper matmul tiles (errors.md)",
@@ -393,6 +394,16 @@ FACTS = [
                            (REPO / "pyproject.toml").read_text())[1]),
     Fact("replay_equations' start", r"replay_equations\(jaxpr, env, rule, \*, start=(?P<v>\d+)",
          lambda: source_default("pallas_frontend/kernel_arrays.py", "replay_equations", "start")),
+    Fact("TPU rank-1 block rule", r"a rank-1 block\s+must\s+equal\s+the\s+array,\s+be\s+a\s+"
+                                  r"multiple\s+of\s+(?P<chunk>\d+)\s+or\s+a\s+power\s+of\s+"
+                                  r"(?P<two>\d+)\s+of\s+at\s+least\s+(?P<lanes>\d+)\s+\*\s+"
+                                  r"\((?P<word>\d+) // bits\)",
+         lambda: _rank1_rule, whole_match=True),
+    Fact("TPU chip checks off", r"PALLAS_TPU_CHIP_CHECKS=(?P<v>\d+)",
+         lambda: lambda stated: None if stated in constant(
+             "plugins/pallas_tpu/pallas_tpu/check.py", "CHIP_CHECKS_OFF_VALUES")
+         else f"{stated} does not turn the checks off (check.CHIP_CHECKS_OFF_VALUES)",
+         predicate=True),
     Fact("TPU lane width", r"multiples of (?P<v>\d+) \(the lane width\)",
          lambda: constant("plugins/pallas_tpu/pallas_tpu/check.py", "LANES")),
     Fact("register tiles' rows", r"2-D tiles of (?P<v>\d+) to (?P<w>\d+) rows \((?P<r>\d+)x"

@@ -232,7 +232,8 @@ def test_coverage_report_names_unwritten_elements():
     # Blocks (4, 4) at block rows 0..1 only: rows 8..9 are never written.
     call = pl.pallas_call(kernel, jax.ShapeDtypeStruct((10, 12), jnp.float32), grid=(2, 3),
                           in_specs=[pl.BlockSpec((4, 4), lambda i, j: (i, j))],
-                          out_specs=pl.BlockSpec((4, 4), lambda i, j: (i, j)))
+                          out_specs=pl.BlockSpec((4, 4), lambda i, j: (i, j)),
+                          allow_unwritten_outputs=True)
     ir = kernel_ir(call, x)
     from pallas_frontend.block_indices import block_tables
     tables = block_tables(ir)
@@ -254,7 +255,8 @@ def test_coverage_report_with_element_offsets():
     x = _rand(17, (20,))
     call = pl.pallas_call(kernel, jax.ShapeDtypeStruct((20,), jnp.float32), grid=(3,),
                           in_specs=[pl.BlockSpec((pl.Element(4),), lambda i: (i * 5,))],
-                          out_specs=pl.BlockSpec((pl.Element(4),), lambda i: (i * 5,)))
+                          out_specs=pl.BlockSpec((pl.Element(4),), lambda i: (i * 5,)),
+                          allow_unwritten_outputs=True)
     ir = kernel_ir(call, x)
     from pallas_frontend.block_indices import block_tables
     gap = grid_analysis.unwritten_elements(block_tables(ir)[1], 3)
@@ -270,7 +272,8 @@ def test_debug_prints_the_analysis(capsys):
     x = _rand(18, (16,))
     call = pl.pallas_call(kernel, jax.ShapeDtypeStruct((16,), jnp.float32), grid=(3,),
                           in_specs=[pl.BlockSpec((4,), lambda i: (i,))],
-                          out_specs=pl.BlockSpec((4,), lambda i: (i,)), debug=True)
+                          out_specs=pl.BlockSpec((4,), lambda i: (i,)), debug=True,
+                          allow_unwritten_outputs=True)
     out = np.asarray(jax.jit(call)(x))
     np.testing.assert_allclose(out[:12], x[:12].astype(np.float64) * 2)
     text = capsys.readouterr().out

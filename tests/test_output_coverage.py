@@ -249,3 +249,45 @@ def test_large_grids_cost_little_at_trace_time():
     diag = _call((4096 * 8, 4096 * 8), (8, 8), (4096, 4096), lambda i, j: (i, (i + j) % 4096))
     t = block_tables(kernel_ir(diag, jax.ShapeDtypeStruct((4096 * 8,) * 2, jnp.float32)))[1]
     assert output_coverage.find_gap(t) is None      # not affine, 16M points: not decided
+
+
+def _fuzz_written(grid, shape, dims, out_map):
+    """Which output elements some grid point's block reaches (None: refused)."""
+    import itertools
+    from test_fuzz_grids import block_window
+    written = np.zeros(shape, bool)
+    for point in itertools.product(*[range(g) for g in grid]):
+        win = block_window(shape, dims, out_map, point)
+        if win is None:
+            return None
+        written[tuple(slice(s, s + z) for s, z, _ in win)] = True
+    return written
+
+
+def test_fuzzed_grids_agree_with_a_numpy_model():
+    """Random grids (0-sized axes included), block dims and affine/modular index
+    maps: the warning comes exactly when the model leaves elements unwritten,
+    with the model's count and first index."""
+    from hypothesis import given
+    from test_fuzz_grids import FUZZ, kernels, make_call
+
+    @FUZZ
+    @given(case=kernels())
+    def check(case):
+        grid, shape, dims, maps = case
+        written = _fuzz_written(grid, shape, dims, maps[1])
+        if written is None:
+            return                      # refused by the range check (test_fuzz_grids)
+        call = make_call(grid, shape, dims, maps, allow_unwritten=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            jax.make_jaxpr(call)(jax.ShapeDtypeStruct(shape, jnp.float32))
+        found = [str(w.message) for w in caught if w.category is pl.UnwrittenOutputWarning]
+        if written.all():
+            assert not found, found
+            return
+        first = tuple(int(i) for i in np.argwhere(~written)[0])
+        assert len(found) == 1, (case, found)
+        assert f"has {int((~written).sum())} of its {written.size} elements" in found[0]
+        assert f"the first at index {first}" in found[0]
+    check()

@@ -54,7 +54,8 @@ def hide_caller_package(depth: int = 2) -> None:
     imported by the user before discovery loaded it; a test or script that makes
     a primitive stays the user's code."""
     module = sys._getframe(depth).f_globals.get("__name__", "")
-    if module.split(".")[0] in _backend_packages():
+    top = module.split(".")[0]
+    if top != __name__.split(".")[0] and top in _backend_packages():
         hide_package(module)
 
 

@@ -8,15 +8,16 @@ from typing import Any
 
 import jax
 
-from pallas_frontend import foreign_params, frames, registry
+from pallas_frontend import closed_refs, foreign_params, frames, registry
 from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.output_coverage import check_grid
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
-from pallas_frontend.tracing import (alias_mapping, build_kernel_ir, grid_sizes_operand,
-                                     normalize_out_shape, resolve_grid_spec)
+from pallas_frontend.tracing import (alias_mapping, block_mapping, build_kernel_ir,
+                                     grid_sizes_operand, normalize_out_shape,
+                                     resolve_grid_spec)
 
 frames.hide_frontend()     # our frames leave tracebacks as JAX's own do
 
@@ -111,6 +112,8 @@ def pallas_call(
             # an interpreter that checks every Ref access itself when it runs (and
             # may be told to pad or read NaN, as JAX's TPU interpret mode) keeps that say
             check_refs=not getattr(mode, "checks_ref_bounds", False))
+        # Refs the body closes over become aliased operands (closed_refs.py)
+        ir, closed = closed_refs.hoist(ir, block_mapping)
         record_symbolic_grid(ir, gs.grid)     # jax.export: sizes the interpreter proves with
         # A backend's interpret mode may be asked to read out-of-range blocks as
         # uninitialized memory (pallas_tpu.InterpretParams(out_of_bounds_reads=...)).
@@ -122,8 +125,15 @@ def pallas_call(
         pos = grid_sizes_operand(ir)
         if pos is not None:      # an index map reads pl.num_programs of a traced axis
             flat_args.insert(pos, jax.numpy.stack(dyn_sizes))
+        if closed:     # their values go in after the scalar-prefetch operands
+            n_pf = ir.num_scalar_prefetch
+            flat_args[n_pf:n_pf] = [r[...] for r in closed]
         outs = pallas_call_p.bind(*dyn_sizes, *flat_args, kernel=ir, interpret=mode,
                                   backend=backend)
+        if closed:     # and come back first among the outputs
+            for r, v in zip(closed, outs[:len(closed)]):
+                r[...] = v
+            outs = outs[len(closed):]
         return jax.tree.unflatten(out_tree, outs)
 
     def call(*args):

@@ -6,6 +6,8 @@ Each program is compiled for a v5e without a TPU, under ours and under JAX's
 Pallas, and the two lowerings must agree: the same custom calls with the same
 aliases, operand and result layouts and semaphore memory space, and (where
 JAX keeps debug locations apart from the Mosaic body) the same Mosaic module.
+The ``stateful`` programs close over ``run_state``'s Refs instead of being
+passed them (the frontend makes them aliased operands, ``closed_refs.py``).
 JAX's TPU interpret mode cannot run a semaphore across calls (it has no rule
 for the semaphore dtype there), so nothing here runs; the chip run is
 ``tools/tpu_native.py``.
@@ -20,6 +22,7 @@ import numpy as np
 import pytest
 
 import pallas_frontend as pf
+from jax._src.state import discharge as state_discharge   # run_state, as JAX's test uses
 import pallas_tpu
 from pallas_tpu import semaphore_operands
 from pallas_tpu.memory import SemaphoreKind
@@ -190,7 +193,49 @@ def _regular_semaphore(api):
     return _signal_then_wait(api), [jax.ShapeDtypeStruct((8, 128), jnp.float32)]
 
 
+# --- kernels that close over the program's Refs (run_state), no Ref passed ---------------
+
+def _closed_over_copy(api, row=None):
+    """Inside ``run_state``: one call starts a DMA between two Refs it closes
+    over and returns the semaphore, the next waits on it."""
+    pl, tpu = api.pl, api.tpu
+
+    def copy(src, dst, sem, wait):
+        desc = tpu.make_async_copy(src if row is None else src.at[row], dst, sem)
+        desc.wait() if wait else desc.start()
+
+    def begin(src, dst):
+        return pl.pallas_call(lambda sem: copy(src, dst, sem, False),
+                              out_shape=tpu.SemaphoreType.DMA(()),
+                              out_specs=pl.BlockSpec(memory_space=tpu.SEMAPHORE))()
+
+    def end(src, dst, sem):
+        pl.pallas_call(lambda sem: copy(src, dst, sem, True), out_shape=(),
+                       in_specs=[pl.BlockSpec(memory_space=tpu.SEMAPHORE)])(sem)
+    return begin, end
+
+
+def _stateful(row=None, copies=1):
+    def program(api):
+        begin, end = _closed_over_copy(api, row)
+
+        def f(x):
+            dst = jnp.zeros(x.shape if row is None else x.shape[1:], x.dtype)
+
+            def body(refs):
+                src, *dsts = refs
+                sems = [begin(src, d) for d in dsts]
+                for d, sem in zip(dsts, sems):
+                    end(src, d, sem)
+            return state_discharge.run_state(body)((x, *[dst] * copies))[1:]
+        shape = (8, 128) if row is None else (4, 8, 128)
+        return f, [jax.ShapeDtypeStruct(shape, jnp.float32)]
+    return program
+
+
 PROGRAMS = {
+    "stateful_copy": _stateful(), "stateful_row_copy": _stateful(row=2),
+    "stateful_two_copies": _stateful(copies=2),
     "one_copy": _one_copy(), "one_copy_into_vmem": _one_copy(True),
     "two_copies": _two_copies(), "two_copies_into_vmem": _two_copies(True),
     "row_copy": _row_copy, "traced_rows": _traced_rows,
@@ -200,31 +245,24 @@ PROGRAMS = {
 }
 
 
-def _custom_calls(hlo: str) -> list[str]:
+def _custom_calls(hlo: str, bodies: bool = True) -> list[str]:
     """The tpu_custom_call lines of a StableHLO text, without source
     locations; the Mosaic body is kept only where JAX puts the debug
-    locations beside it (then the body holds none and can be compared)."""
+    locations beside it (then the body holds none and can be compared) and
+    ``bodies``."""
     lines = []
     for line in hlo.splitlines():
         if "tpu_custom_call" not in line:
             continue
         line = re.sub(r"loc\(#loc\d*\)", "", line)
         line = re.sub(r'\\22debug_locations\\22: \\22[^\\]*\\22', "", line)
-        if "debug_locations" not in hlo:
+        if "debug_locations" not in hlo or not bodies:
             line = re.sub(r'\\22body\\22: \\22[^\\]*\\22', "", line)
         lines.append(line.strip())
     return lines
 
 
-# JAX tells XLA that an output whose out_shape is pltpu.VMEM(...) lives in
-# VMEM (the custom call's memory-space colors); ours does not yet.
-_VMEM_OUT_SHAPE = pytest.mark.xfail(
-    strict=True, reason="the out_shape's memory space does not reach the rebuilt call")
-_MARKS = {}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_MARKS.get(n, ()))
-                                  for n in sorted(PROGRAMS)])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_compiles_for_v5e_as_jax_does(name, aot_compile):
     apis = _apis()
     hlo = {}
@@ -232,7 +270,10 @@ def test_compiles_for_v5e_as_jax_does(name, aot_compile):
         fn, args = PROGRAMS[name](api)
         compiled, hlo[which] = aot_compile(fn, *args)
         assert compiled is not None
-    ours, theirs = _custom_calls(hlo["ours"]), _custom_calls(hlo["jax"])
+    # A closed-over Ref is an aliased input and output pair under both; JAX's
+    # body uses the input Ref, ours the output Ref (one buffer on the chip).
+    bodies = not name.startswith("stateful")
+    ours, theirs = _custom_calls(hlo["ours"], bodies), _custom_calls(hlo["jax"], bodies)
     assert len(theirs) >= 2
     assert ours == theirs
 

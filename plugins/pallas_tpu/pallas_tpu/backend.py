@@ -81,7 +81,11 @@ class TpuBackend(Backend):
                 "through JAX's TPU interpreter here.")
         if interpret is None:
             check.check_for_mosaic(kernel)
-        else:   # JAX's TPU interpreter would hang in a wait nothing can satisfy
+        else:
+            # Block shapes the chip refuses fail here too (check() has no interpret params)
+            if check.chip_checks_enabled(interpret):
+                check.check_for_chip(kernel)
+            # JAX's TPU interpreter would hang in a wait nothing can satisfy
             from pallas_tpu import semaphore_deadlock
             semaphore_deadlock.check(kernel)
         if interpret is None:

@@ -16,32 +16,115 @@ SUPPORTED_DTYPES = frozenset({
     "bool", "float8_e4m3fn", "float8_e5m2", "int4", "uint4",
 })
 
-LANES, SUBLANES = 128, 8
+LANES, SUBLANES = 128, 8      # a v5e's vreg: 8 sublanes of 128 lanes of 32 bits
+RANK1_CHUNK = SUBLANES * LANES   # a rank-1 block may be any multiple of this
+
+# PALLAS_TPU_CHIP_CHECKS values that turn the chip checks of TPU interpret mode off
+CHIP_CHECKS_OFF_VALUES = ("0", "false", "no", "off")
 
 _VMEM_SPACES = (None, pf.MemorySpace.DEFAULT, MemorySpace.VMEM)
 
+# How to run a kernel the chip would refuse in TPU interpret mode anyway.
+CHIP_CHECKS_OFF = ("TPU interpret mode refuses what the chip would; to run it in the "
+                   "interpreter anyway pass interpret=pallas_tpu.InterpretParams("
+                   "chip_checks=False) or set PALLAS_TPU_CHIP_CHECKS=0.")
 
-def check_block_tiling(kernel: KernelIR, m: BlockMapping) -> None:
-    """A VMEM block's last two dims must tile (8, 128) unless they span the array."""
+
+def _dim_size(d) -> int:
+    return 1 if isinstance(d, pf.Squeezed) else d.block_size
+
+
+def _shown(dims) -> tuple:
+    return tuple(None if isinstance(d, pf.Squeezed) else d.block_size for d in dims)
+
+
+def _bits(dtype) -> int:
+    from jax import dtypes
+    # JAX's lowering stores bool as int32 (BOOL_MEMREF_TYPE)
+    return 32 if np.dtype(dtype) == np.bool_ else dtypes.itemsize_bits(dtype)
+
+
+def narrow_rows_problem(m: BlockMapping) -> str | None:
+    """Types narrower than 16 bits (int8, float8, int4; not bool, stored as
+    int32): where the array's second-minor dim is a multiple of the type's
+    large row tile, 8 * (32 // bits) (32 for 8-bit types, 64 for 4-bit ones),
+    libtpu 0.0.42.1 (JAX 0.10's, on a v5e) tiles the array's rows by it and
+    refuses a block whose rows are not a multiple of it ("Failed to set window
+    params ... block shape is not divisible by tiling evenly nor matches the full
+    shape");
+    libtpu 0.0.50 (JAX 0.12's) compiles such a block. Checked in TPU interpret
+    mode only, so that a kernel that passes runs on every libtpu of the window."""
+    dims, shape = m.block_dims, m.array_shape
+    if (len(dims) < 2 or m.memory_space not in _VMEM_SPACES or key_operands.is_key(m.dtype)
+            or any(isinstance(d, pf.BoundedSlice) for d in dims)):
+        return None
+    bits = _bits(m.dtype)
+    if bits >= 16:
+        return None
+    tile = SUBLANES * (32 // bits)
+    rows, full = _dim_size(dims[-2]), shape[-2]
+    if full % tile or not rows % tile or rows == full:
+        return None
+    return (f"a {np.dtype(m.dtype).name} block in an array whose dim {len(dims) - 2} "
+            f"({full}) is a multiple of {tile} = {SUBLANES} * (32 // {bits}) must have a "
+            f"multiple of {tile} rows there, or all {full}; it has {rows}. libtpu 0.0.42.1 "
+            "(JAX 0.10's) tiles such an array's rows by that and refuses the block; "
+            "newer libtpu compiles it")
+
+
+def block_shape_problem(m: BlockMapping) -> str | None:
+    """Why JAX's TPU lowering refuses the VMEM block shape of ``m``
+    (``_check_block_mappings`` in jax/_src/pallas/mosaic/lowering.py), or None.
+
+    Rank >= 2: the last two block dims divisible by 8 and 128, or equal to the
+    array's (a squeezed dim counts as 1). This does not depend on the dtype:
+    Mosaic tiles a (8, 128) bfloat16 or int8 block with a smaller tiling (a
+    v5e compiles both). Rank 1: the block equals the array, or is a multiple of
+    8 * 128, or a power of 2 of at least 128 * (32 // bits) (256 for 16-bit
+    types, 512 for 8-bit ones)."""
     if m.memory_space not in _VMEM_SPACES or not m.block_dims:
+        return None
+    if key_operands.is_key(m.dtype) or any(isinstance(d, pf.BoundedSlice) for d in m.block_dims):
+        return None     # key operands and BoundedSlice dims: refused or checked elsewhere
+    dims, shape = m.block_dims, m.array_shape
+    if len(dims) >= 2:
+        bad = [(axis, unit) for axis, unit in ((-2, SUBLANES), (-1, LANES))
+               if _dim_size(dims[axis]) % unit and _dim_size(dims[axis]) != shape[axis]]
+        if not bad:
+            return None
+        which = ", ".join(f"dim {len(dims) + a} is {_dim_size(dims[a])} of {shape[a]}"
+                          for a, _ in bad)
+        return (f"the last two dimensions of a block must be divisible by {SUBLANES} and "
+                f"{LANES} respectively, or equal to the array's ({which}). Pick multiples "
+                f"of ({SUBLANES}, {LANES}), the full dims, a leading squeezed dim (None) "
+                "instead of a 1-sized trailing one, or memory_space=pallas_tpu.ANY and "
+                "copy by hand")
+    size, full = _dim_size(dims[0]), shape[0]
+    bits = _bits(m.dtype)
+    min_tiling = LANES * max(1, 32 // bits)
+    chunk = RANK1_CHUNK
+    if size == full or size % chunk == 0 or (size >= min_tiling and size & (size - 1) == 0):
+        return None
+    return (f"a rank-1 block must equal the array's dim ({full}), be a multiple of "
+            f"{chunk} ({SUBLANES} * {LANES}), or be a power of 2 of at least {min_tiling} "
+            f"(128 * (32 // {bits}) for {np.dtype(m.dtype).name}); it is {size}")
+
+
+def check_block_shape(kernel: KernelIR, m: BlockMapping, interpreting: bool = False) -> None:
+    """Refuses a block shape that JAX's TPU lowering (so the chip) refuses,
+    naming the operand, the rule and the kernel's line; in TPU interpret mode
+    also one that an older libtpu of the JAX window refuses (``narrow_rows_problem``)."""
+    problem = block_shape_problem(m)
+    rule = "Mosaic's tiling rule, as JAX's TPU lowering checks it"
+    if problem is None and interpreting:
+        problem, rule = narrow_rows_problem(m), "Mosaic's tiling of narrow types"
+    if problem is None:
         return
-    checks = [(-1, LANES)]
-    if len(m.block_dims) >= 2:
-        checks.append((-2, SUBLANES))
-    for axis, unit in checks:
-        d = m.block_dims[axis]
-        if not isinstance(d, pf.Blocked):
-            continue
-        full = m.array_shape[axis]
-        if d.block_size % unit and d.block_size != full:
-            raise BackendCapabilityError(
-                f"Backend 'tpu' (Mosaic) cannot take the block shape "
-                f"{tuple(x.block_size for x in m.block_dims)} of {m.origin} (array "
-                f"{m.dtype}{list(m.array_shape)}) in kernel '{kernel.name}' ({kernel.source}): "
-                f"in VMEM the last two block dims must be divisible by {SUBLANES} and {LANES} "
-                f"(dim {len(m.block_dims) + axis} is {d.block_size}, array dim {full}), or equal "
-                "the array dims. Pick a multiple (e.g. 8/128), the full dim, or "
-                "memory_space=pallas_tpu.ANY and copy by hand.")
+    raise BackendCapabilityError(
+        f"Backend 'tpu' (Mosaic) cannot take the block shape {_shown(m.block_dims)} of "
+        f"{m.origin} (array {np.dtype(m.dtype).name}{list(m.array_shape)}) in kernel "
+        f"'{kernel.name}' ({kernel.source}): in VMEM {problem} ({rule})."
+        + (f" {CHIP_CHECKS_OFF}" if interpreting else ""))
 
 
 def check_dtypes(kernel: KernelIR) -> None:
@@ -126,12 +209,27 @@ def check_kernel(kernel: KernelIR) -> None:
 
 
 def check_for_mosaic(kernel: KernelIR) -> None:
-    """What only the Mosaic compiler refuses: TPU interpret mode (like JAX's)
-    runs blocks of any shape, so this runs when compiling for a TPU only."""
+    """What the Mosaic compiler refuses, when compiling for a TPU."""
     for m in kernel.mappings:
-        check_block_tiling(kernel, m)
+        check_block_shape(kernel, m)
         check_element_blocks(kernel, m)
         check_key_operands(kernel, m)
+
+
+def check_for_chip(kernel: KernelIR) -> None:
+    """In TPU interpret mode (which, like JAX's, runs blocks of any shape):
+    the block shapes the chip would refuse, so that they fail on CPU first.
+    Off with ``InterpretParams(chip_checks=False)`` or ``PALLAS_TPU_CHIP_CHECKS=0``."""
+    for m in kernel.mappings:
+        check_block_shape(kernel, m, interpreting=True)
+
+
+def chip_checks_enabled(interpret) -> bool:
+    """Whether TPU interpret mode with ``interpret`` checks the chip's rules."""
+    import os
+    if os.environ.get("PALLAS_TPU_CHIP_CHECKS", "1").strip().lower() in CHIP_CHECKS_OFF_VALUES:
+        return False
+    return bool(getattr(interpret, "chip_checks", True))
 
 
 def check_shared_vmem_in_interpret(kernel: KernelIR, num_cores: int) -> None:

@@ -121,6 +121,14 @@ class InterpretParams:
     older JAX a field it lacks keeps its default (``on_race``: before 0.12 a
     detected race is printed and recorded, not raised); another value is
     refused where it is written, naming the JAX release that has it.
+
+    One field is ours only (``OWN_FIELDS``, never passed to JAX):
+    ``chip_checks`` (default True) refuses, before the kernel runs, the block
+    shapes a TPU's Mosaic lowering would refuse (the last two block dims
+    divisible by 8 and 128 or equal to the array's; the rank-1 rule), so that
+    what fails on the chip fails on CPU first. ``chip_checks=False``, or the
+    environment variable ``PALLAS_TPU_CHIP_CHECKS=0``, runs such a kernel in
+    the interpreter anyway (as JAX's TPU interpret mode does).
     """
     detect_races: bool = False
     on_race: str = "raise"                      # "raise" | "warn"
@@ -135,6 +143,8 @@ class InterpretParams:
     grid_point_recorder: Callable | None = None
     allow_hbm_allocation_in_run_scoped: bool = False
     buffer_bounds: str = "logical"              # "logical" | "padded"
+    chip_checks: bool = True                    # ours: refuse what the chip would
+    OWN_FIELDS: ClassVar[frozenset[str]] = frozenset({"chip_checks"})
     # JAX's TPU interpreter checks every Ref access when it runs (raising
     # "Out-of-bounds read/write", or padding/NaN as the fields above say), so
     # the frontend leaves static Ref indices to it.
@@ -154,7 +164,8 @@ class InterpretParams:
     @property
     def options(self) -> dict[str, Any]:
         """Every field by name (the keywords of JAX's ``InterpretParams``)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in self.OWN_FIELDS}
 
     @classmethod
     def from_jax(cls, params) -> InterpretParams | None:

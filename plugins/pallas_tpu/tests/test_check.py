@@ -37,16 +37,126 @@ def test_rejects_untiled_sublane_dim_when_compiling():
                           jax.ShapeDtypeStruct((256, 256), jnp.float32))
 
 
+def _add_one(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1.0
+
+
+def test_interpret_mode_refuses_a_block_the_chip_refuses():
+    """What fails on the chip fails on CPU first: a (3, 100) float32 block in
+    TPU interpret mode is refused before it runs, naming the operand, Mosaic's
+    rule, the kernel's line and how to turn the check off."""
+    with pytest.raises(BackendCapabilityError) as info:
+        _call((3, 100), shape=(6, 200), kernel=_add_one)(jnp.zeros((6, 200), jnp.float32))
+    msg = str(info.value)
+    assert "block shape (3, 100) of args[0]" in msg and "float32[6, 200]" in msg
+    assert "divisible by 8 and 128" in msg and "dim 0 is 3 of 6, dim 1 is 100 of 200" in msg
+    assert "test_check.py:" in msg     # the kernel's line
+    assert "InterpretParams(chip_checks=False)" in msg and "PALLAS_TPU_CHIP_CHECKS=0" in msg
+
+
+@pytest.mark.parametrize("block, shape", [((8, 128), (16, 256)), ((16, 256), (32, 256)),
+                                          ((6, 200), (6, 200)), ((8, 200), (16, 200))])
+def test_interpret_mode_runs_blocks_the_chip_takes(block, shape):
+    x = np.random.default_rng().standard_normal(shape).astype(np.float32)
+    out = _call(block, shape=shape, kernel=_add_one)(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(out), x.astype(np.float64) + 1.0, rtol=1e-6)
+
+
 @pytest.mark.parametrize("block", [(4, 128), (128, 64), (12, 40)])
-def test_interpret_mode_runs_untiled_blocks(block):
-    """TPU interpret mode (as JAX's) takes any block shape; only Mosaic needs (8, 128)."""
+def test_interpret_mode_runs_untiled_blocks_with_chip_checks_off(block, monkeypatch):
+    """chip_checks=False (or PALLAS_TPU_CHIP_CHECKS=0) runs any block shape,
+    as JAX's TPU interpret mode does."""
     shape = (block[0] * 2, block[1] * 3)
     x = np.random.default_rng().standard_normal(shape).astype(np.float32)
-
-    def add_one(x_ref, o_ref):
-        o_ref[...] = x_ref[...] + 1.0
-    out = _call(block, shape=shape, kernel=add_one)(jnp.asarray(x))
+    with pytest.raises(BackendCapabilityError, match="divisible by 8 and 128"):
+        _call(block, shape=shape, kernel=_add_one)(jnp.asarray(x))
+    off = pl.pallas_call(
+        _add_one, out_shape=jax.ShapeDtypeStruct(shape, jnp.float32), grid=(2, 3),
+        in_specs=[pl.BlockSpec(block, lambda i, j: (i, j))],
+        out_specs=pl.BlockSpec(block, lambda i, j: (i, j)),
+        interpret=pltpu.InterpretParams(chip_checks=False))
+    np.testing.assert_allclose(np.asarray(off(jnp.asarray(x))), x.astype(np.float64) + 1.0,
+                               rtol=1e-6)
+    monkeypatch.setenv("PALLAS_TPU_CHIP_CHECKS", "0")
+    out = _call(block, shape=shape, kernel=_add_one)(jnp.asarray(x))
     np.testing.assert_allclose(np.asarray(out), x.astype(np.float64) + 1.0, rtol=1e-6)
+
+
+def _vector_copy(n, block, dtype, interpret=True):
+    return pl.pallas_call(
+        _copy, out_shape=jax.ShapeDtypeStruct((n,), dtype), grid=(pl.cdiv(n, block),),
+        in_specs=[pl.BlockSpec((block,), lambda i: (i,))],
+        out_specs=pl.BlockSpec((block,), lambda i: (i,)),
+        compiler_params=pltpu.CompilerParams(),
+        interpret=pltpu.InterpretParams() if interpret else False)
+
+
+@pytest.mark.parametrize("dtype, block, ok", [
+    (jnp.float32, 128, True), (jnp.float32, 64, False), (jnp.float32, 2048, True),
+    (jnp.bfloat16, 128, False), (jnp.bfloat16, 256, True),
+    (jnp.int8, 256, False), (jnp.int8, 512, True), (jnp.float32, 3072, True)])
+def test_rank1_block_rule_depends_on_the_dtype(dtype, block, ok):
+    """A rank-1 block: the array's dim, a multiple of 8 * 128, or a power of 2
+    of at least 128 * (32 // bits) -- 128 float32, 256 bfloat16, 512 int8."""
+    f = _vector_copy(4096, block, dtype)
+    x = jnp.arange(4096).astype(dtype)
+    if ok:
+        np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(x))
+    else:
+        with pytest.raises(BackendCapabilityError, match=rf"rank-1 block .* power of 2 of at "
+                                                         rf"least {128 * 32 // jnp.dtype(dtype).itemsize // 8}"):
+            f(x)
+
+
+def test_a_vmapped_1d_kernel_is_refused_in_interpret_mode():
+    """vmap makes a (128,) block (squeezed, 128) on (3, 256): the squeezed dim
+    counts as 1 of 3 rows, which JAX's TPU lowering refuses."""
+    f = jax.vmap(_vector_copy(256, 128, jnp.float32))
+    with pytest.raises(BackendCapabilityError, match=r"block shape \(None, 128\) of args\[0\].*"
+                                                     r"dim 0 is 1 of 3"):
+        f(jnp.zeros((3, 256), jnp.float32))
+
+
+# (array shape, block shape, dtype): our rule's verdict must be the chip's.
+CHIP_CASES = [
+    ((6, 256), (3, 128), jnp.float32), ((16, 256), (8, 128), jnp.float32),
+    ((16, 200), (8, 200), jnp.float32), ((16, 256), (8, 64), jnp.float32),
+    ((32, 128), (8, 128), jnp.bfloat16), ((24, 256), (8, 128), jnp.int8),
+    ((128, 256), (32, 128), jnp.int8),
+    ((3, 256), (None, 128), jnp.float32), ((1, 256), (None, 128), jnp.float32),
+    ((1024,), (128,), jnp.bfloat16), ((1024,), (256,), jnp.bfloat16),
+    ((2048,), (64,), jnp.float32), ((1000,), (128,), jnp.float32),
+]
+
+
+@pytest.mark.parametrize("shape, block, dtype", CHIP_CASES)
+def test_block_rule_agrees_with_a_deviceless_v5e_compile(aot_compile, shape, block, dtype):
+    """JAX's own pallas_call, compiled for v5e without a device, refuses a block
+    exactly when ours refuses it in TPU interpret mode."""
+    from jax.experimental import pallas as jpl
+    grid = tuple(-(-s // b) for s, b in zip(shape, block) if b is not None)
+    grid = grid if len(grid) == len(shape) else (shape[0],) + grid
+
+    def imap(*g):
+        return g
+    spec = (jpl.BlockSpec(block, imap), pl.BlockSpec(block, imap))
+    theirs = jpl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct(shape, dtype), grid=grid,
+                             in_specs=[spec[0]], out_specs=spec[0])
+    try:
+        aot_compile(theirs, jax.ShapeDtypeStruct(shape, dtype))
+        chip_ok = True
+    except Exception as e:            # JAX's lowering rule (a ValueError), or Mosaic's
+        assert "divisible by 8 and 128" in str(e) or "rank 1 block" in str(e), e
+        chip_ok = False
+    ours = pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct(shape, dtype), grid=grid,
+                          in_specs=[spec[1]], out_specs=spec[1],
+                          interpret=pltpu.InterpretParams())
+    try:
+        jax.jit(ours).lower(jax.ShapeDtypeStruct(shape, dtype))
+        ours_ok = True
+    except BackendCapabilityError:
+        ours_ok = False
+    assert ours_ok == chip_ok, (shape, block, jnp.dtype(dtype).name, chip_ok)
 
 
 def test_accepts_full_array_dims_and_runs():
@@ -100,7 +210,8 @@ def test_interpret_params_mirror_jax():
     import dataclasses
     from jax.experimental.pallas import tpu as jax_tpu
     from pallas_tpu import _jax_private
-    ours = {f.name: f.default for f in dataclasses.fields(pltpu.InterpretParams)}
+    ours = {f.name: f.default for f in dataclasses.fields(pltpu.InterpretParams)
+            if f.name not in pltpu.InterpretParams.OWN_FIELDS}      # chip_checks: ours only
     theirs = {f.name: f.default for f in dataclasses.fields(jax_tpu.InterpretParams)}
     # an older JAX of the window lacks the fields JAX 0.12 added, and only those
     newer = {name for name in ours if _jax_private.missing_interpret_field(name)}
@@ -126,3 +237,27 @@ def test_bounded_slice_block_dims_are_refused_by_name():
         compiler_params=pltpu.CompilerParams(), interpret=pltpu.InterpretParams())
     with pytest.raises(BackendCapabilityError, match=r"BoundedSlice block dim 0 of args\[0\]"):
         f(jnp.zeros((16, 128)))
+
+
+@pytest.mark.parametrize("dtype, tile", [(jnp.int8, 32), (jnp.float8_e4m3fn, 32),
+                                         (jnp.int4, 64)])
+def test_narrow_types_need_their_row_tile_in_interpret_mode(aot_compile, dtype, tile):
+    """An int8 (8, 128) block of a (128, 256) array: libtpu 0.0.42.1 (JAX 0.10's,
+    what the v5e ran) tiles the rows by 32 and refuses it; newer libtpu compiles
+    it. TPU interpret mode refuses it on every JAX of the window, naming the
+    tile; a block of `tile` rows, or an array whose rows are no multiple of it,
+    is taken."""
+    from jax.experimental import pallas as jpl
+    shape = (128, 256)
+    with pytest.raises(BackendCapabilityError, match=rf"multiple of {tile} rows there.*it has 8"):
+        jax.jit(_call((8, 128), shape=shape, dtype=dtype)).lower(
+            jax.ShapeDtypeStruct(shape, dtype))
+    jax.jit(_call((tile, 128), shape=shape, dtype=dtype)).lower(jax.ShapeDtypeStruct(shape, dtype))
+    jax.jit(_call((8, 128), shape=(40, 256), dtype=dtype)).lower(
+        jax.ShapeDtypeStruct((40, 256), dtype))
+    if jax.__version_info__ < (0, 11):    # libtpu 0.0.42: the chip's own refusal
+        spec = jpl.BlockSpec((8, 128), lambda i, j: (i, j))
+        theirs = jpl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct(shape, dtype),
+                                 grid=(16, 2), in_specs=[spec], out_specs=spec)
+        with pytest.raises(Exception, match="not divisible by tiling evenly"):
+            aot_compile(theirs, jax.ShapeDtypeStruct(shape, dtype))

@@ -133,22 +133,22 @@ def _shifted_copy(P, T, x, mode):
         o_ref[...] = x_ref[...]
     return P.pallas_call(
         kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
-        in_specs=[P.BlockSpec((4, 128), lambda i: (i + 1, 0))],
-        out_specs=P.BlockSpec((4, 128), lambda i: (i, 0)),
+        in_specs=[P.BlockSpec((8, 128), lambda i: (i + 1, 0))],
+        out_specs=P.BlockSpec((8, 128), lambda i: (i, 0)),
         interpret=T.InterpretParams(out_of_bounds_reads=mode))(x)
 
 
 def test_out_of_bounds_block_reads_uninitialized_when_asked():
-    x = _rng().standard_normal((16, 128)).astype(np.float32)
+    x = _rng().standard_normal((32, 128)).astype(np.float32)
     ours = np.asarray(_shifted_copy(pl, pltpu, jnp.asarray(x), "uninitialized"))
     theirs = np.asarray(_shifted_copy(jpl, jpltpu, jnp.asarray(x), "uninitialized"))
-    np.testing.assert_array_equal(ours[:12], x[4:])
-    assert np.isnan(ours[12:]).all()
+    np.testing.assert_array_equal(ours[:24], x[8:])
+    assert np.isnan(ours[24:]).all()
     np.testing.assert_array_equal(ours, theirs)
 
 
 def test_out_of_bounds_block_raises_by_default_with_jax_phrase():
-    x = jnp.asarray(_rng().standard_normal((16, 128)).astype(np.float32))
+    x = jnp.asarray(_rng().standard_normal((32, 128)).astype(np.float32))
     with pytest.raises(IndexError, match=r"Out-of-bounds block index 4 for input args\[0\]"):
         _shifted_copy(pl, pltpu, x, "raise")
 

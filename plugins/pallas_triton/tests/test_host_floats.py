@@ -31,6 +31,7 @@ import pallas_frontend as pl
 import pallas_triton as pt
 from pallas_triton import host_floats
 from pallas_triton.host_floats import XlaCpuFloats
+from jax_window import LAX_POLYNOMIAL
 
 SHAPE = (16, 64)
 HOSTS = {
@@ -171,6 +172,7 @@ def model_polynomial(x: np.ndarray, fused: bool) -> np.ndarray:
     return acc.astype(np.float16)
 
 
+@LAX_POLYNOMIAL
 @pytest.mark.parametrize("host", ["sapphire-rapids", "avx2"])
 def test_float16_polynomial_as_each_host_rounds_it(rng, force, host):
     force(HOSTS[host])
@@ -183,6 +185,7 @@ def test_float16_polynomial_as_each_host_rounds_it(rng, force, host):
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
+@LAX_POLYNOMIAL
 def test_what_host_floats_reads_predicts_xla_on_fresh_data(rng):
     """XLA's own max and float16 multiply-add on fresh data agree with the model of the
     rules host_floats read from it (a probe that misread XLA fails here)."""

@@ -28,8 +28,10 @@ def _is_semaphore(aval) -> bool:
     return "SEMAPHORE" in str(getattr(aval, "memory_space", "")).upper()
 
 
-def _bodies(eqn):
-    """(nested jaxpr, outer operands its invars receive, or None if unknown)."""
+def nested_bodies(eqn):
+    """(nested jaxpr, outer operands its invars receive, or None if unknown) for each
+    body of ``eqn``: a while loop's cond and body take their consts then the carry;
+    every other body a suffix of the operands."""
     if eqn.primitive.name == "while":
         p = eqn.params
         cn, bn = p["cond_nconsts"], p["body_nconsts"]
@@ -67,7 +69,7 @@ def check(kernel: KernelIR) -> None:
                 where = source_line(eqn) or kernel.source
                 alias[eqn.outvars[0]] = f"the run_scoped semaphore allocated at {where}"
             used = {alias[v] for v in eqn.invars if not isinstance(v, Literal) and v in alias}
-            bodies = _bodies(eqn)
+            bodies = nested_bodies(eqn)
             if name in _WAITS:
                 for root in used:
                     if _awaited(eqn):

@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-from jax.extend.core import Literal, jaxprs_in_params
+from jax.extend.core import Literal
 
 from pallas_frontend.backend_api import KernelIR
 
 from pallas_tpu.memory import MemorySpace, SemaphoreKind
+from pallas_tpu.semaphore_deadlock import nested_bodies
 
 _DMA_PRIMITIVES = frozenset({"tpu_dma_start", "tpu_dma_wait"})
 _REGULAR_PRIMITIVES = frozenset({"semaphore_signal", "semaphore_wait", "semaphore_read"})
@@ -33,23 +34,6 @@ _REGULAR_PRIMITIVES = frozenset({"semaphore_signal", "semaphore_wait", "semaphor
 def _in_semaphore_space(mapping) -> bool:
     return mapping.memory_space is MemorySpace.SEMAPHORE or isinstance(
         mapping.memory_space, SemaphoreKind)
-
-
-def _nested(eqn):
-    """(nested jaxpr, the outer operands its invars receive) for each body of
-    ``eqn``: a while loop's cond and body take their consts then the carry;
-    every other body (scan, cond branches, jit, run_state) a suffix of the operands."""
-    if eqn.primitive.name == "while":
-        p = eqn.params
-        cn, bn = p["cond_nconsts"], p["body_nconsts"]
-        carry = list(eqn.invars[cn + bn:])
-        return [(p["cond_jaxpr"].jaxpr, list(eqn.invars[:cn]) + carry),
-                (p["body_jaxpr"].jaxpr, list(eqn.invars[cn:cn + bn]) + carry)]
-    out = []
-    for sub in jaxprs_in_params(eqn.params):
-        n = len(sub.invars)
-        out.append((sub, list(eqn.invars[len(eqn.invars) - n:]) if n <= len(eqn.invars) else []))
-    return out
 
 
 def _dma_semaphores(eqn) -> list:
@@ -75,8 +59,8 @@ def _uses(kernel: KernelIR, roots: dict) -> dict:
                 v = eqn.invars[0]
                 if not isinstance(v, Literal) and v in alias:
                     uses.setdefault(alias[v], set()).add(SemaphoreKind.REGULAR)
-            for sub, operands in _nested(eqn):
-                visit(sub, {s: alias[o] for s, o in zip(sub.invars, operands)
+            for sub, operands in nested_bodies(eqn):
+                visit(sub, {s: alias[o] for s, o in zip(sub.invars, operands or ())
                             if not isinstance(o, Literal) and o in alias})
 
     visit(kernel.jaxpr, dict(roots))

@@ -27,8 +27,10 @@ def interpreting(backend_name: str, interpret) -> bool:
 
 def check_interpreted_grid(grid, backend_name: str) -> None:
     """Raises ``ValueError`` when ``grid`` (static sizes; ``None`` for a size known
-    only at run time, not counted) has more points than an interpreter runs."""
-    sizes = [int(g) for g in grid if g is not None]
+    only at run time, and a symbolic ``jax.export`` size, are not counted) has
+    more points than an interpreter runs."""
+    from pallas_frontend import _jax_compat as jc
+    sizes = [int(g) for g in grid if g is not None and not jc.is_symbolic_dim(g)]
     points = math.prod(sizes)
     if points <= MAX_INTERPRETED_POINTS:
         return

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pallas_frontend import _jax_compat as jc
 from pallas_frontend.block_indices import BlockTable, block_tables, check_block_ranges
 from pallas_frontend.specs import Blocked, BoundedSlice, Squeezed
 
@@ -113,7 +114,10 @@ def _warn_at_kernel(msg: str, source: str) -> None:
 
 def find_gap(t: BlockTable) -> Gap | None:
     """The output's unwritten elements, or None when every element is written
-    (or when deciding would cost more than the limits allow)."""
+    (or when deciding would cost more than the limits allow). A shape with a
+    symbolic dim (``jax.export``) is sized only when the kernel runs: not checked."""
+    if any(jc.is_symbolic_dim(n) for n in t.mapping.array_shape):
+        return None
     shape = tuple(int(n) for n in t.mapping.array_shape)
     if any(n == 0 for n in shape):
         return None

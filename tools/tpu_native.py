@@ -151,7 +151,6 @@ def pytest_run(args, report: Path, env, cwd: Path, timeout: float) -> dict:
 
 
 def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: float) -> dict:
-    import jax      # its version only: this process must not open the chip its children need
     out.mkdir(parents=True, exist_ok=True)
     install(pack_dir, site)
     env = chip_env(site)
@@ -161,7 +160,7 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
     kind, device_platform = (probe.stdout.strip().splitlines() + ["unknown", "unknown"])[:2]
     record = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
               "device": kind, "platform": device_platform,
-              "python": platform.python_version(), "jax": jax.__version__,
+              "python": platform.python_version(), "jax": _version("jax"),
               "jaxlib": _version("jaxlib"), "libtpu": _version("libtpu"),
               "manifest": json.loads((pack_dir / "manifest.json").read_text()), "runs": {}}
     if "project" in parts:

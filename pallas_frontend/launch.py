@@ -297,10 +297,13 @@ def _launch_on_mesh(body, mesh, grid, values, args_tree, is_ref, prev_outs, opts
 
 def _mesh_compiler_params(mesh: Any, compiler_params: Any):
     """A backend's mesh (e.g. ``pallas_tpu.TensorCoreMesh``) may name the
-    compiler params that run its axes (and so select that backend)."""
+    compiler params that run its axes (and so select that backend); a mesh
+    whose kernels differ in kind (e.g. SparseCore) completes the user's own
+    params with ``complete_compiler_params``, as JAX's mesh sets the kernel type."""
     if compiler_params is None:
         return getattr(mesh, "compiler_params", None)
-    return compiler_params
+    complete = getattr(mesh, "complete_compiler_params", None)
+    return complete(compiler_params) if callable(complete) else compiler_params
 
 
 def _mesh_specs(mesh: Any, tree: Any, avals=None):

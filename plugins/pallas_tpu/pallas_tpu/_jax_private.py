@@ -349,3 +349,25 @@ def serialized_interpreter():
         ipc, set_up="_initialize_shared_memory", clean_up="_clean_up_shared_memory",
         parties=lambda token, device_id, num_devices, *_, **__: int(num_devices),
         memory=lambda: ipc._shared_memory)
+
+
+def debug_effect():
+    """JAX's unordered debug effect: keeps an output-less kernel primitive (the
+    SparseCore barrier) from being dropped as dead code."""
+    from jax._src.debugging import debug_effect as effect
+    return effect
+
+
+def jax_has_shared_slice() -> bool:
+    """JAX 0.12 added SparseCore's VMEM_SHARED -> subcore VMEM view."""
+    try:
+        from jax._src.pallas.mosaic.sc_core import SharedMemRefSliceTransform  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def pretty_text(text: str):
+    """A jaxpr pretty-printer leaf (for a view transform of ours)."""
+    from jax._src import pretty_printer as pp
+    return pp.text(text)

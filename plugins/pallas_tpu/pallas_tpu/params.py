@@ -68,6 +68,9 @@ class CompilerParams(pf.CompilerParams):
     shape_invariant_numerics: bool = True
     needs_layout_passes: bool = True
     fuse_transposed_lhs_in_matmul: bool = False
+    use_tc_tiling_on_sc: bool | None = None   # SparseCore: lay out as the TensorCore does
+    # Set by a SparseCore mesh (sc_mesh), not by users: which core runs the kernel.
+    kernel_type: Any = None
     BACKEND: Any = dataclasses.field(default="tpu", init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -108,7 +111,8 @@ class CompilerParams(pf.CompilerParams):
             allow_collective_id_without_custom_barrier=self.allow_collective_id_without_custom_barrier,
             shape_invariant_numerics=self.shape_invariant_numerics,
             needs_layout_passes=self.needs_layout_passes,
-            fuse_transposed_lhs_in_matmul=self.fuse_transposed_lhs_in_matmul)
+            fuse_transposed_lhs_in_matmul=self.fuse_transposed_lhs_in_matmul,
+            use_tc_tiling_on_sc=self.use_tc_tiling_on_sc)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -125,7 +129,10 @@ class InterpretParams:
     One field is ours only (``OWN_FIELDS``, never passed to JAX):
     ``chip_checks`` (default True) refuses, before the kernel runs, the block
     shapes a TPU's Mosaic lowering would refuse (the last two block dims
-    divisible by 8 and 128 or equal to the array's; the rank-1 rule), so that
+    divisible by 8 and 128 or equal to the array's; the rank-1 rule) and, with
+    libtpu installed, whatever Mosaic refuses when the kernel is compiled
+    without a device for a v5e (or the chip named: ``chip_checks="v6e"``), such
+    as an unprovably aligned access or a VMEM overflow, so that
     what fails on the chip fails on CPU first. ``chip_checks=False``, or the
     environment variable ``PALLAS_TPU_CHIP_CHECKS=0``, runs such a kernel in
     the interpreter anyway (as JAX's TPU interpret mode does).
@@ -143,7 +150,7 @@ class InterpretParams:
     grid_point_recorder: Callable | None = None
     allow_hbm_allocation_in_run_scoped: bool = False
     buffer_bounds: str = "logical"              # "logical" | "padded"
-    chip_checks: bool = True                    # ours: refuse what the chip would
+    chip_checks: bool | str = True              # ours: refuse what the chip (v5e) would
     OWN_FIELDS: ClassVar[frozenset[str]] = frozenset({"chip_checks"})
     # JAX's TPU interpreter checks every Ref access when it runs (raising
     # "Out-of-bounds read/write", or padding/NaN as the fields above say), so
@@ -155,6 +162,9 @@ class InterpretParams:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"pallas_tpu.InterpretParams: {name} must be one of "
                                  f"{allowed}, got {getattr(self, name)!r}.")
+        if isinstance(self.chip_checks, str):
+            from pallas_tpu.chip_compile import topology_of
+            topology_of(self.chip_checks)       # a chip it knows, or a ValueError
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value != f.default and (since := _jax_private.missing_interpret_field(f.name)):

@@ -74,17 +74,29 @@ class TpuBackend(Backend):
             # set_tpu_interpret_mode / force_tpu_interpret_mode (on a TPU host: the
             # frontend only sends kernels with our CompilerParams to "tpu" platforms)
             interpret = active_interpret_mode()
+        if interpret is not None:
+            from pallas_tpu import sc_interpret
+            if sc_interpret.is_sparsecore_kernel(kernel):
+                return sc_interpret.lower(kernel, ctx, *args)   # the SparseCore CPU model
         if interpret is None and ctx.platform != "tpu":
             raise BackendUnavailableError(
                 f"Backend 'tpu' compiles kernel '{kernel.name}' for TPU only, but the platform "
                 f"is {ctx.platform!r}. Pass interpret=pallas_tpu.InterpretParams() to run it "
                 "through JAX's TPU interpreter here.")
         if interpret is None:
+            from pallas_tpu import sc_rebuild
+            if sc_rebuild.is_sparsecore(kernel):     # JAX's SparseCore lowering
+                return sc_rebuild.lower(kernel, ctx, *args)
+        if interpret is None:
             check.check_for_mosaic(kernel)
         else:
             # Block shapes the chip refuses fail here too (check() has no interpret params)
             if check.chip_checks_enabled(interpret):
                 check.check_for_chip(kernel)
+                # and what only the chip's compiler knows: libtpu compiles it device-less
+                from pallas_tpu import chip_compile
+                chip_compile.check(kernel, ctx.mlir_ctx.avals_in, ctx.mlir_ctx.avals_out,
+                                   check.chip_of(interpret), check.CHIP_CHECKS_OFF)
             # JAX's TPU interpreter would hang in a wait nothing can satisfy
             from pallas_tpu import semaphore_deadlock
             semaphore_deadlock.check(kernel)

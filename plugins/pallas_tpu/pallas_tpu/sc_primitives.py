@@ -31,6 +31,7 @@ Semantics (from JAX's SparseCore lowering; the CPU model implements these):
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -224,7 +225,7 @@ def fetch_and_add(x_ref, value, *, subcore_id):
     shape, dtype = _ref_shape("fetch_and_add", x_ref)
     if jnp.dtype(dtype) != jnp.int32:
         raise NotImplementedError(f"plsc.fetch_and_add: only int32 refs, got {jnp.dtype(dtype)}.")
-    if int(jnp.prod(jnp.array(shape))) != 1:
+    if math.prod(shape) != 1:
         raise ValueError(f"plsc.fetch_and_add: x_ref must hold one element, got shape "
                          f"{tuple(shape)}; index it down: x_ref.at[i].")
     value = jnp.asarray(value, jnp.int32)

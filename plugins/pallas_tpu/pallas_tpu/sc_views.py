@@ -1,0 +1,109 @@
+"""Memory of the SparseCore CPU model: buffers and views of them.
+
+A view (``ref.at[...]``, ``ref.reshape``, ``slice_subcore_vmem_from_shared``)
+becomes integer index arrays into its buffer, so one read, write or atomic add
+serves every view; each slice and index is checked against its dim first.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from pallas_tpu import _jax_private
+from pallas_tpu import sc_primitives as scp
+
+# atomics (addupdate*, fetch_and_add) of every program hold it
+ATOMIC = threading.Lock()
+
+
+def poison(shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.inexact):
+        return np.full(shape, np.nan, dtype)
+    if np.issubdtype(dtype, np.integer):
+        return np.full(shape, np.iinfo(dtype).min, dtype)
+    return np.zeros(shape, dtype)
+
+
+class Buf:
+    """One memory buffer: ``data`` (NumPy), its space and, for per-program
+    scratch, its position among the scratch operands."""
+
+    def __init__(self, data: np.ndarray, space=None, scratch_index=None):
+        self.data, self.space, self.scratch_index = data, space, scratch_index
+
+
+
+def _index_arrays(buf: Buf, transforms, prog: Program, op: str):
+    """Integer index arrays into ``buf.data`` selecting the view ``transforms`` makes."""
+    idx = tuple(np.indices(buf.data.shape, sparse=True))
+    for t in transforms:
+        shape = np.broadcast_shapes(*(a.shape for a in idx)) if idx else ()
+        if isinstance(t, scp.SubcoreSlice):
+            k = shape[-1] // t.num_subcores
+            sel = (Ellipsis, slice(prog.subcore * k, (prog.subcore + 1) * k))
+            idx = tuple(np.broadcast_to(a, shape)[sel] for a in idx)
+            continue
+        new_shape = _jax_private.reshape_view_shape(t)
+        if new_shape is not None:
+            idx = tuple(np.broadcast_to(a, shape).reshape(new_shape) for a in idx)
+            continue
+        if not hasattr(t, "indices"):
+            raise NotImplementedError(f"{op}: the view transform {type(t).__name__} is not "
+                                      "modelled by the SparseCore CPU model.")
+        sel = []
+        for d, i in enumerate(t.indices):
+            if hasattr(i, "size") and hasattr(i, "stride") and hasattr(i, "start"):
+                start, size, stride = int(np.asarray(i.start)), int(i.size), int(i.stride)
+                last = start + (size - 1) * stride
+                if size and (start < 0 or last >= shape[d]):
+                    raise IndexError(f"{op}: slice [{start}:{start + size * stride}:{stride}] of "
+                                     f"dim {d} is out of range for size {shape[d]}.")
+                sel.append(np.arange(start, start + size * stride, stride)[:size]
+                           if size else np.zeros((0,), int))
+                sel[-1] = ("slice", sel[-1])
+            else:
+                a = np.asarray(i)
+                if np.any((a < 0) | (a >= shape[d])):
+                    raise IndexError(f"{op}: index {a.tolist()} of dim {d} is out of range for "
+                                     f"size {shape[d]}.")
+                sel.append(("int", a))
+        idx = tuple(np.broadcast_to(a, shape)[_outer(sel)] for a in idx)
+    return idx
+
+
+def _outer(sel):
+    """NumPy indexing: slices as outer-product ranges, integer arrays broadcast
+    together (one gather) and placed first, as JAX's indexers do."""
+    arrays = [a for kind, a in sel if kind == "int" and a.ndim]
+    ranges = [a for kind, a in sel if kind == "slice"]
+    n_arr = len(np.broadcast_shapes(*(a.shape for a in arrays))) if arrays else 0
+    out, r = [], 0
+    for kind, a in sel:
+        if kind == "slice":
+            shape = [1] * (n_arr + len(ranges))
+            shape[n_arr + r] = a.size
+            out.append(a.reshape(shape))
+            r += 1
+        elif a.ndim:
+            out.append(a.reshape(a.shape + (1,) * len(ranges)))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def read(buf, transforms, prog, op="read"):
+    return buf.data[_index_arrays(buf, transforms, prog, op)] if transforms else buf.data.copy()
+
+
+def write(buf, transforms, prog, value, op="write", add=False):
+    idx = _index_arrays(buf, transforms, prog, op) if transforms else (Ellipsis,)
+    value = np.asarray(value).astype(buf.data.dtype)
+    if add:
+        with ATOMIC:
+            np.add.at(buf.data, idx, value) if transforms else buf.data.__iadd__(value)
+    else:
+        buf.data[idx] = value
+

@@ -67,3 +67,18 @@ def test_children_on_a_chip_keep_its_settings(monkeypatch, tmp_path):
                                              str(tmp_path / "site")]   # the host's JAX first
     assert "JAX_PLATFORMS" not in env and env["TPU_WORKER_HOSTNAMES"] == "host-set"
     assert env["PALLAS_TPU_NATIVE"] == "1"
+
+
+def test_the_bench_part_runs_the_native_benchmark_within_the_timeout(monkeypatch, tmp_path):
+    script = tmp_path / "benchmarks" / "tpu_native_bench.py"
+    script.parent.mkdir()
+    script.write_text("import json, sys\nfrom pathlib import Path\n"
+                      "out = Path(sys.argv[sys.argv.index('--out') + 1])\n"
+                      "out.mkdir(parents=True)\n"
+                      "(out / 'argv.json').write_text(json.dumps(sys.argv[1:]))\n")
+    monkeypatch.setattr(tpu_native, "ROOT", tmp_path)
+    record = tpu_native.bench_run(tmp_path / "out" / "bench", dict(__import__("os").environ),
+                                 timeout=200.0)
+    argv = __import__("json").loads((tmp_path / "out" / "bench" / "argv.json").read_text())
+    assert record["exit"] == 0 and record["results"].endswith("bench.json")
+    assert argv[argv.index("--budget") + 1] == "170.0"     # stops 30 s before the cut

@@ -20,6 +20,9 @@ into ``--out``:
 - ``project``: the conformance suite against pallas_tpu and the plugin's tests,
   compiled for the chip (``plugins/pallas_tpu/tests/test_on_chip.py`` compares
   ours with NumPy float64 and with JAX's Pallas on the same device arrays);
+- ``bench``: ``benchmarks/tpu_native_bench.py`` (BENCHMARKS.md's TPU table, with
+  ``pl.autotune`` live), within ``--timeout``; render it here with
+  ``benchmarks/tpu_check.py --results OUT/bench/bench.json --write``;
 - ``jax-suite``: each packed JAX test file, under ours and under JAX
   (``--side``), one file at a time, each within ``--timeout`` seconds.
 ``report`` reads one or more such folders and writes the "TPU v5e" table of
@@ -172,6 +175,9 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
             record["runs"][f"project/{name}"] = pytest_run(
                 args, out / f"project-{name.split()[0]}.xml", env, ROOT, timeout)
             save(record, out)
+    if "bench" in parts:
+        record["bench"] = bench_run(out / "bench", env, timeout)
+        save(record, out)
     if "jax-suite" in parts:
         for name in files or record["manifest"]["files"]:
             for side in sides:
@@ -181,6 +187,23 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
                     chip_env(site, folder), folder, timeout)
                 save(record, out)
     return record
+
+
+def bench_run(out: Path, env, timeout: float) -> dict:
+    """``benchmarks/tpu_native_bench.py`` in a process of its own (it holds the chip),
+    its wide grids told to stop 30 s before ``timeout``; results in ``out/bench.json``."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "tpu_native_bench.py"), "--out", str(out),
+           "--budget", str(max(60.0, timeout - 30))]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(2)
+        proc.wait()
+    seconds = round(time.monotonic() - start, 1)
+    print(f"  bench: exit {proc.returncode} in {seconds} s; {out / 'bench.json'}", flush=True)
+    return {"exit": proc.returncode, "seconds": seconds, "results": str(out / "bench.json")}
 
 
 def save(record: dict, out: Path) -> None:

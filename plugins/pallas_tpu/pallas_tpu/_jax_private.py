@@ -371,3 +371,15 @@ def pretty_text(text: str):
     """A jaxpr pretty-printer leaf (for a view transform of ours)."""
     from jax._src import pretty_printer as pp
     return pp.text(text)
+
+
+def shared_slice_transform():
+    """JAX's view transform from a VMEM_SHARED Ref to the running vector
+    subcore's VMEM (JAX 0.12; ``jax_has_shared_slice`` says whether it exists)."""
+    try:
+        from jax._src.pallas.mosaic.sc_core import SharedMemRefSliceTransform
+    except ImportError:
+        raise NotImplementedError(needs_newer_jax(
+            "plsc.slice_subcore_vmem_from_shared (a VMEM_SHARED Ref sliced per subcore)",
+            "0.12")) from None
+    return SharedMemRefSliceTransform()

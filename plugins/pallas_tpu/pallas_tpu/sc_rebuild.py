@@ -1,0 +1,293 @@
+"""A SparseCore kernel (``pl.kernel`` over a ``VectorSubcoreMesh`` or
+``ScalarSubcoreMesh``) rebuilt as JAX's, for JAX's SparseCore lowering.
+
+The frontend hands the backend a ``pallas_call`` whose named grid is the mesh
+and whose ``CompilerParams.kernel_type`` says which subcores run it
+(``sc_mesh``). Here it becomes ``jax.experimental.pallas.kernel`` over JAX's
+mesh of the same axes and sizes, with the same operands (in HBM), outputs,
+scratch and params; the body replays the kernel jaxpr (``evaluate``), the
+program ids being ``lax.axis_index`` of the mesh axes. Ours' SparseCore
+primitives (``sc_primitives``, ``sc_vector_ops``) are replayed as the
+``jax.experimental.pallas.tpu_sc`` call of the same meaning; the result is
+the kernel JAX would have built, so Mosaic gets the same module.
+
+JAX's mesh reads the chip (``get_sparse_core_info``) from the context: a TPU
+host's device, or the abstract device of the mesh a device-less compile runs
+under (``aot.compile_for_tpu(..., topology="v6e:2x2")``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import types
+
+import jax
+from jax import lax
+
+from pallas_frontend.backend_api import KernelIR
+
+from pallas_tpu import _jax_private, evaluate, primitives, rebuild, sc_primitives, sc_vector_ops
+from pallas_tpu.spaces import scratch_type_of_aval
+
+_SC_KINDS = ("SC_VECTOR_SUBCORE", "SC_SCALAR_SUBCORE")
+
+
+def kernel_kind(kernel: KernelIR) -> str | None:
+    """``"SC_VECTOR_SUBCORE"`` / ``"SC_SCALAR_SUBCORE"`` for a SparseCore kernel, else None."""
+    kind = getattr(kernel.compiler_params, "kernel_type", None)
+    name = getattr(kind, "name", None)
+    return name if name in _SC_KINDS else None
+
+
+def is_sparsecore(kernel: KernelIR) -> bool:
+    return kernel_kind(kernel) is not None
+
+
+def jax_mesh(kernel: KernelIR):
+    """JAX's mesh with the kernel's axes (names and sizes)."""
+    from jax.experimental.pallas import tpu_sc as plsc
+    names, sizes = kernel.grid_names, kernel.grid
+    if kernel_kind(kernel) == "SC_VECTOR_SUBCORE":
+        return plsc.VectorSubcoreMesh(core_axis_name=names[0], subcore_axis_name=names[1],
+                                      num_cores=sizes[0], num_subcores=sizes[1])
+    return plsc.ScalarSubcoreMesh(axis_name=names[0], num_cores=sizes[0])
+
+
+def jax_params(kernel: KernelIR):
+    """JAX's CompilerParams: ours' fields; the axis semantics and kernel type
+    are the mesh's (JAX's ``pl.kernel`` sets them from its mesh)."""
+    params = kernel.compiler_params.to_jax(0)
+    return dataclasses.replace(params, dimension_semantics=None)
+
+
+def _refuse_unsupported(kernel: KernelIR) -> None:
+    where = f"SparseCore kernel '{kernel.name}'"
+    if kernel.num_scalar_prefetch or kernel.dynamic_grid_axes:
+        raise NotImplementedError(f"{where}: scalar prefetch and dynamic grids do not apply to "
+                                  "a mesh kernel; pass the values as operands.")
+    if kernel.input_output_aliases:
+        raise NotImplementedError(
+            f"{where}: Ref arguments (aliased operands) are not rebuilt for JAX's SparseCore "
+            "lowering yet; pass arrays and return the results as outputs.")
+    if kernel.num_batch_axes:
+        raise NotImplementedError(f"{where}: vmap of a SparseCore kernel is not supported; "
+                                  "loop over the batch outside the kernel.")
+
+
+def build_sparsecore_kernel(kernel: KernelIR, out_avals):
+    """JAX's ``pl.kernel`` equivalent to ``kernel``; call it on the flat operands."""
+    from jax.experimental import pallas as pl
+    _refuse_unsupported(kernel)
+    jaxpr, names = kernel.jaxpr, kernel.grid_names
+    used = _used_vars(jaxpr.jaxpr)
+
+    def body(*refs):
+        # an id the body never reads is not asked for: JAX's module has no trace of it
+        ids = [lax.axis_index(n) if v in used else 0
+               for n, v in zip(names, jaxpr.jaxpr.invars)]
+        evaluate.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *ids, *refs)
+    body.__name__ = kernel.name
+
+    call = pl.kernel(
+        body, out_type=tuple(rebuild._out_shapes(kernel, out_avals)), mesh=jax_mesh(kernel),
+        scratch_types=[scratch_type_of_aval(a) for a in kernel.scratch_avals],
+        compiler_params=jax_params(kernel), cost_estimate=rebuild._cost_estimate(kernel),
+        name=kernel.name, metadata=dict(kernel.metadata) or None)
+
+    def run(*args):
+        with _scopes_closed_where_freed():
+            return list(call(*args))
+    return run
+
+
+@contextlib.contextmanager
+def _scopes_closed_where_freed():
+    """``evaluate`` opens a ``pl.run_scoped`` at a scoped allocation and keeps
+    it open to the end of the enclosing body. Here each scope closes where its
+    buffers are freed (a ``sync_copy``'s semaphore right after the copy), as
+    JAX's own kernel scopes them: Mosaic's regions then nest as in JAX's
+    module. Values made inside and read after leave through the scope."""
+    original = evaluate._open_scope
+
+    def open_scope(jaxpr, k, env):
+        eqns = jaxpr.eqns
+        end = k
+        while end < len(eqns) and eqns[end].primitive.name == "empty_ref":
+            end += 1
+        allocated = {e.outvars[0] for e in eqns[k:end]}
+        frees = [i for i in range(end, len(eqns)) if eqns[i].primitive.name == "free_ref"
+                 and eqns[i].invars[0] in allocated]
+        if len(frees) < len(allocated):
+            return original(jaxpr, k, env)       # held to the end of the body
+        last = max(frees)
+        defined = {v for e in eqns[k:last] for v in e.outvars}
+        later = [v for e in eqns[last + 1:] for v in e.invars] + list(jaxpr.outvars)
+        leaving = list(dict.fromkeys(v for v in later if not _is_literal(v) and v in defined))
+        inner = types.SimpleNamespace(eqns=eqns[:last], outvars=leaving)
+        env.update(zip(leaving, original(inner, k, env)))
+        return evaluate._eval_from(jaxpr, last + 1, env)
+
+    evaluate._open_scope = open_scope
+    try:
+        yield
+    finally:
+        evaluate._open_scope = original
+
+
+def _used_vars(jaxpr) -> set:
+    used = {v for e in jaxpr.eqns for v in e.invars if not _is_literal(v)}
+    return used | {v for v in jaxpr.outvars if not _is_literal(v)}
+
+
+def _is_literal(v) -> bool:
+    return not hasattr(v, "aval") or type(v).__name__ == "Literal"
+
+
+# --- ours' SparseCore primitives, replayed as JAX's -------------------------------------
+
+def _view(part):
+    """A Ref part of ours as JAX takes it: a view's SubcoreSlice becomes JAX's
+    shared-memory slice transform."""
+    ref = primitives.join_view(part)
+    transforms = getattr(ref, "transforms", None)
+    if not transforms or not any(isinstance(t, sc_primitives.SubcoreSlice) for t in transforms):
+        return ref
+    jax_transforms = [_jax_private.shared_slice_transform()
+                      if isinstance(t, sc_primitives.SubcoreSlice) else t for t in transforms]
+    return _jax_private.transformed_ref(ref.ref, jax_transforms)
+
+
+def _parts(eqn, invals):
+    return [_view(p) for p in jax.tree.unflatten(eqn.params["tree"], invals)]
+
+
+def _rule(prim):
+    return evaluate._rule(evaluate._RULES, prim)
+
+
+@_rule(sc_primitives.load_expanded_p)
+def _load_expanded(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    ref, mask = _parts(eqn, invals)
+    return plsc.load_expanded(ref, mask=mask)
+
+
+@_rule(sc_primitives.store_p)
+def _store(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    ref, x, mask = _parts(eqn, invals)
+    add, compress = eqn.params["add"], eqn.params["compress"]
+    if add and compress:
+        plsc.addupdate_compressed(ref, x, mask=mask)
+    elif add:
+        plsc.addupdate(ref, x)
+    else:
+        plsc.store_compressed(ref, x, mask=mask)
+    return []
+
+
+@_rule(sc_primitives.gather_p)
+def _gather(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    ref, indices, mask = _parts(eqn, invals)
+    return plsc.load_gather(ref, list(indices), mask=mask)
+
+
+@_rule(sc_primitives.scatter_p)
+def _scatter(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    ref, indices, x, mask = _parts(eqn, invals)
+    op = plsc.addupdate_scatter if eqn.params["add"] else plsc.store_scatter
+    op(ref, list(indices), x, mask=mask)
+    return []
+
+
+@_rule(sc_primitives.fetch_and_add_p)
+def _fetch_and_add(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    ref, value, subcore_id = _parts(eqn, invals)
+    return plsc.fetch_and_add(ref, value, subcore_id=subcore_id)
+
+
+@_rule(sc_primitives.barrier_p)
+def _barrier(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    plsc.subcore_barrier()
+    return []
+
+
+@_rule(sc_vector_ops.cumop_p)
+def _cumop(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    x, mask = invals
+    op = {"sum": plsc.cumsum, "max": plsc.cummax}[eqn.params["kind"]]
+    return op(x, mask=mask)
+
+
+@_rule(sc_vector_ops.scan_count_p)
+def _scan_count(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    return list(plsc.scan_count(*invals))
+
+
+@_rule(sc_vector_ops.sort_p)
+def _sort(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    keys, values, *mask = invals
+    return list(plsc.sort_key_val(keys, values, mask=mask[0] if mask else None,
+                                  descending=eqn.params["descending"]))
+
+
+@_rule(sc_vector_ops.mask_reduce_p)
+def _mask_reduce(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    op = {"population_count": plsc.all_reduce_population_count,
+          "ffs": plsc.all_reduce_ffs}[eqn.params["kind"]]
+    return op(invals[0], reduce=eqn.params["reduce"])
+
+
+def _jax_format(format):
+    from jax.experimental.pallas import tpu_sc as plsc
+    return plsc.PackFormat(format.value)
+
+
+@_rule(sc_vector_ops.pack_p)
+def _pack(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    p = eqn.params
+    return plsc.pack(*invals, format=_jax_format(p["format"]),
+                     preferred_element_type=p["preferred_element_type"])
+
+
+@_rule(sc_vector_ops.unpack_p)
+def _unpack(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    p = eqn.params
+    return list(plsc.unpack(invals[0], format=_jax_format(p["format"]),
+                            preferred_element_type=p["preferred_element_type"]))
+
+
+@_rule(sc_vector_ops.parallel_loop_p)
+def _parallel_loop(eqn, invals):
+    from jax.experimental.pallas import tpu_sc as plsc
+    p = eqn.params
+    lower, upper, step = invals[:3]
+    consts, carries = invals[3:3 + p["num_consts"]], invals[3 + p["num_consts"]:]
+    loop_body = p["body"]
+    jaxpr = getattr(loop_body, "jaxpr", loop_body)
+    body_consts = getattr(loop_body, "consts", ())
+
+    def step_fn(i, *carry):
+        outs = evaluate.eval_jaxpr(jaxpr, body_consts, *consts, i, *(carry[0] if carry else ()))
+        return tuple(outs) if carries else None
+
+    loop = plsc.parallel_loop(lower, upper, step, unroll=p["unroll"],
+                              carry=tuple(carries) if carries else None)
+    out = loop(step_fn)
+    return list(out) if carries else []
+
+
+def lower(kernel: KernelIR, ctx, *args):
+    """The backend's lowering of a SparseCore kernel (no interpreter)."""
+    return ctx.lower_fun(build_sparsecore_kernel(kernel, ctx.mlir_ctx.avals_out), *args)

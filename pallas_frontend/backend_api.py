@@ -27,7 +27,8 @@ from pallas_frontend.backend_base import (Backend, LoweringContext, check_capabi
                                           check_dtypes, check_primitive_owners,
                                           default_seconds_per_call, required_capabilities)
 from pallas_frontend.backend_helpers import (def_pure_primitive, gathered_ref_accesses,
-                                             interpretable, kernel_primitive, nested_grid,
+                                             interpretable, kernel_primitive, lowering_kernel,
+                                             nested_grid,
                                              parallel_grid_axes, primitive_owner, ref_effects,
                                              register_interpret_rule, source_line,
                                              trace_body, tracing_kernel)
@@ -46,7 +47,8 @@ from pallas_frontend.run_gate import RunGate
 #: capability collective_run_scoped; 1.5: dynamic grids, gathered_ref_accesses,
 #: KernelIR.function_name / name_and_src_info; 1.6: replay_equations; 1.7:
 #: Backend.adopt_foreign_params; 1.8: nested_grid, tracing_kernel, source_line;
-#: 1.9: Backend.seconds_per_call, default_seconds_per_call; 1.10: RunGate.
+#: 1.9: Backend.seconds_per_call, default_seconds_per_call; 1.10: RunGate;
+#: 1.11: lowering_kernel.
 API_VERSION = _contract.API_VERSION
 #: The pluggy project name that hook markers and the plugin manager share.
 PROJECT_NAME = _contract.PROJECT_NAME
@@ -82,7 +84,8 @@ __all__ = [
     "check_capabilities", "check_dtypes", "check_primitive_owners", "def_pure_primitive",
     "default_seconds_per_call",
     "gathered_ref_accesses", "hookimpl", "hookspec", "interpretable", "kernel_body_fn",
-    "kernel_primitive", "nested_grid", "parallel_grid_axes", "primitive_owner", "ref_effects",
+    "kernel_primitive", "lowering_kernel", "nested_grid", "parallel_grid_axes",
+    "primitive_owner", "ref_effects",
     "register_interpret_rule", "replay_equations", "required_capabilities",
     "scoped_allocation_of", "scratch_structs", "source_line", "trace_body", "tracing_kernel",
 ]

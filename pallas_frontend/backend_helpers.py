@@ -10,6 +10,8 @@ grid analysis, none of which imports this module back.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Sequence
 
 from pallas_frontend import _jax_compat as jc
@@ -141,6 +143,27 @@ def tracing_kernel() -> bool:
     """Whether a ``pallas_call`` / ``pl.kernel`` body is being traced on this thread
     (so a backend's public function can tell a call inside a kernel from one outside)."""
     return _grid.current_grid() is not None
+
+
+_lowering = threading.local()
+
+
+@contextlib.contextmanager
+def lowering_kernel_scope():
+    """Marks this thread as lowering a kernel (the frontend's ``pallas_call`` lowering
+    rule enters it around ``Backend.lower``)."""
+    _lowering.depth = getattr(_lowering, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _lowering.depth -= 1
+
+
+def lowering_kernel() -> bool:
+    """Whether a kernel is being lowered on this thread, by any backend or interpreter
+    (so a primitive that exists only inside kernels can refuse an XLA lowering outside
+    one, as JAX's TPU primitives do). (API 1.11)"""
+    return getattr(_lowering, "depth", 0) > 0
 
 
 # --- where in the user's code ---------------------------------------------------

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend import backend_api, grid_limits, registry
 from pallas_frontend.backend_api import BlockMapping, KernelIR, LoweringContext
+from pallas_frontend.backend_helpers import lowering_kernel_scope
 from pallas_frontend.specs import Squeezed
 
 pallas_call_p = jc.Primitive("pallas_call")
@@ -68,7 +69,9 @@ def _lower_for(ctx, *args, platform, kernel: KernelIR, interpret, backend):
         if kernel.debug:
             print(kernel.pretty(), file=sys.stdout)
             print(f"  backend: {b.name} {b.version} (platform {platform})", file=sys.stdout)
-        outs = b.lower(kernel, LoweringContext(ctx, platform, interpret_params=interpret), *args)
+        with lowering_kernel_scope():
+            outs = b.lower(kernel, LoweringContext(ctx, platform, interpret_params=interpret),
+                           *args)
         return _checked_outputs(b, kernel, ctx, outs)
     except Exception as e:
         name_owner_in_advice(e)

@@ -363,6 +363,7 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
             # inputs come first, then the aliased outputs the body updates in place
             jc.eval_jaxpr(jc.with_consts(jaxpr, ()), *all_refs[n:2 * n])
 
+        body.__wrapped__ = f       # source_of() reports the user's body's file:line
         outs = pallas_call(
             body, [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values],
             grid=grid, scratch_shapes=scratch_shapes,

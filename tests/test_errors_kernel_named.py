@@ -63,3 +63,22 @@ def test_a_message_that_already_names_the_kernel_is_left_alone(monkeypatch):
 def test_the_kernel_still_runs():
     x = _x()
     np.testing.assert_allclose(np.asarray(_call()(x)), np.asarray(x, np.float64) * 2.0, rtol=1e-6)
+
+
+class _OneCore:           # a mesh is anything with a ``shape`` mapping (as JAX's)
+    shape = {"c": 1}
+
+
+def test_a_core_map_body_is_named_at_the_users_line(monkeypatch):
+    exc = NotImplementedError("no vector unit for this op")
+    monkeypatch.setattr(registry, "select_backend", lambda **kw: _Refusing(exc))
+    ref = jax.new_ref(_x())
+
+    def doubled():
+        ref[...] = ref[...] * 2.0
+    with pytest.warns(DeprecationWarning):
+        core_map = pl.core_map
+    with pytest.raises(NotImplementedError) as err:
+        core_map(_OneCore())(doubled)
+    where = f"{__file__}:{doubled.__code__.co_firstlineno}"
+    assert str(err.value).startswith("Kernel doubled at " + where), str(err.value)

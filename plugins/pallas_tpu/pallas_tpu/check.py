@@ -190,11 +190,14 @@ def check_key_operands(kernel: KernelIR, m: BlockMapping) -> None:
     if not key_operands.is_key(m.dtype):
         return
     in_smem = m.memory_space is MemorySpace.SMEM
-    if key_operands.is_pallas_key(m.dtype) and not in_smem:
+    # left in HBM (ANY), the kernel copies the keys to SMEM itself (core_map kernels)
+    in_hbm = m.memory_space in (MemorySpace.ANY, MemorySpace.HBM, pf.MemorySpace.ANY)
+    if key_operands.is_pallas_key(m.dtype) and not (in_smem or in_hbm):
         raise BackendCapabilityError(
             f"Backend 'tpu' (Mosaic) reads the Pallas keys of {m.origin} in kernel "
             f"'{kernel.name}' ({kernel.source}) from SMEM only: give it "
-            "pl.BlockSpec(memory_space=pallas_tpu.SMEM).")
+            "pl.BlockSpec(memory_space=pallas_tpu.SMEM), or leave it in HBM "
+            "(memory_space=pallas_tpu.ANY) and copy it to SMEM in the kernel.")
     if not key_operands.is_pallas_key(m.dtype) and in_smem:
         raise BackendCapabilityError(
             f"Backend 'tpu' (Mosaic) cannot read the {m.dtype} keys of {m.origin} in kernel "

@@ -87,12 +87,15 @@ def _replay_equation(eqn, invals):
     name = eqn.primitive.name
     if name in _TYPE_ONLY:
         return invals if eqn.primitive.multiple_results else invals[0]
-    if eqn.primitive in _RULES:
-        return _RULES[eqn.primitive](eqn, invals)
     if any(isinstance(x, key_operands.KeyRefView) for x in invals):
         if name in _REF_ACCESS:                  # a Ref of PRNG keys in interpret mode
             return key_operands.key_access(eqn, invals)
+        if eqn.primitive in _RULES:              # a copy of keys (a DMA) moves their data
+            return _RULES[eqn.primitive](eqn, [x.ref if isinstance(x, key_operands.KeyRefView)
+                                               else x for x in invals])
         return _replay_control_flow(eqn, invals)
+    if eqn.primitive in _RULES:
+        return _RULES[eqn.primitive](eqn, invals)
     if primitive_owner(eqn.primitive) == FRONTEND_OWNER:
         rule = _FRONTEND_RULES.get(name)
         if rule is None:
@@ -118,12 +121,17 @@ def _open_scope(jaxpr, k: int, env: dict):
     while end < len(jaxpr.eqns) and jaxpr.eqns[end].primitive.name == _SCOPE_START:
         end += 1
     allocations = jaxpr.eqns[k:end]
-    types = [scratch_type(e.params["ty"].shape, e.params["ty"].dtype,
-                          e.params.get("memory_space")) for e in allocations]
+    # JAX's TPU interpreter cannot hold keys: a scratch of keys holds their data
+    key_dtypes = [e.params["ty"].dtype if interpret_mode.active()
+                  and key_operands.is_key(e.params["ty"].dtype) else None for e in allocations]
+    types = [scratch_type(*(key_operands.physical_type(kd, e.params["ty"].shape) if kd
+                            else (e.params["ty"].shape, e.params["ty"].dtype)),
+                          e.params.get("memory_space"))
+             for e, kd in zip(allocations, key_dtypes)]
 
     def body(*refs):
-        for e, ref in zip(allocations, refs):
-            env[e.outvars[0]] = ref
+        for e, ref, kd in zip(allocations, refs, key_dtypes):
+            env[e.outvars[0]] = ref if kd is None else key_operands.KeyRefView(ref, kd)
         return _eval_from(jaxpr, end, env)
     return pl.run_scoped(body, *types)
 

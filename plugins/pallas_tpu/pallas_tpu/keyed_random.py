@@ -28,6 +28,8 @@ same words, and on a TPU JAX's lowering of its Pallas keys.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Sequence
 
 import jax
@@ -35,9 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.extend import random as jex_random
+from jax.interpreters import mlir
 
 from pallas_frontend.backend_api import (
-    def_pure_primitive, kernel_primitive, register_interpret_rule)
+    def_pure_primitive, kernel_primitive, lowering_kernel, register_interpret_rule)
 from pallas_tpu import key_operands
 
 OWNER = "tpu"
@@ -75,6 +78,38 @@ def _seeded_bits_batch(args, dims, *, shape):
 def_pure_primitive(seeded_random_bits_p, impl=_software_bits,
                    abstract_eval=_seeded_bits_abstract_eval, batch_rule=_seeded_bits_batch)
 register_interpret_rule(seeded_random_bits_p)
+
+_software_bits_lowering = mlir.lower_fun(_software_bits, multiple_results=False)
+_outside_draws = threading.local()
+
+
+def _lower_draw(ctx, k0, k1, *, shape):
+    # JAX's Pallas keys draw from the core's PRNG, which only a kernel has: outside one,
+    # JAX finds no XLA rule for the draw. Ours refuses the same way (JAX's own tests
+    # expect it), with the fix spelled out.
+    if not lowering_kernel() and not getattr(_outside_draws, "on", False):
+        platforms = "/".join(ctx.module_context.platforms)
+        raise NotImplementedError(
+            f"MLIR translation rule for primitive '{seeded_random_bits_p.name}' not found for "
+            f"platform {platforms}: a Pallas key (pltpu.to_pallas_key) draws random bits only "
+            "inside a kernel, from the core's PRNG. Outside a kernel, sample with the JAX key "
+            "the Pallas key was made from.")
+    return _software_bits_lowering(ctx, k0, k1, shape=shape)
+
+
+mlir.register_lowering(seeded_random_bits_p, _lower_draw)
+
+
+@contextlib.contextmanager
+def draws_outside_kernels():
+    """Within it, a Pallas key draws outside a kernel too, from the interpreters' software
+    stream (the bits ours' interpreters give inside one): for reference computations."""
+    before = getattr(_outside_draws, "on", False)
+    _outside_draws.on = True
+    try:
+        yield
+    finally:
+        _outside_draws.on = before
 
 
 def seeded_random_bits(k0, k1, shape) -> jax.Array:

@@ -30,7 +30,7 @@ class MemorySpace(enum.Enum):
     SEMAPHORE = "semaphore"
 
     def __call__(self, shape, dtype) -> pf.MemoryRef:
-        return pf.MemoryRef(tuple(shape), np.dtype(dtype), self)
+        return pf.MemoryRef(tuple(shape), dtype, self)   # a key dtype stays a key dtype
 
     def __str__(self):
         return self.name

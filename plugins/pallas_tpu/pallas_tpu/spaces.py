@@ -6,7 +6,7 @@ import numpy as np
 
 import pallas_frontend as pf
 
-from pallas_tpu import _jax_private
+from pallas_tpu import _jax_private, key_operands
 from pallas_tpu.memory import MemorySpace, SemaphoreKind
 
 
@@ -42,6 +42,8 @@ def scratch_type(shape, dtype, space):
     target = block_memory_space(space)
     if target is None:
         target = pltpu.VMEM
+    if key_operands.is_key(dtype):     # a scratch of keys: as JAX's lowering holds them
+        return target(shape, key_operands.for_mosaic_dtype(dtype))
     return target(shape, np.dtype(dtype))
 
 

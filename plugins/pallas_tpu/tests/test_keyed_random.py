@@ -17,6 +17,7 @@ from jax.experimental.pallas import tpu as jax_pltpu
 
 import pallas_frontend as pl
 import pallas_tpu as pltpu
+from pallas_tpu import keyed_random
 
 TOTAL = (64, 512)
 TILE = (16, 128)
@@ -43,11 +44,22 @@ def _reference(sampler, pallas_key, **kwargs):
     """Tile by tile with plain jax.random on the same Pallas key, no kernel."""
     rows = []
     tiles = (TOTAL[0] // TILE[0], TOTAL[1] // TILE[1])
-    for i in range(tiles[0]):
-        rows.append(jnp.concatenate(
-            [sampler(jax.random.fold_in(pallas_key, i * tiles[1] + j), shape=TILE, **kwargs)
-             for j in range(tiles[1])], axis=1))
-    return np.asarray(jnp.concatenate(rows, axis=0))
+    with keyed_random.draws_outside_kernels():
+        for i in range(tiles[0]):
+            rows.append(jnp.concatenate(
+                [sampler(jax.random.fold_in(pallas_key, i * tiles[1] + j), shape=TILE, **kwargs)
+                 for j in range(tiles[1])], axis=1))
+        return np.asarray(jnp.concatenate(rows, axis=0))
+
+
+@pytest.mark.parametrize("shape", [(1,), (3, 5)])
+def test_a_pallas_key_outside_a_kernel_is_refused_as_jax_refuses_it(shape, key):
+    # JAX's tpu_pallas_random_test expects NotImplementedError matching this pattern
+    with pytest.raises(NotImplementedError, match="MLIR translation rule .* not found") as e:
+        jax.random.uniform(pltpu.to_pallas_key(key), shape=shape)
+    assert "only inside a kernel" in str(e.value)
+    with pytest.raises(NotImplementedError, match="MLIR translation rule .* not found"):
+        jax.jit(lambda k: jax.random.bits(k, shape))(pltpu.to_pallas_key(key))
 
 
 @pytest.mark.parametrize("legacy", [False, True])

@@ -227,3 +227,46 @@ def test_hardware_prng_bits_equal_jaxs():
     as_bits = np.unpackbits(ours.view(np.uint8))
     assert 0.45 < as_bits.mean() < 0.55
     assert len({ours[8 * i:8 * i + 8].tobytes() for i in range(4)}) == 4
+
+
+def _uniform_from_a_key_in_core_map(pl, pltpu, **launch):
+    # JAX's tpu_pallas_random_test::test_key_in_core_map, as a builder
+    def main(refs):
+        key_hbm, o_ref = refs
+
+        @pl.core_map(pltpu.create_tensorcore_mesh("core"), **launch)
+        def _():
+            def scoped(key_smem, o_vmem):
+                pltpu.sync_copy(key_hbm, key_smem)
+                o_vmem[...] = jax.random.uniform(key_smem[...], shape=o_ref.shape)
+                pltpu.sync_copy(o_vmem, o_ref)
+            pl.run_scoped(scoped, pltpu.SMEM((), key_hbm.dtype),
+                          pltpu.VMEM(o_ref.shape, o_ref.dtype))
+
+    def f(key):
+        _, y = pl.run_state(main)((key, jnp.zeros((8, 128), jnp.float32)))
+        return y
+    return f
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_pallas_key_copied_to_smem_in_core_map(rng):
+    seed = int(rng.integers(2**31))
+    sides = tuple(SIDES) if ON_CHIP else ("ours",)   # JAX's TPU interpreter holds no keys
+    results = {}
+    for side in sides:
+        key = SIDES[side][1].to_pallas_key(jax.random.key(seed, impl="rbg"))
+        results[side] = run_both(_uniform_from_a_key_in_core_map, key, sides=(side,))[side][0]
+    ours = results["ours"]
+    if ON_CHIP:
+        np.testing.assert_array_equal(ours, results["jax"], err_msg="ours differs from JAX's")
+    else:      # both sides lower for a v5e without one
+        for pl, pltpu in SIDES.values():
+            key = pltpu.to_pallas_key(jax.random.key(seed, impl="rbg"))
+            with _chip_context():
+                jax.jit(_uniform_from_a_key_in_core_map(pl, pltpu)).trace(key).lower(
+                    lowering_platforms=("tpu",))
+    # independent of the code under test: uniform on [0, 1), mean 1/2 within 6 sigma
+    assert ours.shape == (8, 128) and 0.0 <= ours.min() and ours.max() < 1.0
+    assert abs(ours.mean() - 0.5) < 6 * np.sqrt(1 / 12 / ours.size)
+    assert len(np.unique(ours)) > ours.size // 2

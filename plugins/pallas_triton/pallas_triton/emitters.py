@@ -55,15 +55,31 @@ def _call(fn):
 
 for _name, _fn in {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
                    "sqrt": "tl.sqrt",
-                   "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos", "abs": "tl.abs",
+                   "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos",
                    "floor": "tl.floor", "ceil": "tl.ceil", "erf": "tl.erf",
                    "max_contiguous": "tl.max_contiguous"}.items():
     register(_name)(_call(_fn))
 
 
+def _bf16_sign_bit(w, eqn, ins, op: str, mask: str):
+    """neg/abs of bfloat16 under the interpreter: on the raw bits (it stores bfloat16 as
+    uint16), so a signalling NaN keeps its payload as XLA's neg/abs keep it (computed
+    in float32, the way back would quiet it); None where this is not that case."""
+    if (w.target != "interpret" or np.dtype(in_aval(eqn).dtype).name != "bfloat16"
+            or _python_number(ins[0])):
+        return None
+    bits = f"({ins[0]}).to(tl.uint16, bitcast=True)"
+    return [f"({bits} {op} tl.full([], {mask}, tl.uint16)).to(tl.bfloat16, bitcast=True)"]
+
+
 @register("neg")
 def _neg(w, eqn, ins):
-    return [f"(-{ins[0]})"]
+    return _bf16_sign_bit(w, eqn, ins, "^", "0x8000") or [f"(-{ins[0]})"]
+
+
+@register("abs")
+def _abs(w, eqn, ins):
+    return _bf16_sign_bit(w, eqn, ins, "&", "0x7FFF") or [f"tl.abs({ins[0]})"]
 
 
 @register("not")

@@ -36,13 +36,15 @@ FLOAT32_ONLY = frozenset({
 
 # Everything the interpreter would compute on bfloat16's bits.
 ARITHMETIC = FLOAT32_ONLY | frozenset({
-    "add", "add_any", "sub", "mul", "div", "neg", "abs", "sign", "max", "min", "clamp",
+    "add", "add_any", "sub", "mul", "div", "sign", "max", "min", "clamp",
     "square", "integer_pow", "one_minus_square", "polynomial",
     "is_finite", "eq", "ne", "lt", "le", "gt", "ge", "convert_element_type",
     "reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
     "cumsum", "cumprod", "cummax", "cummin", "argmax", "argmin",
     "debug_print",                     # prints the value, not the raw 16 bits
 })
+# neg and abs of bfloat16 flip or clear the sign bit on the raw bits instead
+# (emitters._bf16_sign_bit): widening would quiet a signalling NaN on the way back
 
 
 def _sixteen_bit(aval) -> bool:

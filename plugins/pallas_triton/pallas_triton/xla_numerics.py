@@ -40,7 +40,13 @@ def _signed(dtype) -> bool:
 def _div(w, eqn, ins):
     dt = out_aval(eqn).dtype
     if is_float(dt):
-        return [f"({ins[0]} / {ins[1]})"]
+        # Triton divides 16-bit floats in float32 and returns float32: round the quotient
+        # to the type XLA's division gives, or the next operation sees the unrounded one
+        # (round(a / b) on float16 rounded 7157.66 to 7160 where XLA gives 7156)
+        from pallas_triton.widening import computed_dtype
+        cdt = computed_dtype(w, eqn, dt)
+        q = f"({ins[0]} / {ins[1]})"
+        return [cast(w, q, np.float32, cdt) if cdt.itemsize == 2 else q]
     d = _static(eqn, 1)
     if d is not None and d not in (0, -1):
         return [f"({ins[0]} // {ins[1]})"]     # Triton's // truncates toward zero, as lax.div

@@ -50,13 +50,33 @@ def _ratio(a, b):
     return "–" if a is None or b is None or b == 0 else f"{a / b:.2f}"
 
 
-def _speed(row, cell):
+# Bytes a kernel must move before its time says something about HBM bandwidth:
+# below a few times the chip's VMEM, the device loop keeps data on chip.
+BANDWIDTH_VMEM_MULTIPLE = 2
+
+
+def chip_peaks(results) -> dict:
+    """The chip's VMEM, HBM bandwidth and bf16 peak: the run's record, else v5e's."""
+    if "chip" in results:
+        return results["chip"]
+    from pallas_tpu import tuning
+    info = tuning.chip("v5e")
+    return {"name": "v5e", "vmem_bytes": info.vmem_capacity_bytes,
+            "hbm_bytes_per_second": info.mem_bw_bytes_per_second,
+            "bf16_flops_per_second": info.bf16_ops_per_second}
+
+
+def _speed(row, cell, peaks):
     ms = _ms(cell)
     if not ms:
         return "–"
     if row["flops"]:
-        return f"{row['flops'] / (ms * 1e-3) / 1e12:.1f} TF/s"
-    return f"{row['bytes'] / (ms * 1e-3) / 1e9:.0f} GB/s"
+        rate, peak = row["flops"] / (ms * 1e-3), peaks["bf16_flops_per_second"]
+        return f"{rate / 1e12:.1f} TF/s ({100 * rate / peak:.0f}% of {peak / 1e12:.0f})"
+    if row["bytes"] < BANDWIDTH_VMEM_MULTIPLE * peaks["vmem_bytes"]:
+        return f"not bandwidth ({row['bytes'] / (1 << 20):.0f} MiB)"
+    rate, peak = row["bytes"] / (ms * 1e-3), peaks["hbm_bytes_per_second"]
+    return f"{rate / 1e9:.0f} GB/s ({100 * rate / peak:.0f}% of {peak / 1e9:.0f})"
 
 
 def _err(cell):
@@ -81,11 +101,23 @@ def best_candidate(row):
 def render(results) -> str:
     """The Markdown tables of a run's results."""
     rows = results["cases"]
+    peaks = chip_peaks(results)
+    when = f"Run {results['date'][:16].replace('T', ' ')} UTC on one **{results['device_kind']}** "
+    if results.get("route") == "native":
+        how = (f"({results['platform']}), natively: Python {results['python']}, JAX "
+               f"{results['jax']}, jaxlib {results['jaxlib']}, libtpu {results['libtpu']}, the "
+               "project installed from wheels (`tools/tpu_native.py run --parts bench`, "
+               "`benchmarks/tpu_native_bench.py`)")
+    else:
+        how = (f"({results['platform']}), JAX {results['jax']}, libtpu {results['libtpu']}; "
+               f"kernels exported with JAX {results['pack_jax']} (`tools/tpu_remote.py`)")
     lines = [
-        f"Run {results['date'][:16].replace('T', ' ')} UTC on one **{results['device_kind']}** "
-        f"({results['platform']}), JAX {results['jax']}, libtpu {results['libtpu']}; kernels "
-        f"exported with JAX {results['pack_jax']} (`tools/tpu_remote.py`), sizes "
-        f"\"{results['size']}\". Times: per call, in a device loop (`(T(3n) - T(n)) / 2n`).",
+        when + how + f", sizes \"{results['size']}\". Times: per call, in a device loop "
+        "(`(T(3n) - T(n)) / 2n`). Speed beside the chip's peak "
+        f"({peaks['bf16_flops_per_second'] / 1e12:.0f} bf16 TF/s, "
+        f"{peaks['hbm_bytes_per_second'] / 1e9:.0f} GB/s HBM); GB/s only where a call moves "
+        f"at least {BANDWIDTH_VMEM_MULTIPLE}x the {peaks['vmem_bytes'] >> 20} MiB of VMEM, "
+        "else the data stays on chip in the device loop and the figure is not bandwidth.",
         "",
         "| kernel | max abs err (ours) | rel err (ours) | ours = JAX bits | ours ms | JAX ms "
         "| XLA ms | ours / JAX | ours / XLA | ours speed | XLA rel err |",
@@ -101,7 +133,7 @@ def render(results) -> str:
         o, j, x = _ms(ours), _ms(theirs), _ms(xla)
         lines.append(f"| {row['name']} | {abs_err} | {rel_err} | {bits} | {_fmt_ms(o)} | "
                      f"{_fmt_ms(j)} | {_fmt_ms(x)} | {_ratio(o, j)} | {_ratio(o, x)} | "
-                     f"{_speed(row, ours)} | {_err(xla)[1]} |")
+                     f"{_speed(row, ours, peaks)} | {_err(xla)[1]} |")
     tuned = [row for row in rows if row.get("tune")]
     if tuned:
         lines += ["", "Autotuned (ours, fastest candidate within tolerance) against JAX's "
@@ -116,8 +148,59 @@ def render(results) -> str:
             ok = sum(1 for c in row["tune"].values() if c.get("ok"))
             lines.append(f"| {row['name']} | {row['default']} | {_fmt_ms(d)} | {label or '–'} | "
                          f"{_fmt_ms(b)} | {_ratio(d, b)}x | {_fmt_ms(x)} | {_ratio(b, x)} | "
-                         f"{_speed(row, best)} | {ok} of {len(row['tune'])} |")
+                         f"{_speed(row, best, peaks)} | {ok} of {len(row['tune'])} |")
+    lines += autotune_table(rows, peaks)
     return "\n".join(lines + ["", summary(results)])
+
+
+def _seconds(cells):
+    """label -> seconds of the candidates that ran."""
+    return {label: c["seconds"] for label, c in cells.items() if c.get("seconds")}
+
+
+def wide_best(tune):
+    """(label, seconds) of the fastest candidate of the space and the wide grid together."""
+    timed = _seconds(tune.get("space", {})) | _seconds(tune.get("wide", {}))
+    if not timed:
+        return None, None
+    label = min(timed, key=timed.get)
+    return label, timed[label]
+
+
+def autotune_table(rows, peaks) -> list[str]:
+    """pl.autotune live over the generated space (a native run's rows)."""
+    tuned = [row for row in rows if row.get("autotune") and "error" not in row["autotune"]]
+    if not tuned:
+        return []
+    lines = ["", "`pl.autotune` live on the chip over the space `pallas_tpu.tuning_spaces` "
+             "generates (cache keyed by the device kind), against the baseline and against the "
+             "best of a wide grid (the space's timed candidates and every other combination the "
+             "kernel's rules allow, VMEM estimate and size limit not applied):", "",
+             "| kernel | baseline | baseline ms | pick | pick ms | speedup | wide-grid best "
+             "| best ms | pick / best time | XLA ms | XLA time / pick time | pick speed "
+             "| space: timed / failed / pruned | wide grid run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in tuned:
+        t = row["autotune"]
+        space = t.get("space", {})
+        pick_s = space.get(t.get("pick"), {}).get("seconds")
+        best_label, best_s = wide_best(t)
+        base_s = t["baseline"].get("seconds")
+        xla = _ms(row["sides"].get("xla"))
+        pick_ms = pick_s * 1e3 if pick_s else None
+        counts = (f"{len(_seconds(space))} / "
+                  f"{sum(1 for c in space.values() if 'error' in c)} / "
+                  f"{sum(1 for c in space.values() if 'pruned' in c)}")
+        wide = ("–" if "wide" not in t else
+                f"{len(t['wide'])} of {t['wide_total']}" + (" (cut)" if t.get("wide_cut") else ""))
+        lines.append(
+            f"| {row['name']} | {t['baseline']['label']} ({t['baseline']['kind']}) | "
+            f"{_fmt_ms(base_s and base_s * 1e3)} | {t.get('pick', '–')} | {_fmt_ms(pick_ms)} | "
+            f"{_ratio(base_s, pick_s)}x | {best_label or '–'} | "
+            f"{_fmt_ms(best_s and best_s * 1e3)} | {_ratio(pick_s, best_s)} | {_fmt_ms(xla)} | "
+            f"{_ratio(xla, pick_ms)} | {_speed(row, {'seconds': pick_s} if pick_s else None, peaks)}"
+            f" | {counts} | {wide} |")
+    return lines
 
 
 def summary(results) -> str:
@@ -142,6 +225,16 @@ def summary(results) -> str:
                 gains.append(f"{row['name']} {default / _ms(best):.2f}x")
     if gains:
         text.append("Autotuned against JAX's default launch parameters: " + ", ".join(gains) + ".")
+    close = []
+    for row in rows:
+        t = row.get("autotune") or {}
+        pick = t.get("space", {}).get(t.get("pick"), {}).get("seconds")
+        label, best = wide_best(t)
+        if pick and best and "wide" in t:
+            close.append(f"{row['name']} {100 * (pick / best - 1):.1f}%")
+    if close:
+        text.append("Time of pl.autotune's pick over the wide grid's best: "
+                    + ", ".join(close) + ".")
     return " ".join(text)
 
 

@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _API = {
     "_jax_compat": ("Slice", "ds", "run_state"),
     "autotuning": ("autotune",),
+    "autotune_space": ("search_space", "tile_sizes"),
     "cost": ("estimate_cost",),
     "export": ("enable_poison_buffers", "lower_as_mlir", "pallas_export_experimental"),
     "backend_api": ("API_VERSION",),
@@ -94,6 +95,7 @@ def __dir__():
 if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
     from pallas_frontend._jax_compat import Slice, ds, run_state
     from pallas_frontend.autotuning import autotune
+    from pallas_frontend.autotune_space import search_space, tile_sizes
     from pallas_frontend.cost import estimate_cost
     from pallas_frontend.export import (
         enable_poison_buffers, lower_as_mlir, pallas_export_experimental)

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from pallas_frontend import autotune_cache
+from pallas_frontend import autotune_cache, autotune_checks
 from pallas_frontend.output_agreement import mismatch as _mismatch, nan_count as _nan_count
 
 
@@ -79,7 +79,8 @@ class Autotuned:
     (see the module docstring); made by ``pl.autotune``.
 
     ``trials`` holds, per cache key, every candidate's ``Trial`` of the last
-    measurement in this process; ``hits`` and ``misses`` count lookups of a
+    measurement in this process (then those a ``pl.search_space`` pruned, with
+    the reason); ``hits`` and ``misses`` count lookups of a
     measured choice (memory or file).
     """
 
@@ -88,21 +89,15 @@ class Autotuned:
                  backend: str | None = None, reference: Callable | None = None,
                  tolerance: float | None = None, measure: bool | None = None,
                  cache: bool | str | Path = True):
-        configs = tuple(dict(c) for c in configs)
-        if not configs:
-            raise ValueError("pl.autotune: configs is empty; give at least one dict of keyword "
-                             "arguments, e.g. configs=[{'block': 128}, {'block': 256}]")
-        for i, c in enumerate(configs):
-            bad = [k for k in c if not (isinstance(k, str) and k.isidentifier())]
-            if bad:
-                raise ValueError(f"pl.autotune: configs[{i}] has keys {bad!r}; a config maps "
-                                 "keyword-argument names of the function to values")
+        # a pl.search_space lists what it pruned before compiling: shown in trials
+        self.pruned = tuple(getattr(configs, "pruned", ()))
+        configs = autotune_checks.checked_options(
+            fn, configs, name=name, key=key, backend=backend, reference=reference,
+            tolerance=tolerance, measure=measure, cache=cache)
         labels = [autotune_cache.config_label(c) for c in configs]
         if len(set(labels)) != len(labels):
             twice = sorted({x for x in labels if labels.count(x) > 1})
             raise ValueError(f"pl.autotune: configs repeat {twice}; give each candidate once")
-        if tolerance is not None and not tolerance >= 0:
-            raise ValueError(f"pl.autotune: tolerance={tolerance!r} must be a number >= 0")
         self.fn, self.configs, self.labels = fn, configs, tuple(labels)
         self.name = name or _default_name(fn)
         self.key, self.backend, self.reference = key, backend, reference
@@ -240,7 +235,8 @@ class Autotuned:
                 timed[label] = Trial(label, config, None, f"timing failed: {_one_line(e)}")
         by_label = {t.label: t for t in trials} | timed
         trials = [by_label[label] for label in self.labels]
-        self.trials[key] = trials
+        self.trials[key] = trials + [Trial(p.label, p.params, None, f"pruned: {p.reason}")
+                                     for p in self.pruned]
         seconds = {t.label: t.seconds for t in trials}
         if all(s is None for s in seconds.values()):
             raise RuntimeError(f"autotune {self.name!r}: every candidate failed for "
@@ -442,5 +438,11 @@ def _device_of(leaves):
 
 
 def _one_line(e: BaseException) -> str:
+    """The error's first line, and the user's line it came from when it names none."""
+    from pallas_frontend.frames import user_line
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"
+    line = f"{type(e).__name__}: {text[0] if text else ''}"
+    where = user_line(e.__traceback__)
+    if where is not None and where[0] not in line:
+        line += f" (at {where[0]}:{where[1]}: {where[2]})"
+    return line

@@ -24,7 +24,8 @@ its choices in memory unless ``cache=`` names a file.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,37 @@ from pallas_triton.backend import TritonBackend
 from pallas_triton.params import CompilerParams
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class Config:
-    """One candidate: block sizes by name (read by the user's builder) and Triton's options."""
-    blocks: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    compiler_params: CompilerParams = CompilerParams()
+    """One candidate: block sizes by name (read by the user's builder) and Triton's
+    options, as ``compiler_params`` (a ``CompilerParams`` or a dict of its fields)
+    or as keywords, the way ``triton.Config({"BLOCK": 128}, num_warps=4)`` takes them."""
+    blocks: Mapping[str, int]
+    compiler_params: CompilerParams
+
+    def __init__(self, blocks: Mapping[str, int] | None = None,
+                 compiler_params: CompilerParams | Mapping[str, Any] | None = None, **options):
+        blocks = {} if blocks is None else blocks
+        if not isinstance(blocks, Mapping) or not all(isinstance(k, str) for k in blocks):
+            raise TypeError(f"pallas_triton.Config: blocks={blocks!r} is not a dict of block "
+                            "sizes by name; write Config({'block': 256}, num_warps=4)")
+        if isinstance(compiler_params, Mapping):
+            options, compiler_params = {**compiler_params, **options}, None
+        if compiler_params is None:
+            compiler_params = CompilerParams()
+        if not isinstance(compiler_params, CompilerParams):
+            raise TypeError(f"pallas_triton.Config: compiler_params={compiler_params!r} is not a "
+                            "pallas_triton.CompilerParams; pass one, a dict of its fields, or "
+                            "its fields as keywords (num_warps=4, num_stages=3)")
+        fields = [f.name for f in dataclasses.fields(CompilerParams) if f.init]
+        unknown = sorted(set(options) - set(fields))
+        if unknown:
+            raise TypeError(f"pallas_triton.Config: {unknown} are not options of "
+                            f"pallas_triton.CompilerParams (it takes {', '.join(fields)})")
+        if options:
+            compiler_params = dataclasses.replace(compiler_params, **options)
+        object.__setattr__(self, "blocks", blocks)
+        object.__setattr__(self, "compiler_params", compiler_params)
 
     def call_options(self) -> dict[str, Any]:
         """The ``pallas_call`` keywords that run with these params on the current device."""
@@ -78,9 +105,16 @@ class Autotuner:
 
     def __init__(self, build: Callable[[Config], Callable], configs: Sequence[Config], *,
                  repeat: int = 3, cache_file: str | Path | None = None):
-        if not configs:
-            raise ValueError("autotune needs at least one candidate Config")
-        self.build, self.configs, self.repeat = build, tuple(configs), repeat
+        configs = _configs(configs)
+        if not callable(build):
+            raise TypeError(f"pallas_triton.autotune: build={build!r} is not callable; it is a "
+                            "function of a Config that returns the function to run")
+        if cache_file is not None and (not isinstance(cache_file, (str, os.PathLike))
+                                       or Path(cache_file).expanduser().is_dir()):
+            raise TypeError(f"pallas_triton.autotune: cache_file={cache_file!r} is not the path "
+                            "of a file; give a .json file's path (e.g. 'autotune.json'), or "
+                            "leave it unset to keep choices in memory")
+        self.build, self.configs, self.repeat = build, configs, repeat
         self._jitted: dict[int, Callable] = {}
         name = f"{getattr(build, '__module__', '?')}.{getattr(build, '__qualname__', build)}"
         self._tuner = pl.autotune(self._run, configs=[{"config": c} for c in self.configs],
@@ -125,6 +159,27 @@ class Autotuner:
         if k not in self._jitted:
             self._jitted[k] = jax.jit(self.build(config))
         return self._jitted[k]
+
+
+def _configs(configs) -> tuple[Config, ...]:
+    """``configs`` as Configs (a dict of block sizes is one); refusals say what to give."""
+    example = "[Config({'block': 256}), Config({'block': 1024}, num_warps=8)]"
+    if isinstance(configs, (Config, Mapping, str)) or not isinstance(configs, Iterable):
+        raise TypeError(f"pallas_triton.autotune: configs={configs!r} is not a list of "
+                        f"candidates; give a list of Configs: {example}")
+    out = []
+    for i, c in enumerate(configs):
+        if isinstance(c, Mapping):
+            c = Config(c)
+        if not isinstance(c, Config):
+            raise TypeError(f"pallas_triton.autotune: configs[{i}] is {c!r} (of type "
+                            f"{type(c).__name__}); each candidate is a pallas_triton.Config "
+                            f"or a dict of block sizes: {example}")
+        out.append(c)
+    if not out:
+        raise ValueError(f"pallas_triton.autotune: configs is empty; give at least one "
+                         f"candidate: {example}")
+    return tuple(out)
 
 
 def autotune(configs: Sequence[Config], *, repeat: int = 3,

@@ -20,6 +20,8 @@ from jax._src import config as _config
 from jax._src import core
 from jax._src import dispatch
 from jax._src.debugging import debug_effect  # an unordered IO effect
+from jax._src import callback as _callback
+from jax._src import effects as _effects
 from jax._src import linear_util as lu
 from jax._src import source_info_util
 from jax._src import tree_util as _tree_util
@@ -84,6 +86,30 @@ class _DischargeContext(typing.NamedTuple):
     should_discharge: tuple
     strip_memory_space: bool
 internal_ref_effect = core.internal_mutable_array_effect   # a Ref allocated inside a jaxpr
+# Host-callback effects of an interpreter's launch (pallas_frontend.launch_effects).
+io_callback_effects = (_callback._IOEffect, _callback._OrderedIOEffect)
+ordered_io_effect = _callback._OrderedIOEffect
+TokenSet = mlir.TokenSet
+
+
+def lowering_for_export(module_context) -> bool:
+    """Whether a lowering is ``jax.export``'s (whose module cannot carry host callbacks)."""
+    return bool(getattr(getattr(module_context, "lowering_parameters", None), "for_export", False))
+
+
+def host_callback_count(module_context) -> int:
+    """How many Python callbacks (and objects they keep alive) a module holds so far."""
+    return (len(getattr(module_context, "host_callbacks", ()))
+            + len(getattr(module_context, "keepalives", ())))
+
+
+def register_pure_ordered_effect(effect_type) -> None:
+    """Declares ``effect_type`` ordered (JAX threads a token through it) and
+    allowed in loops, branches, custom derivatives and ``jax.checkpoint``."""
+    for kind in (_effects.ordered_effects, _effects.shardable_ordered_effects,
+                 _effects.lowerable_effects, _effects.control_flow_allowed_effects,
+                 _effects.custom_derivatives_allowed_effects, _effects.remat_allowed_effects):
+        kind.add_type(effect_type)
 
 
 def trace_kernel_jaxpr(fun, in_avals, *, traced_for: str):

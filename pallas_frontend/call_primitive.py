@@ -17,6 +17,8 @@ import jax.numpy as jnp
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend import backend_api, grid_limits, registry
+from pallas_frontend.launch_effects import (launch_effects, refuse_export_of_callbacks,
+                                            with_callback_tokens)
 from pallas_frontend.backend_api import BlockMapping, KernelIR, LoweringContext
 from pallas_frontend.backend_helpers import lowering_kernel_scope
 from pallas_frontend.specs import Squeezed
@@ -35,7 +37,7 @@ def _abstract_eval(*in_avals, kernel: KernelIR, interpret, backend):
     effs = {jc.debug_effect} if _has_debug_effects(kernel) else set()
     owner = registry.backend_for_params(interpret=interpret, compiler_params=kernel.compiler_params)
     if owner is not None:
-        effs |= set(owner.call_effects(kernel, interpret))
+        effs |= launch_effects(owner.call_effects(kernel, interpret))
     return outs, effs
 
 
@@ -59,6 +61,8 @@ def _lowering(ctx, *args, kernel: KernelIR, interpret, backend):
                                       *args, kernel=kernel, interpret=interpret, backend=backend)
 
 
+@with_callback_tokens
+@refuse_export_of_callbacks
 def _lower_for(ctx, *args, platform, kernel: KernelIR, interpret, backend):
     try:
         b = registry.select_backend(platform=platform, interpret=interpret,

@@ -200,6 +200,11 @@ def autotune_table(rows, peaks) -> list[str]:
             f"{_fmt_ms(best_s and best_s * 1e3)} | {_ratio(pick_s, best_s)} | {_fmt_ms(xla)} | "
             f"{_ratio(xla, pick_ms)} | {_speed(row, {'seconds': pick_s} if pick_s else None, peaks)}"
             f" | {counts} | {wide} |")
+    names = [f"{row['name']}: {'/'.join(row['autotune']['pick_params'])}" for row in tuned
+             if row["autotune"].get("pick_params")]
+    if names:
+        lines += ["", "Candidates are labelled by their block parameters: " + "; ".join(names)
+                  + "."]
     return lines
 
 

@@ -61,7 +61,7 @@ def _flash_setup(cases, size, backward):
                                              smallest=smallest)
 
     def wide(fwd=None):
-        from pallas_frontend import search_space, tile_sizes
+        from pallas_frontend import tile_sizes
         qs = tile_sizes(s, 128, smallest=smallest)
         ks = tile_sizes(s, 128, smallest=min(512, s))
         params = ({"block_q": qs, "block_k_major": ks, "block_k": qs} if fwd is None else
@@ -77,7 +77,6 @@ def _flash_setup(cases, size, backward):
 def _wide_from(params, one, backward):
     """Every combination the kernel's rules allow (no VMEM estimate, no limit)."""
     from pallas_frontend import search_space
-    from pallas_tpu import tuning_spaces  # noqa: F401
 
     def check(p):
         if p["block_k_major"] % p["block_k"]:
@@ -205,9 +204,10 @@ def autotune_row(pl, spec, args, out, budget_left, dry_run, fwd=None):
     todo = [(c, p) for c, p in zip(wide.configs, wide.params) if _short(p) not in seen]
     todo.sort(key=lambda cp: _fits(space, cp[1]))      # estimated to fit VMEM first
     row["wide"], row["wide_total"] = {}, len(todo)
+    began = time.monotonic()
     chunk = 2 if dry_run else 6
     for start in range(0, min(len(todo), 2 if dry_run else len(todo)), chunk):
-        if budget_left() < 30:
+        if budget_left() < 30 or time.monotonic() - began > WIDE_SHARE * budget_left.total:
             row["wide_cut"] = f"time budget: {start} of {len(todo)} wide-grid candidates run"
             say(f"  wide grid cut: {row['wide_cut']}")
             break
@@ -222,6 +222,20 @@ def autotune_row(pl, spec, args, out, budget_left, dry_run, fwd=None):
         row["wide"] |= _trials(wide_tuned, wide_tuned.cache_key(*args), piece)
         say(f"  wide grid: {len(row['wide'])} of {len(todo)} run")
     return row
+
+
+# The most of the run's budget one wide grid may take (three kernels have one).
+WIDE_SHARE = 0.2
+
+
+class Budget:
+    """Seconds left before ``deadline`` when called; ``total``: the whole run's."""
+
+    def __init__(self, deadline, total):
+        self.deadline, self.total = deadline, total
+
+    def __call__(self):
+        return self.deadline - time.monotonic()
 
 
 def _ours_interpreted(fn):
@@ -289,7 +303,9 @@ def run(out_dir: Path, size: str, dry_run: bool, budget: float, only=None) -> di
     path = out_dir / "bench.json"
     say(f"{device.device_kind} ({device.platform}), JAX {jax.__version__}; budget {budget:.0f} s")
     picks = {}
-    for case in cases.cases(size, on_cpu=dry_run):
+    # the tuned kernels first: a run cut by its budget loses fixed rows, not the tuning
+    ordered = sorted(cases.cases(size, on_cpu=dry_run), key=lambda c: c.name not in tuned)
+    for case in ordered:
         if only and not any(word in case.name for word in only):
             continue
         row = {"name": case.name, "group": case.group, "flops": case.flops,
@@ -334,8 +350,8 @@ def run(out_dir: Path, size: str, dry_run: bool, budget: float, only=None) -> di
                                  "seconds": base.get("seconds")}}
             fwd = picks.get("ops.tpu.flash_attention") if case.name.endswith(".bwd") else None
             try:
-                tune |= autotune_row(pl, spec, args, tune,
-                                     lambda: deadline - time.monotonic(), dry_run, fwd)
+                tune |= autotune_row(pl, spec, args, tune, Budget(deadline, budget),
+                                     dry_run, fwd)
             except Exception as error:  # noqa: BLE001
                 tune["error"] = f"{type(error).__name__}: {error}"[:400]
                 say(f"  autotune failed: {tune['error']}")

@@ -264,7 +264,10 @@ def run(out_dir: Path, size: str, dry_run: bool, budget: float, only=None) -> di
 
     out_dir.mkdir(parents=True, exist_ok=True)
     try:          # the wide grid and the space share compiles through the disk cache
-        jax.config.update("jax_compilation_cache_dir", str(out_dir / "jax-cache"))
+        # outside out_dir: the chip host's results folder travels back, the cache need not
+        import tempfile
+        cache = Path(tempfile.gettempdir()) / "tpu_native_bench_jax_cache"
+        jax.config.update("jax_compilation_cache_dir", str(cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     except Exception as error:  # noqa: BLE001 - a JAX without the option: compile again
         say(f"no persistent compilation cache: {error}")

@@ -10,6 +10,7 @@ import difflib
 import inspect
 import numbers
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -143,6 +144,15 @@ def _check_cache(who: str, cache) -> None:
         raise TypeError(f"{who}: cache={cache!r} is not a path; {fix}")
     # a directory is a certain mistake; an unwritable place warns when written (read-only
     # caches are read), a FIFO is refused when used (autotune_cache)
-    if Path(cache).expanduser().is_dir():
+    try:
+        is_dir = stat.S_ISDIR(os.stat(Path(cache).expanduser()).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        is_dir = False
+    except PermissionError:
+        is_dir = False          # a place this user cannot look into: reads and writes warn
+    except (OSError, ValueError) as e:   # a name too long, a NUL byte: no file can have it
+        raise ValueError(f"{who}: cache={str(cache)!r} cannot name a file "
+                         f"({getattr(e, 'strerror', None) or e}); {fix}") from None
+    if is_dir:
         raise ValueError(f"{who}: cache={str(cache)!r} is a directory; {fix}")
 

@@ -218,6 +218,18 @@ def check_primitive_owners(backend: Backend, kernel: KernelIR,
 
 # The launch replaces it by the owner's CompilerParams/InterpretParams names when
 # the owner is installed (call_primitive.name_owner_in_advice).
+def public_class_name(cls) -> str:
+    """``pkg.Name`` when the top-level package exports the class (a backend's
+    params type, for advice), else its full path."""
+    import sys
+    if cls is None:
+        return "its CompilerParams"
+    top = cls.__module__.split(".")[0]
+    if getattr(sys.modules.get(top), cls.__qualname__, None) is cls:
+        return f"{top}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 FOREIGN_PRIMITIVE_ADVICE = ("Run it with backend '{owner}' on its hardware (its "
                             "CompilerParams), or on any machine in its interpreter (its "
                             "InterpretParams), or write the step with the portable "

@@ -86,7 +86,7 @@ def _lower_for(ctx, *args, platform, kernel: KernelIR, interpret, backend):
 def name_owner_in_advice(e: Exception) -> None:
     """A primitive of another backend (``check_primitive_owners``): the advice
     names that backend's own classes, when it is installed, in place."""
-    from pallas_frontend.backend_base import FOREIGN_PRIMITIVE_ADVICE
+    from pallas_frontend.backend_base import FOREIGN_PRIMITIVE_ADVICE, public_class_name
     owner = getattr(e, "primitive_owner", None)
     generic = FOREIGN_PRIMITIVE_ADVICE.format(owner=owner)
     if owner is None or not e.args or generic not in str(e.args[0]):
@@ -96,22 +96,12 @@ def name_owner_in_advice(e: Exception) -> None:
     except Exception:  # noqa: BLE001 - not installed or broken: the generic advice stays
         return
     text = (f"On a {'/'.join(b.platforms).upper() or owner} machine, pass compiler_params="
-            f"{_public_name(b.compiler_params_type)}(...) to run it with backend '{owner}'")
+            f"{public_class_name(b.compiler_params_type)}(...) to run it with backend '{owner}'")
     if b.interpret_params_type is not None:
         text += (f"; on this machine, run it in that backend's interpreter with "
-                 f"interpret={_public_name(b.interpret_params_type)}()")
+                 f"interpret={public_class_name(b.interpret_params_type)}()")
     text += "; or write the step with the portable pallas_frontend API."
     e.args = (e.args[0].replace(generic, text), *e.args[1:])
-
-
-def _public_name(cls) -> str:
-    """``pkg.Name`` when the top-level package exports the class, else its full path."""
-    if cls is None:
-        return "its CompilerParams"
-    top = cls.__module__.split(".")[0]
-    if getattr(sys.modules.get(top), cls.__qualname__, None) is cls:
-        return f"{top}.{cls.__qualname__}"
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _checked_outputs(b, kernel: KernelIR, ctx, outs) -> list:

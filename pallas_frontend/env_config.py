@@ -162,11 +162,16 @@ def autotune_cache_path() -> Path | None:
         base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join("~", ".cache")
         return Path(base).expanduser() / "pallas_frontend" / "autotune.json"
     path = Path(value).expanduser()
-    problem = ("is a directory" if path.is_dir() else
-               "does not name a .json file" if path.suffix != ".json" else
-               # a FIFO or a device: opening one to read it could wait forever
-               "names a special file (a FIFO or a device), not a regular file"
-               if path.exists() and not path.is_file() else None)
+    try:
+        problem = ("is a directory" if path.is_dir() else
+                   "does not name a .json file" if path.suffix != ".json" else
+                   # a FIFO or a device: opening one to read it could wait forever
+                   "names a special file (a FIFO or a device), not a regular file"
+                   if path.exists() and not path.is_file() else None)
+    except PermissionError:
+        problem = None       # a place this user cannot look into: reads and writes warn
+    except (OSError, ValueError) as e:   # a name too long, a NUL byte: no file can have it
+        problem = f"cannot name a file ({getattr(e, 'strerror', None) or e})"
     if problem:
         raise ConfigError(
             f"{ENV_AUTOTUNE_CACHE}={raw!r} {problem}; it takes the path of the autotune cache "

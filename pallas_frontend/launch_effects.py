@@ -91,9 +91,9 @@ def _export_refusal(platform, kernel, interpret, backend) -> str:
         return (f"{where}: its pl.debug_print / debug checks run as Python host callbacks, "
                 "which an exported program cannot carry. Export the kernel without them "
                 "(remove the prints; pl.enable_debug_checks(False)).")
-    from pallas_frontend.call_primitive import _public_name   # a cycle at import time
+    from pallas_frontend.backend_base import public_class_name
     hw = [p for p in b.platforms if p != platform] or list(b.platforms)
-    params = (f"compiler_params={_public_name(b.compiler_params_type)}(...)"
+    params = (f"compiler_params={public_class_name(b.compiler_params_type)}(...)"
               if b.compiler_params_type is not None else "this backend's compiler_params")
     return (f"{where} for platform '{platform}': backend '{b.name}' runs it here in its "
             "interpreter, through Python host callbacks, which an exported program cannot "

@@ -242,3 +242,27 @@ def test_a_candidate_that_fails_is_reported_with_the_users_line():
     assert "no candidate lowers" in str(err.value)
     assert f"block='8': TypeError: " in str(err.value)
     assert f"(at {HERE}:{line}: return x[: x.shape[0] // block])" in str(err.value)
+
+
+@pytest.mark.parametrize("bad", ["a\x00b.json", "/tmp/" + "x" * 300 + ".json"])
+def test_autotune_cache_that_no_file_can_have_is_refused(bad):
+    with pytest.raises(ValueError) as err:                 # was a raw OSError / ValueError
+        pl.autotune(add_block, configs=[{"block": 8}], cache=bad)
+    msg = str(err.value)
+    assert msg.startswith(_tuner_line()) and "cannot name a file" in msg, msg
+
+
+def test_cache_variable_too_long_for_a_file_name_is_a_config_error_not_a_crash(monkeypatch):
+    import subprocess
+    import sys
+    from pallas_frontend import env_config
+    from pallas_frontend.env_config import ConfigError
+    long = "/tmp/" + "x" * 300 + ".json"
+    monkeypatch.setenv(env_config.ENV_AUTOTUNE_CACHE, long)
+    with pytest.raises(ConfigError, match="cannot name a file .*File name too long"):
+        env_config.autotune_cache_path()
+    # at import: a warning, as for every bad setting (it was an OSError from import)
+    done = subprocess.run([sys.executable, "-W", "always", "-c", "import pallas_frontend"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ConfigWarning" in done.stderr and "cannot name a file" in done.stderr

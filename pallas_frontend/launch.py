@@ -82,6 +82,9 @@ def pallas_call(
     ``allow_unwritten_outputs=True`` (or a tuple of flat output indices) allows it.
     """
     gs = resolve_grid_spec(grid_spec, grid, in_specs, out_specs, scratch_shapes)
+    if name is not None and not isinstance(name, str):    # JAX fails in a regex on it
+        raise TypeError(f"name= must be a str (the kernel's name in errors and profiles) or "
+                        f"None, got {name!r} of type {type(name).__name__}; pass str(...) of it.")
     if cost_estimate is not None and not isinstance(cost_estimate, CostEstimate):
         raise TypeError(f"cost_estimate must be a pl.CostEstimate, got {type(cost_estimate).__name__}")
     interpret, compiler_params = foreign_params.adopt(interpret, compiler_params)

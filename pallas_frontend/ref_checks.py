@@ -124,6 +124,11 @@ def _static_value(x):
 def _check_static_index(eqn, names, indexer, d, idx) -> bool:
     n = indexer.shape[d]
     if isinstance(idx, jc.Slice):
+        stride = _static_value(idx.stride)
+        if stride is not None and stride < 1:     # JAX's slicing divides by it
+            _raise(eqn, names, d, n, f"pl.ds(..., stride={stride})", f"stride {stride}",
+                   " A pl.ds stride must be a positive int: reverse or step through the "
+                   "block with jnp (v[::-2]) after reading it.", rule="a stride below 1")
         start = _static_value(idx.start)
         if start is None:
             return True
@@ -146,8 +151,11 @@ def _describe(eqn, names) -> str:
     return name if name else f"a Ref of shape {ref.aval.shape}"
 
 
-def _raise(eqn, names, d, n, shown, what, hint=""):
+def _raise(eqn, names, d, n, shown, what, hint="", rule=None):
     where = jc.jaxpr_source_line(eqn) or "the kernel"
+    if rule is not None:
+        raise RefIndexError(f"{where}: the kernel {_VERBS[eqn.primitive.name]} "
+                            f"{_describe(eqn, names)} at {shown} in dim {d}: {rule}.{hint}")
     raise RefIndexError(
         f"{where}: the kernel {_VERBS[eqn.primitive.name]} {_describe(eqn, names)} at "
         f"{shown} in dim {d}, but that dim has {n} element(s) (valid: 0..{n - 1}) and {what} "

@@ -89,6 +89,19 @@ def _from_jax_dim(dim: Any) -> Any:
     return dim
 
 
+def _concrete_int(dim: Any) -> Any:
+    """A concrete 0-d integer array (``jnp.int32(8)``, as JAX takes) as its int;
+    anything else (a tracer too) unchanged."""
+    dtype = getattr(dim, "dtype", None)
+    if (dtype is None or isinstance(dim, np.integer) or np.ndim(dim) != 0
+            or not np.issubdtype(dtype, np.integer)):
+        return dim
+    try:
+        return int(dim)
+    except Exception:      # noqa: BLE001 -- a tracer: refused below as not an int
+        return dim
+
+
 def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
     """Turns ``int``/``None``/block-dim objects (ours or JAX's) into a block-dim object."""
     if dim is None:
@@ -101,6 +114,7 @@ def canonicalize_block_dim(dim: Any, origin: str) -> BlockDim:
             f"Block shape for {origin} has {dim!r}: indirect (index-array) block dims are taken "
             "by software pipelines (pallas_tpu.emit_pipeline), not by pallas_call. Pass the "
             "indices as an input and gather inside the kernel (x_ref[idx]).")
+    dim = _concrete_int(dim)
     if isinstance(dim, (int, np.integer)) and not isinstance(dim, bool):
         if dim <= 0:
             raise ValueError(f"Block shape for {origin} has a non-positive dim {dim}; "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from pallas_tpu import sc_host_ops
 from pallas_tpu import sc_primitives as scp
 from pallas_tpu import sc_vector_ops as scv
 from pallas_tpu.sc_views import ATOMIC, Buf, poison, read, write
@@ -69,6 +70,9 @@ class Evaluator:
         if prim.name in _CALLS:
             body = params.get("jaxpr", params.get("call_jaxpr", params.get("fun_jaxpr")))
             return self.eval_jaxpr(body, invals)
+        fast = sc_host_ops.evaluate(eqn, invals)
+        if fast is not None:
+            return fast
         if any(isinstance(x, Buf) for x in invals):
             raise NotImplementedError(f"the primitive {prim.name} on a Ref is not modelled by the "
                                       "SparseCore CPU model.")
@@ -129,9 +133,13 @@ class Evaluator:
             carry = self.eval_jaxpr(body_jaxpr, [*bc, *carry])
         return carry
 
-    def _p_scan(self, invals, jaxpr, num_consts, num_carry, length, reverse, **params):
-        consts, carry = invals[:num_consts], list(invals[num_consts:num_consts + num_carry])
-        xs = invals[num_consts + num_carry:]
+    def _p_scan(self, invals, jaxpr, length, reverse, **params):
+        if "ft_in" in params:    # jax >= 0.12 groups the operands in a flat tree
+            consts, carry, xs = (list(g) for g in params["ft_in"].update(invals).unpack())
+        else:
+            n, c = params["num_consts"], params["num_carry"]
+            consts, carry, xs = invals[:n], list(invals[n:n + c]), invals[n + c:]
+        num_carry = len(carry)
         ys = []
         for i in (reversed(range(length)) if reverse else range(length)):
             out = self.eval_jaxpr(jaxpr, [*consts, *carry, *(np.asarray(x)[i] for x in xs)])
@@ -139,10 +147,9 @@ class Evaluator:
             ys.append(y)
         if reverse:
             ys.reverse()
-        n_ys = len(jaxpr.jaxpr.outvars) - num_carry
+        outvars = jaxpr.jaxpr.outvars[num_carry:]
         stacked = [np.stack([y[k] for y in ys]) if ys else
-                   np.zeros((0, *jaxpr.jaxpr.outvars[num_carry + k].aval.shape),
-                            jaxpr.jaxpr.outvars[num_carry + k].aval.dtype) for k in range(n_ys)]
+                   np.zeros((0, *v.aval.shape), v.aval.dtype) for k, v in enumerate(outvars)]
         return [*carry, *stacked]
 
     def _p_sc_parallel_loop(self, invals, body, num_consts, unroll, effect_spec):

@@ -36,12 +36,14 @@ _VERBS = {"get": "reads", "swap": "writes", "addupdate": "accumulates into"}
 
 
 def check_ref_accesses(jaxpr: jc.Jaxpr, ref_names: Sequence[str | None], *,
-                       debug_checks: bool) -> jc.Jaxpr:
+                       debug_checks: bool, bounds: bool = True) -> jc.Jaxpr:
     """Raises on static out-of-range indices; returns the jaxpr, with runtime
-    checks of the dynamic ones added when ``debug_checks``."""
+    checks of the dynamic ones added when ``debug_checks``. ``bounds=False`` (an
+    interpreter that checks bounds itself when it runs) checks only what no
+    interpreter survives: a ``pl.ds`` stride below 1."""
     names = {v: n for v, n in zip(jaxpr.invars, ref_names) if n}
-    dynamic = _check_static(jaxpr, names)
-    if not (debug_checks and dynamic):
+    dynamic = _check_static(jaxpr, names, bounds)
+    if not (bounds and debug_checks and dynamic):
         return jaxpr
     return _with_runtime_checks(jaxpr, names)
 
@@ -94,7 +96,7 @@ def _normalized_eqn(eqn):
 
 # --- static indices, at trace time --------------------------------------------------
 
-def _check_static(jaxpr: jc.Jaxpr, names) -> bool:
+def _check_static(jaxpr: jc.Jaxpr, names, bounds: bool = True) -> bool:
     """Checks every static index (nested bodies too); True if any is dynamic."""
     dynamic = False
     for eqn in jaxpr.eqns:
@@ -102,9 +104,9 @@ def _check_static(jaxpr: jc.Jaxpr, names) -> bool:
         if first is not None:
             for indexer in _indexers(eqn, eqn.invars[first:]):
                 for d, idx in enumerate(indexer.indices):
-                    dynamic |= _check_static_index(eqn, names, indexer, d, idx)
+                    dynamic |= _check_static_index(eqn, names, indexer, d, idx, bounds)
         for sub in jc.sub_jaxprs(eqn):
-            dynamic |= _check_static(sub, names)
+            dynamic |= _check_static(sub, names, bounds)
     return dynamic
 
 
@@ -121,7 +123,7 @@ def _static_value(x):
     return None
 
 
-def _check_static_index(eqn, names, indexer, d, idx) -> bool:
+def _check_static_index(eqn, names, indexer, d, idx, bounds: bool = True) -> bool:
     n = indexer.shape[d]
     if isinstance(idx, jc.Slice):
         stride = _static_value(idx.stride)
@@ -129,6 +131,8 @@ def _check_static_index(eqn, names, indexer, d, idx) -> bool:
             _raise(eqn, names, d, n, f"pl.ds(..., stride={stride})", f"stride {stride}",
                    " A pl.ds stride must be a positive int: reverse or step through the "
                    "block with jnp (v[::-2]) after reading it.", rule="a stride below 1")
+        if not bounds:
+            return False
         start = _static_value(idx.start)
         if start is None:
             return True
@@ -138,8 +142,8 @@ def _check_static_index(eqn, names, indexer, d, idx) -> bool:
                    f"the slice {start}..{last}")
         return False
     value = _static_value(idx)
-    if value is None:
-        return True
+    if value is None or not bounds:
+        return value is None
     if not 0 <= value < n:   # (negatives in [-n, 0) were counted from the end already)
         _raise(eqn, names, d, n, str(value), f"index {value}")
     return False

@@ -373,8 +373,8 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
                  + [f"the block Ref of {m.origin}" for m in (*in_maps, *out_maps)]
                  + [f"the Ref of scratch_shapes[{k}]" for k in range(len(scratch_avals))])
     jaxpr = normalize_negative_indices(jaxpr)     # x_ref[..., -1], as NumPy reads it
-    if check_refs:
-        jaxpr = check_ref_accesses(jaxpr, ref_names, debug_checks=enable_debug_checks.value)
+    jaxpr = check_ref_accesses(jaxpr, ref_names, debug_checks=enable_debug_checks.value,
+                               bounds=check_refs)
 
     if sizes_ref:     # flat operand n_pf is the sizes: the inputs after it move up one
         alias_pairs = tuple((i + (i >= n_pf), o) for i, o in alias_pairs)

@@ -2,7 +2,8 @@
 the frontend, each against NumPy or JAX's own Pallas on fresh random data.
 
 - ``pl.ds(start, size, stride=0)`` on a Ref crashed with a ZeroDivisionError
-  from inside JAX's discharge; now a RefIndexError naming the kernel line.
+  from inside JAX's discharge (TPU interpret mode: JAX's callback error); now
+  a RefIndexError naming the kernel line, on every interpreter.
 - ``name=123`` (or bytes) ran; JAX fails in a regex on it. Now a TypeError
   naming ``name=`` and the kernel.
 - a block dim given as a concrete ``jnp.int32(8)`` was refused; JAX takes it.
@@ -18,14 +19,23 @@ import pallas_frontend as pl
 from conftest import rand
 
 
-def test_zero_stride_ds_is_refused_naming_the_line(rng):
+def _tpu_interpret():
+    pallas_tpu = pytest.importorskip("pallas_tpu")
+    return pallas_tpu.InterpretParams()
+
+
+# TPU interpret mode checks Ref bounds itself when it runs; a zero stride must still
+# be refused at trace time (it was JAX's callback error there, naming no kernel)
+@pytest.mark.parametrize("interpret", [True, "tpu"])
+def test_zero_stride_ds_is_refused_naming_the_line(rng, interpret):
     x = rand(rng, 16, 128)
+    interpret = _tpu_interpret() if interpret == "tpu" else interpret
 
     def k_zero_stride(x_ref, o_ref):
         o_ref[...] = x_ref[pl.ds(0, 16, 0), :]
     with pytest.raises(pl.RefIndexError, match=r"stride=0.*stride below 1") as info:
         pl.pallas_call(k_zero_stride, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
-                       interpret=True)(x)
+                       interpret=interpret)(x)
     assert "k_zero_stride" in str(info.value) and "test_round4_probe_fixes.py" in str(info.value)
 
 

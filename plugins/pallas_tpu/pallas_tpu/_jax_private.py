@@ -383,3 +383,15 @@ def shared_slice_transform():
             "plsc.slice_subcore_vmem_from_shared (a VMEM_SHARED Ref sliced per subcore)",
             "0.12")) from None
     return SharedMemRefSliceTransform()
+
+
+def switch_unclamped(index, branches, *operands):
+    """``lax.switch`` without its clamp of ``index``: a replayed ``cond``
+    equation's index is in range already (the clamp, if any, is an equation
+    of its own), and JAX's kernel has none (``pl.when``)."""
+    from jax import lax
+    try:
+        from jax._src.lax.control_flow.conditionals import _switch_internal
+    except ImportError:
+        return lax.switch(index, branches, *operands)
+    return _switch_internal(index, tuple(branches), operands, branches_platforms=None)

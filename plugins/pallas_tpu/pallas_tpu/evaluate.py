@@ -29,6 +29,8 @@ from pallas_tpu import primitives as tpu_prims
 from pallas_tpu.spaces import scratch_type
 
 _RULES: dict[object, Callable] = {}          # primitive -> rule(eqn, invals) -> outvals
+# view transforms of this plugin's own -> JAX's (sc_rebuild: a subcore's slice of VMEM_SHARED)
+TRANSFORM_RULES: dict[type, Callable] = {}
 _FRONTEND_RULES: dict[str, Callable] = {}    # frontend primitive name -> rule
 _SCOPE_START, _SCOPE_END = "empty_ref", "free_ref"
 # shard_map's varying-manual-axes casts: types only. The frontend traces the
@@ -104,6 +106,14 @@ def _replay_equation(eqn, invals):
         return rule(eqn, invals)
     if name in _REF_ACCESS and _is_view(invals[0]):
         return _access_through_view(eqn, invals)
+    if name in _REF_ACCESS and TRANSFORM_RULES:
+        n_lead = _REF_ACCESS[name]
+        transforms = jax.tree.unflatten(eqn.params["tree"], invals[n_lead:])
+        if any(type(t) in TRANSFORM_RULES for t in transforms):
+            flat, tree = jax.tree.flatten(jax_transforms(transforms))
+            return eqn.primitive.bind(*invals[:n_lead], *flat, **{**eqn.params, "tree": tree})
+    if name in ("pjit", "jit") and _is_plain_call(eqn, invals):
+        return eqn.primitive.bind(*invals, **eqn.params)
     if name in _REPLAYED or any(jaxpr_needs_replay(j) for j in jex.jaxprs_in_params(eqn.params)):
         return _replay_control_flow(eqn, invals)
     # get_bind_params: a custom_jvp/custom_vjp call (jax.nn.softplus) binds
@@ -155,9 +165,19 @@ def _access_through_view(eqn, invals):
     of its buffers): prepend the view's transforms and bind on the base Ref."""
     n_lead = _REF_ACCESS[eqn.primitive.name]
     view, lead, leaves = invals[0], invals[1:n_lead], invals[n_lead:]
-    transforms = (*view.transforms, *jax.tree.unflatten(eqn.params["tree"], leaves))
+    transforms = jax_transforms((*view.transforms,
+                                 *jax.tree.unflatten(eqn.params["tree"], leaves)))
     flat, tree = jax.tree.flatten(transforms)
     return eqn.primitive.bind(view.ref, *lead, *flat, **{**eqn.params, "tree": tree})
+
+
+def _is_plain_call(eqn, invals) -> bool:
+    """A jit call (a jnp function: ``x % 2``) on values whose body holds no Ref
+    and nothing to substitute: re-bound as it is, as JAX's own kernel has it.
+    Inlined, its constant operands became one Mosaic constant per use."""
+    body = eqn.params["jaxpr"]
+    return (not any(_is_ref(x) for x in invals) and not jaxpr_needs_replay(body)
+            and not any(isinstance(v.aval, jax.ref.AbstractRef) for v in _jaxpr(body).invars))
 
 
 # Always replayed, never re-bound: their bodies were traced over the
@@ -227,7 +247,7 @@ def _replay_cond(eqn, invals):
     ref_slots, passed = _split_refs(ops)
     branches = [lambda *xs, br=br: eval_closed(br, *_merge(ref_slots, xs))
                 for br in eqn.params["branches"]]
-    return lax.switch(index, branches, *passed)
+    return _jax_private.switch_unclamped(index, branches, *passed)
 
 
 def _replay_while(eqn, invals):
@@ -330,8 +350,21 @@ def _semaphore_wait(eqn, invals):
 
 # --- this plugin's primitives ----------------------------------------------------------
 
+def jax_transforms(transforms) -> tuple:
+    """``transforms`` with each of this plugin's own replaced by JAX's (``TRANSFORM_RULES``)."""
+    return tuple(TRANSFORM_RULES[type(t)](t) if type(t) in TRANSFORM_RULES else t
+                 for t in transforms)
+
+
+def _jax_part(part):
+    if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], tuple):
+        return (part[0], jax_transforms(part[1]))     # a view, as split_view made it
+    return part
+
+
 def _unflatten(eqn, invals):
-    return [tpu_prims.join_view(p) for p in jax.tree.unflatten(eqn.params["tree"], invals)]
+    return [tpu_prims.join_view(_jax_part(p))
+            for p in jax.tree.unflatten(eqn.params["tree"], invals)]
 
 
 def _descriptor(eqn, invals):

@@ -123,7 +123,7 @@ def bitcast(x, dtype, dim: int = -2):
     ``view``. Mosaic takes the minormost only between equal widths on TensorCore."""
     x = jnp.asarray(x)
     dtype = jnp.dtype(dtype)
-    if x.ndim < 1 or (dim in (-2, x.ndim - 2) and x.ndim < 2):
+    if x.ndim < 1 or (x.ndim < 2 and dim not in (-1, 0)):
         raise ValueError("pallas_tpu.bitcast: a 1-D array can only be bitcast along dim=-1.")
     if dim not in (-1, -2, x.ndim - 1, x.ndim - 2):
         raise ValueError(f"pallas_tpu.bitcast: dim must be the second minor or the minormost "

@@ -194,15 +194,28 @@ def async_remote_copy(src_ref, dst_ref, send_sem, recv_sem, device_id, device_id
     return desc
 
 
-def sync_copy(src_ref, dst_ref):
-    """Copies ``src_ref`` into ``dst_ref`` and waits (a DMA on TPU)."""
+def sync_copy(src_ref, dst_ref, *, add: bool = False):
+    """Copies ``src_ref`` into ``dst_ref`` and waits (a DMA on TPU). Both may be
+    pytrees of Refs (or views) of one structure: every copy starts, then each
+    is awaited, on one semaphore. ``add=True`` adds into the destination."""
     from pallas_frontend import run_scoped
 
     from pallas_tpu.memory import SemaphoreType
 
+    def is_leaf(x):
+        return x is None or hasattr(x, "transforms") or _is_ref(x)
+    srcs, tree = jax.tree.flatten(src_ref, is_leaf=is_leaf)
+    dsts, dst_tree = jax.tree.flatten(dst_ref, is_leaf=is_leaf)
+    if tree != dst_tree:
+        raise ValueError(f"sync_copy: src_ref and dst_ref differ in structure ({tree} vs "
+                         f"{dst_tree}); pass one destination Ref per source Ref.")
+    if not srcs:
+        return
+
     def body(sem):
-        desc = async_copy(src_ref, dst_ref, sem)
-        desc.wait()
+        descs = [async_copy(s, d, sem, add=add) for s, d in zip(srcs, dsts)]
+        for desc in descs:
+            desc.wait()
     run_scoped(body, SemaphoreType.DMA)
 
 

@@ -27,7 +27,7 @@ from jax import lax
 
 from pallas_frontend.backend_api import KernelIR
 
-from pallas_tpu import _jax_private, evaluate, primitives, rebuild, sc_primitives, sc_vector_ops
+from pallas_tpu import _jax_private, evaluate, rebuild, sc_primitives, sc_vector_ops
 from pallas_tpu.spaces import scratch_type_of_aval
 
 _SC_KINDS = ("SC_VECTOR_SUBCORE", "SC_SCALAR_SUBCORE")
@@ -146,20 +146,12 @@ def _is_literal(v) -> bool:
 
 # --- ours' SparseCore primitives, replayed as JAX's -------------------------------------
 
-def _view(part):
-    """A Ref part of ours as JAX takes it: a view's SubcoreSlice becomes JAX's
-    shared-memory slice transform."""
-    ref = primitives.join_view(part)
-    transforms = getattr(ref, "transforms", None)
-    if not transforms or not any(isinstance(t, sc_primitives.SubcoreSlice) for t in transforms):
-        return ref
-    jax_transforms = [_jax_private.shared_slice_transform()
-                      if isinstance(t, sc_primitives.SubcoreSlice) else t for t in transforms]
-    return _jax_private.transformed_ref(ref.ref, jax_transforms)
-
-
 def _parts(eqn, invals):
-    return [_view(p) for p in jax.tree.unflatten(eqn.params["tree"], invals)]
+    return evaluate._unflatten(eqn, invals)
+
+
+evaluate.TRANSFORM_RULES[sc_primitives.SubcoreSlice] = \
+    lambda t: _jax_private.shared_slice_transform()
 
 
 def _rule(prim):

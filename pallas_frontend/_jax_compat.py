@@ -259,14 +259,26 @@ def invariant(aval):
     return aval.update_manual_axis_type(core.ManualAxisType(varying=frozenset()))
 
 
+def whole(aval):
+    """``aval`` unsharded: under ``jax.jit`` over explicitly sharded arrays a
+    kernel is lowered on the global arrays (XLA partitions around the call), and
+    a backend rebuilding JAX's pallas_call must not pass on the sharded spec
+    JAX refuses ('pallas_call requires all mesh axes to be Manual')."""
+    sharding = getattr(aval, "sharding", None)
+    if not any(p is not None for p in getattr(sharding, "spec", ())):
+        return aval
+    return aval.update(sharding=sharding.update(spec=PartitionSpec()))
+
+
 def lower_fun_per_shard(fun, ctx, *args):
     """Lowers ``fun(*args) -> list`` in place of a primitive. Inside
     ``shard_map`` it is traced on each shard's local types, without varying
     manual axes: a kernel computes on its own shard, so a sharded block meeting
     a constant, a replicated operand or a grid index is no type error (the
-    primitive's abstract eval states how its outputs vary)."""
-    local = ctx.replace(avals_in=[invariant(a) for a in ctx.avals_in],
-                        avals_out=[invariant(a) for a in ctx.avals_out])
+    primitive's abstract eval states how its outputs vary). Explicitly sharded
+    types are traced whole (``whole``)."""
+    local = ctx.replace(avals_in=[whole(invariant(a)) for a in ctx.avals_in],
+                        avals_out=[whole(invariant(a)) for a in ctx.avals_out])
     outs = mlir.lower_fun(fun, multiple_results=True)(local, *args)
     if local.tokens_out is not None:     # effects: hand the tokens back to the real context
         ctx.set_tokens_out(local.tokens_out)

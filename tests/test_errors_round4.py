@@ -110,6 +110,21 @@ def test_launches_keep_their_order_and_results_in_one_program(backend, rng):
     np.testing.assert_allclose(np.asarray(got), 6.0 * x.astype(np.float64), rtol=1e-6)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_jit_over_explicitly_sharded_arrays_runs(backend, rng):
+    """JAX's TPU and GPU interpreters refused it ('pallas_call requires all mesh
+    axes to be Manual' / 'sharded ref can only be sliced along unsharded axes');
+    the built-in and Triton interpreters ran it."""
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
+    mesh = jax.make_mesh((4,), ("d",), axis_types=(AxisType.Explicit,))
+    x = rng.standard_normal((32, 128)).astype(np.float32)
+    xs = jax.device_put(jnp.asarray(x), NamedSharding(mesh, PartitionSpec("d")))
+    got = jax.jit(_call(backend, (32, 128)))(xs)
+    np.testing.assert_allclose(np.asarray(got), 2.0 * x.astype(np.float64), rtol=1e-6)
+
+
 # --- jax.export -----------------------------------------------------------------------------
 
 def _export(f, x):

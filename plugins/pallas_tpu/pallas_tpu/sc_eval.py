@@ -15,7 +15,7 @@ import numpy as np
 from pallas_tpu import sc_host_ops
 from pallas_tpu import sc_primitives as scp
 from pallas_tpu import sc_vector_ops as scv
-from pallas_tpu.sc_views import ATOMIC, Buf, poison, read, write
+from pallas_tpu.sc_views import ATOMIC, Buf, poison, read, rows_moved, write
 
 # a program that never reaches a barrier the others wait at fails them after this
 BARRIER_TIMEOUT_S = 60.0
@@ -268,7 +268,11 @@ class Evaluator:
         sbuf, st = _ref(src)
         dbuf, dt = _ref(dst)
         value = read(sbuf, st, self.prog, "DMA source")
-        write(dbuf, dt, self.prog, value, "DMA destination", add=add)
+        # an indirect DMA through plsc.Indices skips the rows whose index is ignored
+        rows = [r for r in (rows_moved(sbuf, st, self.prog, "DMA source"),
+                            rows_moved(dbuf, dt, self.prog, "DMA destination")) if r is not None]
+        write(dbuf, dt, self.prog, value, "DMA destination", add=add,
+              rows=np.logical_and.reduce(rows) if rows else None)
         return []
 
     def _p_tpu_dma_wait(self, invals, **params):

@@ -116,6 +116,8 @@ def _space(aval):
 
 def lower(kernel, ctx, *args):
     """The backend's lowering of a SparseCore kernel run in the CPU model."""
+    from pallas_tpu import sc_check
+    sc_check.check(kernel)       # what JAX's SparseCore lowering refuses, refused here
     shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in kernel.out_avals]
 
     def host(*arrays):

@@ -52,8 +52,9 @@ def _host_tpu_info():
     """JAX's chip facts where there is a TPU to ask (a local one, or the abstract
     device of the context mesh); None on a host without either."""
     from jax.experimental.pallas import tpu as jax_pltpu
-    mesh = jax.sharding.get_abstract_mesh()
-    if getattr(mesh, "abstract_device", None) is None and jax.default_backend() != "tpu":
+    device = getattr(jax.sharding.get_abstract_mesh(), "abstract_device", None)
+    # a mesh of CPU devices (jax.set_mesh on a host without a TPU) names no TPU
+    if getattr(device, "platform", None) != "tpu" and jax.default_backend() != "tpu":
         return None
     return jax_pltpu.get_tpu_info()
 

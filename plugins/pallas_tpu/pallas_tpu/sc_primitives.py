@@ -70,7 +70,7 @@ def _check_mask(op: str, mask, shape):
     if mask is None:
         return
     if not _is_bool(mask):
-        raise TypeError(f"plsc.{op}: mask must be a boolean array, got {mask.dtype}; "
+        raise TypeError(f"plsc.{op}: Mask must be a boolean array, got {mask.dtype}; "
                         "pass a comparison (x > 0) or .astype(bool).")
     if tuple(mask.shape) != tuple(shape):
         raise ValueError(f"plsc.{op}: mask has shape {tuple(mask.shape)}, expected "

@@ -163,6 +163,8 @@ def _sort_impl(keys, values, *maybe_mask, descending):
     lane = jnp.arange(keys.shape[0], dtype=jnp.int32)
     # stable: (unselected last, key, lane); descending sorts by the key's order reversed
     order_keys = keys if not descending else _reverse_order(keys)
+    # the unselected lanes follow in lane order, whatever their keys
+    order_keys = jnp.where(mask, order_keys, jnp.zeros_like(order_keys))
     _, _, perm = lax.sort((~mask, order_keys, lane), num_keys=3)
     outs = [keys[perm], values[perm]]
     if maybe_mask:
@@ -225,9 +227,11 @@ def _mask_reduce_abstract(x, *, kind, reduce):
         raise TypeError(f"plsc.{name}: takes a boolean mask, got {x.dtype}.")
     if x.ndim != 1:
         raise ValueError(f"plsc.{name}: takes a 1-D mask, got shape {x.shape}.")
-    if reduce < 1 or x.shape[0] % reduce:
-        raise ValueError(f"plsc.{name}: reduce={reduce} must be >= 1 and divide the mask's "
-                         f"size {x.shape[0]}.")
+    if reduce < 1:
+        raise ValueError(f"plsc.{name}: reduce must be >=1, got {reduce}.")
+    if x.shape[0] % reduce:
+        raise ValueError(f"plsc.{name}: reduce={reduce} must divide the dimension size "
+                         f"{x.shape[0]}.")
     return jax.core.ShapedArray((x.shape[0] // reduce,), jnp.int32)
 
 
@@ -349,9 +353,12 @@ def parallel_loop(lower, upper, step=1, *, unroll: int = 1, carry=None):
     Ref writes (the chip may reorder them). Returns the final carry."""
     def decorator(body):
         flat_carry, carry_tree = jax.tree.flatten(carry)
+        if any(hasattr(c, "transforms") and hasattr(c, "ref") for c in flat_carry):
+            raise TypeError("plsc.parallel_loop: TransformedRefs are not allowed as carried "
+                            "values (a view ref.at[...]); close over the Ref instead.")
         if any(_is_ref(c) for c in flat_carry):
-            raise TypeError("plsc.parallel_loop: carried values may not be Refs; close over "
-                            "the Ref instead.")
+            raise TypeError("plsc.parallel_loop: carried values may not be refs, but got: "
+                            f"{[jax.typeof(c) for c in flat_carry]}; close over the Ref instead.")
         flat_carry = [jnp.asarray(c) for c in flat_carry]
 
         def flat_body(i, *cs):
@@ -361,8 +368,9 @@ def parallel_loop(lower, upper, step=1, *, unroll: int = 1, carry=None):
             out = body(i, jax.tree.unflatten(carry_tree, cs))
             out_leaves, out_tree = jax.tree.flatten(out)
             if out_tree != carry_tree:
-                raise ValueError(f"plsc.parallel_loop: the body returned {out_tree}, the carry "
-                                 f"is {carry_tree}; return the same structure.")
+                raise ValueError(f"plsc.parallel_loop: body result should have same structure "
+                                 f"as carry: {out_tree} != {carry_tree}; return the same "
+                                 "structure.")
             return [jnp.asarray(o, c.dtype) for o, c in zip(out_leaves, cs)]
         in_avals = [jax.core.ShapedArray((), jnp.int32)] + [jax.typeof(c) for c in flat_carry]
         jaxpr, consts = backend_api.trace_body(flat_body, in_avals,

@@ -36,9 +36,12 @@ class Buf:
 
 
 
-def _index_arrays(buf: Buf, transforms, prog: Program, op: str):
-    """Integer index arrays into ``buf.data`` selecting the view ``transforms`` makes."""
+def _index_arrays(buf: Buf, transforms, prog, op: str):
+    """Integer index arrays into ``buf.data`` selecting the view ``transforms``
+    make, and the rows an indirect DMA moves (``plsc.Indices`` skips the rows
+    whose index is its ``ignored_value``; None: all)."""
     idx = tuple(np.indices(buf.data.shape, sparse=True))
+    keep = None
     for t in transforms:
         shape = np.broadcast_shapes(*(a.shape for a in idx)) if idx else ()
         if isinstance(t, scp.SubcoreSlice):
@@ -65,13 +68,30 @@ def _index_arrays(buf: Buf, transforms, prog: Program, op: str):
                            if size else np.zeros((0,), int))
                 sel[-1] = ("slice", sel[-1])
             else:
-                a = np.asarray(i)
+                a, rows = _offsets(i)
+                if rows is not None:
+                    keep = rows if keep is None else keep & rows
                 if np.any((a < 0) | (a >= shape[d])):
-                    raise IndexError(f"{op}: index {a.tolist()} of dim {d} is out of range for "
+                    bad = a[(a < 0) | (a >= shape[d])]
+                    raise IndexError(f"{op}: index {bad.tolist()} of dim {d} is out of range for "
                                      f"size {shape[d]}.")
                 sel.append(("int", a))
         idx = tuple(np.broadcast_to(a, shape)[_outer(sel)] for a in idx)
-    return idx
+    return idx, keep
+
+
+def _offsets(i):
+    """An integer index (a value, an index Ref's buffer, or ``Indices``) as an
+    array, its ignored entries replaced by 0, and which rows to keep (or None)."""
+    from pallas_tpu.sc_mesh import Indices
+    ignored = None
+    if isinstance(i, Indices):
+        i, ignored = i.values, i.ignored_value
+    a = np.array(i.data if isinstance(i, Buf) else i)
+    if ignored is None:
+        return a, None
+    rows = a != ignored
+    return np.where(rows, a, 0), rows
 
 
 def _outer(sel):
@@ -95,15 +115,27 @@ def _outer(sel):
 
 
 def read(buf, transforms, prog, op="read"):
-    return buf.data[_index_arrays(buf, transforms, prog, op)] if transforms else buf.data.copy()
+    if not transforms:
+        return buf.data.copy()
+    return buf.data[_index_arrays(buf, transforms, prog, op)[0]]
 
 
-def write(buf, transforms, prog, value, op="write", add=False):
-    idx = _index_arrays(buf, transforms, prog, op) if transforms else (Ellipsis,)
+def rows_moved(buf, transforms, prog, op="DMA"):
+    """The rows of ``buf``'s view an indirect DMA moves (None: all)."""
+    return _index_arrays(buf, transforms, prog, op)[1] if transforms else None
+
+
+def write(buf, transforms, prog, value, op="write", add=False, rows=None):
+    """Writes (adds) ``value`` to the view; with ``rows``, only those rows of it."""
+    idx = _index_arrays(buf, transforms, prog, op)[0] if transforms else (Ellipsis,)
     value = np.asarray(value).astype(buf.data.dtype)
+    if rows is not None:
+        shape = np.broadcast_shapes(*(a.shape for a in idx)) if transforms else buf.data.shape
+        idx = tuple(np.broadcast_to(a, shape)[rows] for a in idx) if transforms else (rows,)
+        value = np.broadcast_to(value, shape)[rows]
     if add:
         with ATOMIC:
-            np.add.at(buf.data, idx, value) if transforms else buf.data.__iadd__(value)
+            np.add.at(buf.data, idx, value) if transforms or rows is not None \
+                else buf.data.__iadd__(value)
     else:
         buf.data[idx] = value
-

@@ -117,16 +117,26 @@ def test_fetch_and_add_neighbour():
 
 
 def _vector_kernel(fn, *arrays, outs):
-    """``fn`` on one subcore's vectors; other subcores do nothing."""
-    @sc_kernel(outs, [])
+    """``fn`` on one subcore's vectors (copied to VMEM and back: a vector
+    subcore loads and stores only VMEM); other subcores do nothing."""
+    arrays = [np.asarray(a) for a in arrays]
+    scratch = [pltpu.VMEM(a.shape, a.dtype) for a in arrays]
+    scratch += [pltpu.VMEM(o.shape, o.dtype) for o in outs]
+
+    @sc_kernel(outs, scratch)
     def k(*refs):
-        ins, os_ = refs[:len(arrays)], refs[len(arrays):]
+        n, m = len(arrays), len(outs)
+        ins, os_, vin, vout = (refs[:n], refs[n:n + m], refs[n + m:2 * n + m],
+                               refs[2 * n + m:])
 
         @pl.when(jax.lax.axis_index("s") == 0)
         def _():
-            results = fn(*[r[...] for r in ins])
-            for o, r in zip(os_, results):
+            for src, dst in zip(ins, vin):
+                pltpu.sync_copy(src, dst)
+            results = fn(*[r[...] for r in vin])
+            for o, r, h in zip(vout, results, os_):
                 o[...] = r
+                pltpu.sync_copy(o, h)
     return k(*arrays)
 
 
@@ -142,6 +152,7 @@ def test_sort_key_val_stable_masked(dtype, descending):
         outs=(jax.ShapeDtypeStruct((L,), dtype), jax.ShapeDtypeStruct((L,), jnp.int32),
               jax.ShapeDtypeStruct((L,), jnp.bool_)))
     k64 = keys.astype(np.float64) * (-1 if descending else 1)
+    k64[~mask] = 0             # unselected lanes follow in lane order (JAX's test's reference)
     order = np.lexsort((np.arange(L), k64, ~mask))
     np.testing.assert_array_equal(np.asarray(ok), keys[order])
     np.testing.assert_array_equal(np.asarray(ov), vals[order])

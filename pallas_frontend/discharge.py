@@ -41,6 +41,9 @@ def discharge_kernel_body(jaxpr, num_index_operands: int):
     """A kernel body with all its Refs discharged (the leading index operands,
     grid indices and the like, stay as they are; memory spaces are dropped)."""
     n_refs = len(jaxpr.invars) - num_index_operands
+    # a loop condition reading a Ref the body writes would see it stale (while_refs.py)
+    from pallas_frontend.while_refs import carry_cond_reads
+    jaxpr = carry_cond_reads(jaxpr)
     return discharge_state(jaxpr, should_discharge=[False] * num_index_operands + [True] * n_refs,
                            strip_memory_space=True)
 

@@ -73,3 +73,44 @@ def test_concrete_jnp_int_block_dim_as_jax(rng):
     want = x.astype(np.float64) + np.repeat(np.arange(4), 8)[:, None]
     np.testing.assert_allclose(np.asarray(call(pl)), want, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(call(jpl)), want, rtol=1e-6)
+
+
+# A while_loop whose condition reads a Ref its body writes: JAX's discharge gave the
+# condition the Ref's value from before the loop (JAX's interpret=True never ends;
+# the built-in interpreter neither). The loops below are bounded by a counter too,
+# so the old behaviour shows as a wrong count instead of a hang.
+def _doubling_kernel(nested):
+    def k_while_ref(x_ref, o_ref, n_ref):
+        o_ref[...] = x_ref[...]
+        n_ref[...] = jnp.zeros_like(n_ref)
+
+        def loop():
+            def cond(c):
+                return (o_ref[0, 0] < 100.0) & (c < 60)
+
+            def body(c):
+                o_ref[...] = o_ref[...] * 2
+                n_ref[...] += 1
+                return c + 1
+            jax.lax.while_loop(cond, body, 0)
+        if nested:          # inside pl.when and a fori_loop body
+            @pl.when(x_ref[0, 1] > -1e9)
+            def _():
+                jax.lax.fori_loop(0, 2, lambda i, c: (loop(), c)[1], 0)
+        else:
+            loop()
+    return k_while_ref
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_while_condition_sees_the_refs_the_body_writes(rng, nested):
+    x = np.abs(rand(rng, 8, 128)) + 0.5
+    shapes = (jax.ShapeDtypeStruct((8, 128), jnp.float32),
+              jax.ShapeDtypeStruct((8, 128), jnp.int32))
+    got, count = pl.pallas_call(_doubling_kernel(nested), out_shape=shapes, interpret=True)(x)
+    v, n = x.astype(np.float64), 0
+    for _ in range(2 if nested else 1):
+        while v[0, 0] < 100.0 and n < 60:
+            v, n = v * 2, n + 1
+    np.testing.assert_allclose(np.asarray(got), v, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(count), np.full((8, 128), n))

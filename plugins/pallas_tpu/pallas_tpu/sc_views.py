@@ -40,10 +40,17 @@ def _index_arrays(buf: Buf, transforms, prog, op: str):
     """Integer index arrays into ``buf.data`` selecting the view ``transforms``
     make, and the rows an indirect DMA moves (``plsc.Indices`` skips the rows
     whose index is its ``ignored_value``; None: all)."""
-    idx = tuple(np.indices(buf.data.shape, sparse=True))
+    base = buf.data
+    idx = tuple(np.indices(base.shape, sparse=True))
     keep = None
-    for t in transforms:
+    for n, t in enumerate(transforms):
         shape = np.broadcast_shapes(*(a.shape for a in idx)) if idx else ()
+        if hasattr(t, "dtype") and not hasattr(t, "indices"):     # ref.bitcast(dtype)
+            if n:
+                raise NotImplementedError(f"{op}: a bitcast after other view transforms is not "
+                                          "modelled by the SparseCore CPU model.")
+            base, idx = _bitcast_view(base, np.dtype(t.dtype), op)
+            continue
         if isinstance(t, scp.SubcoreSlice):
             k = shape[-1] // t.num_subcores
             sel = (Ellipsis, slice(prog.subcore * k, (prog.subcore + 1) * k))
@@ -77,7 +84,28 @@ def _index_arrays(buf: Buf, transforms, prog, op: str):
                                      f"size {shape[d]}.")
                 sel.append(("int", a))
         idx = tuple(np.broadcast_to(a, shape)[_outer(sel)] for a in idx)
-    return idx, keep
+    return base, idx, keep
+
+
+def _bitcast_view(data, dtype, op):
+    """``data`` seen as ``dtype`` as a TPU bitcasts a Ref: a narrower type
+    multiplies the second-minor dim (row ``r * k + h`` holds part ``h`` of row
+    ``r``, low bits first). Returns an array sharing ``data``'s memory and
+    index arrays into it for the bitcast view's shape."""
+    old, new = data.dtype.itemsize, dtype.itemsize
+    if old == new:
+        view = data.view(dtype)
+        return view, tuple(np.indices(view.shape, sparse=True))
+    if new > old or data.ndim < 2:
+        raise NotImplementedError(f"{op}: a bitcast to a wider type (or of a 1-D Ref) is not "
+                                  "modelled by the SparseCore CPU model.")
+    k = old // new
+    *lead, rows, cols = data.shape
+    strides = data.strides
+    parts = np.lib.stride_tricks.as_strided(      # [..., r, h, c]: part h of data[..., r, c]
+        data.view(dtype), shape=(*lead, rows, k, cols), strides=(*strides[:-1], new, strides[-1]))
+    grid = np.indices((*lead, rows * k, cols), sparse=True)
+    return parts, (*grid[:-2], grid[-2] // k, grid[-2] % k, grid[-1])
 
 
 def _offsets(i):
@@ -117,25 +145,27 @@ def _outer(sel):
 def read(buf, transforms, prog, op="read"):
     if not transforms:
         return buf.data.copy()
-    return buf.data[_index_arrays(buf, transforms, prog, op)[0]]
+    base, idx, _ = _index_arrays(buf, transforms, prog, op)
+    return base[idx]
 
 
 def rows_moved(buf, transforms, prog, op="DMA"):
     """The rows of ``buf``'s view an indirect DMA moves (None: all)."""
-    return _index_arrays(buf, transforms, prog, op)[1] if transforms else None
+    return _index_arrays(buf, transforms, prog, op)[2] if transforms else None
 
 
 def write(buf, transforms, prog, value, op="write", add=False, rows=None):
     """Writes (adds) ``value`` to the view; with ``rows``, only those rows of it."""
-    idx = _index_arrays(buf, transforms, prog, op)[0] if transforms else (Ellipsis,)
-    value = np.asarray(value).astype(buf.data.dtype)
+    base, idx, _ = _index_arrays(buf, transforms, prog, op) if transforms else \
+        (buf.data, (Ellipsis,), None)
+    value = np.asarray(value).astype(base.dtype)
     if rows is not None:
-        shape = np.broadcast_shapes(*(a.shape for a in idx)) if transforms else buf.data.shape
+        shape = np.broadcast_shapes(*(a.shape for a in idx)) if transforms else base.shape
         idx = tuple(np.broadcast_to(a, shape)[rows] for a in idx) if transforms else (rows,)
         value = np.broadcast_to(value, shape)[rows]
     if add:
         with ATOMIC:
-            np.add.at(buf.data, idx, value) if transforms or rows is not None \
-                else buf.data.__iadd__(value)
+            np.add.at(base, idx, value) if transforms or rows is not None \
+                else base.__iadd__(value)
     else:
-        buf.data[idx] = value
+        base[idx] = value

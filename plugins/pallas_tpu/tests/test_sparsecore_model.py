@@ -89,3 +89,81 @@ def test_fast_path_select_and_convert(case):
             out = out[0] if eqn.primitive.multiple_results else out
         env[eqn.outvars[0]] = np.asarray(out)
     np.testing.assert_array_equal(env[jaxpr.jaxpr.outvars[0]], np.asarray(fns[case](p, x, y)))
+
+
+def sc_kernel(out_type, scratch):
+    mesh = plsc.VectorSubcoreMesh(core_axis_name="c", subcore_axis_name="s", num_cores=1)
+    return pl.kernel(out_type=out_type, mesh=mesh, scratch_types=scratch,
+                     interpret=pltpu.InterpretParams())
+
+
+@pytest.mark.parametrize("ignored", [None, "some"])
+def test_indirect_gather_and_scatter_dma(ignored):
+    """Each subcore gathers rows of HBM through its VMEM index Ref (rows whose
+    index is the ignored value keep the destination's data) and scatters them
+    back to a second output through the same indices."""
+    rows, width = 4 * L, 16
+    x = RNG.standard_normal((rows, width)).astype(np.float32)
+    idx = np.stack([RNG.permutation(rows)[:L] for _ in range(NS)]).astype(np.int32)
+    skip = int(idx[0, 1]) if ignored else None
+
+    @sc_kernel((jax.ShapeDtypeStruct((NS, L, width), jnp.float32),
+                jax.ShapeDtypeStruct((NS, rows, width), jnp.float32)),
+               [pltpu.VMEM((L,), jnp.int32), pltpu.VMEM((L, width), jnp.float32)])
+    def k(x_hbm, i_hbm, g_hbm, s_hbm, iv, rows_v):
+        s = jax.lax.axis_index("s")
+        pltpu.sync_copy(i_hbm.at[s], iv)
+        rows_v[...] = jnp.full((L, width), -1.0, jnp.float32)
+        src = x_hbm.at[plsc.Indices(iv, ignored_value=skip)] if ignored else x_hbm.at[iv]
+        pltpu.sync_copy(src, rows_v)
+        pltpu.sync_copy(rows_v, g_hbm.at[s])
+        pltpu.sync_copy(x_hbm, s_hbm.at[s])
+        pltpu.sync_copy(rows_v, s_hbm.at[s].at[iv])
+    g, sc = (np.asarray(a) for a in k(x, idx))
+    want = x[idx]
+    if ignored:
+        want[idx == skip] = -1.0
+    np.testing.assert_array_equal(g, want)
+    want_s = np.broadcast_to(x, (NS, rows, width)).copy()
+    for s in range(NS):
+        want_s[s, idx[s]] = want[s]
+    np.testing.assert_array_equal(sc, want_s)
+
+
+def test_indirect_dma_refusals():
+    """JAX's SparseCore lowering refuses these; the model refuses them before running."""
+    def run(body):
+        @sc_kernel(jax.ShapeDtypeStruct((L,), jnp.int32),
+                   [pltpu.VMEM((L,), jnp.int32), pltpu.VMEM((L,), jnp.int32)])
+        def k(x_hbm, i_hbm, o_hbm, iv, ov):
+            body(x_hbm, i_hbm, o_hbm, iv, ov)
+        return k(np.arange(L, dtype=np.int32), np.arange(L, dtype=np.int32))
+    with pytest.raises(NotImplementedError, match="from HBM to HBM is not supported"):
+        run(lambda x, i, o, iv, ov: pltpu.sync_copy(x.at[iv], o))
+    with pytest.raises(NotImplementedError, match="must be in VMEM, got HBM"):
+        run(lambda x, i, o, iv, ov: pltpu.sync_copy(x.at[i], ov))
+    with pytest.raises(ValueError, match="source ref can be indexed"):
+        run(lambda x, i, o, iv, ov: pltpu.sync_copy(x.at[iv], ov.at[iv]))
+    with pytest.raises(NotImplementedError, match="Get does not support loading from HBM"):
+        run(lambda x, i, o, iv, ov: ov.__setitem__(..., x[...]))
+    with pytest.raises(NotImplementedError, match="To load a scalar from VMEM"):
+        run(lambda x, i, o, iv, ov: ov.__setitem__(..., jnp.full((L,), iv[0])))
+
+
+@pytest.mark.parametrize("dtype", [jnp.int16, jnp.int8, jnp.float32])
+def test_bitcast_view_store(dtype):
+    """A store through ref.bitcast(narrower) lands as the TPU lays it out: row
+    r*k + h of the view is part h (low bits first) of row r."""
+    x = RNG.integers(-2**31, 2**31 - 1, (2, L), dtype=np.int64).astype(np.int32)
+    k_ = 4 // np.dtype(dtype).itemsize
+    parts = np.asarray(x).view(dtype).reshape(2, L, k_).transpose(0, 2, 1).reshape(2 * k_, L)
+
+    @sc_kernel(jax.ShapeDtypeStruct((2, L), jnp.int32),
+               [pltpu.VMEM((2, L), jnp.int32), pltpu.VMEM((2 * k_, L), dtype)])
+    def k(p_hbm, o_hbm, v, pv):
+        pltpu.sync_copy(p_hbm, pv)
+        vb = v.bitcast(dtype)
+        for r in range(2 * k_):
+            vb[r] = pv[r]
+        pltpu.sync_copy(v, o_hbm)
+    np.testing.assert_array_equal(np.asarray(k(parts)), x)

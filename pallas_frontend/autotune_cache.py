@@ -44,6 +44,17 @@ ENV_CACHE = env_config.ENV_AUTOTUNE_CACHE
 FORMAT = "pallas_frontend.autotune/1"
 
 
+def _user_level() -> int:
+    """The ``stacklevel`` that makes a warning name the first caller outside the
+    frontend (the user's tuned call, not the tuner's internals)."""
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(2), 2          # 1 would be the function that warns
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def default_cache_path() -> Path | None:
     """The cache file the environment names; None when ``PALLAS_FRONTEND_AUTOTUNE_CACHE=off``.
     A directory or a path not ending in ``.json`` raises ``ConfigError``."""
@@ -134,30 +145,30 @@ def read_entries(path: Path | str) -> dict[str, dict[str, Any]]:
     except FileNotFoundError:
         return {}
     except _Refused as e:
-        warnings.warn(str(e), stacklevel=3)
+        warnings.warn(str(e), stacklevel=_user_level())
         return {}
     except OSError as e:
-        warnings.warn(f"autotune cache {path} cannot be read ({e}); ignoring it", stacklevel=3)
+        warnings.warn(f"autotune cache {path} cannot be read ({e}); ignoring it", stacklevel=_user_level())
         return {}
     except UnicodeDecodeError as e:
         warnings.warn(f"autotune cache {path} is not UTF-8 text ({e}); ignoring it. Delete the "
-                      "file to start a new one.", stacklevel=3)
+                      "file to start a new one.", stacklevel=_user_level())
         return {}
     try:
         data = json.loads(text)
     except ValueError as e:
         warnings.warn(f"autotune cache {path} is not valid JSON ({e}); ignoring it. Delete the "
-                      "file to start a new one.", stacklevel=3)
+                      "file to start a new one.", stacklevel=_user_level())
         return {}
     except RecursionError:
         warnings.warn(f"autotune cache {path} is JSON nested too deeply to parse (a cache file "
                       "is two levels of objects); ignoring it. Delete the file to start a new "
-                      "one.", stacklevel=3)
+                      "one.", stacklevel=_user_level())
         return {}
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(entries, dict):
         warnings.warn(f"autotune cache {path} is not a {FORMAT} file; ignoring it. Delete the "
-                      "file to start a new one.", stacklevel=3)
+                      "file to start a new one.", stacklevel=_user_level())
         return {}
     return {k: e for k, e in entries.items()
             if isinstance(e, dict) and isinstance(e.get("winner"), str)}
@@ -254,10 +265,10 @@ def write_entry(path: Path | str, key: str, entry: Mapping[str, Any]) -> bool:
                     os.unlink(tmp)
                 raise
     except _Refused as e:
-        warnings.warn(str(e), stacklevel=3)
+        warnings.warn(str(e), stacklevel=_user_level())
         return False
     except (OSError, TimeoutError) as e:
         warnings.warn(f"autotune cache {path} cannot be written ({e}); the choice is kept in "
-                      f"memory only. Point {ENV_CACHE} at a writable file.", stacklevel=3)
+                      f"memory only. Point cache= (or {ENV_CACHE}) at a writable file.", stacklevel=_user_level())
         return False
     return True

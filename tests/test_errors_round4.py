@@ -281,3 +281,28 @@ def test_cache_variable_too_long_for_a_file_name_is_a_config_error_not_a_crash(m
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ConfigWarning" in done.stderr and "cannot name a file" in done.stderr
+
+
+def test_autotune_cache_warnings_name_the_users_line(tmp_path):
+    import warnings
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff\xfe not utf-8")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    x = jnp.ones(16, jnp.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuned = pl.autotune(add_block, configs=[{"block": 8}], cache=bad)
+        tuned.best_config(x); read = _here()                                    # noqa: E702
+        tuned = pl.autotune(add_block, configs=[{"block": 8}], cache=blocker / "a.json",
+                            measure=True)
+        tuned(x); written = _here()                                             # noqa: E702
+    got = {(w.filename, w.lineno): str(w.message) for w in caught
+           if "autotune cache" in str(w.message)}
+    assert "not UTF-8 text" in got.get((HERE, read), ""), got        # was autotuning.py:133
+    assert "cannot be written" in got.get((HERE, written), ""), got
+    assert "Point cache= (or PALLAS_FRONTEND_AUTOTUNE_CACHE)" in got[(HERE, written)]
+
+
+def _here():
+    return inspect.currentframe().f_back.f_lineno

@@ -69,6 +69,19 @@ def test_children_on_a_chip_keep_its_settings(monkeypatch, tmp_path):
     assert env["PALLAS_TPU_NATIVE"] == "1"
 
 
+def test_each_side_of_the_jax_files_calls_its_own_pallas_call(monkeypatch, tmp_path):
+    # the suite's shared helper picks pallas_call by PALLAS_JAX_SUITE_TARGET; without it
+    # the "ours" copy called JAX's pallas_call with ours' BlockSpecs (174 false failures
+    # of tpu_pallas_test.py on the chip, 2026-12-06)
+    monkeypatch.setenv("PALLAS_JAX_SUITE_TARGET", "stale")
+    for side in ("ours", "jax"):
+        env = tpu_native.chip_env(tmp_path / "site", tmp_path / "suite" / side, side)
+        assert env["PALLAS_JAX_SUITE_TARGET"] == side
+    assert "PALLAS_JAX_SUITE_TARGET" not in tpu_native.chip_env(tmp_path / "site")
+    helper = (Path(tpu_native.jax_suite.SHIMS) / "_suite_pallas_test_util.py").read_text()
+    assert 'os.environ.get("PALLAS_JAX_SUITE_TARGET") == "ours"' in helper
+
+
 def test_the_bench_part_runs_the_native_benchmark_within_the_timeout(monkeypatch, tmp_path):
     script = tmp_path / "benchmarks" / "tpu_native_bench.py"
     script.parent.mkdir()

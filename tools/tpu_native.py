@@ -113,9 +113,13 @@ def install(pack_dir: Path, site: Path) -> None:
                     str(site), *wheels], check=True, env=env)
 
 
-def chip_env(site: Path, extra_path: Path | None = None) -> dict[str, str]:
+def chip_env(site: Path, extra_path: Path | None = None,
+             side: str | None = None) -> dict[str, str]:
     """The host's environment (its TPU_ variables, its JAX first on PYTHONPATH), with
-    the installed pack after it and no CPU pinning: programs run on the chip."""
+    the installed pack after it and no CPU pinning: programs run on the chip.
+    ``side``: the JAX test files' side ("ours" or "jax"), whose ``pallas_call``
+    the shared test helper (``_suite_pallas_test_util``) calls, as
+    ``tools/jax_suite.py`` tells it."""
     parts = [os.environ.get("PYTHONPATH", ""), str(site)]
     if extra_path is not None:
         parts.insert(0, str(extra_path))
@@ -123,6 +127,8 @@ def chip_env(site: Path, extra_path: Path | None = None) -> dict[str, str]:
                PALLAS_TPU_NATIVE="1")     # the plugin's tests: leave the chip's settings be
     for name in ("JAX_PLATFORMS", "PALLAS_FRONTEND_BACKENDS", "PALLAS_JAX_SUITE_TARGET"):
         env.pop(name, None)
+    if side is not None:
+        env["PALLAS_JAX_SUITE_TARGET"] = side
     return env
 
 
@@ -184,7 +190,7 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
                 folder = pack_dir / "suite" / side
                 record["runs"][f"{side}/{name}"] = pytest_run(
                     [name], out / f"{side}-{name.removesuffix('.py')}.xml",
-                    chip_env(site, folder), folder, timeout)
+                    chip_env(site, folder, side), folder, timeout)
                 save(record, out)
     return record
 

@@ -411,8 +411,11 @@ FACTS = [
          lambda: _register_tiles, whole_match=True),
     Fact("the JAX release of the kernel table", r"TPU7x that JAX (?P<v>\d+\.\d+\.\d+\.\d+)",
          jax_ops_jax_version),
-    Fact("tpu_sc names besides PackFormat", r"none of its other (?P<v>\d+) names is",
-         lambda: tpu_sc_names() - 1),
+    Fact("tpu_sc names pallas_tpu provides", r"provides all (?P<v>\d+) of JAX's names",
+         _equals(lambda: tpu_sc_names() if jax_names_provided(
+             "jax.experimental.pallas.tpu_sc", "pallas_tpu.tpu_sc") == tpu_sc_names() else -1,
+             "JAX's tpu_sc, all provided by pallas_tpu.tpu_sc (-1: some are not)"),
+         predicate=True),
     Fact("JAX mosaic_gpu names pallas_mgpu provides",
          r"`mosaic_gpu` exports\s+Provided \((?P<v>\d+)\)",
          lambda: jax_names_provided("jax.experimental.pallas.mosaic_gpu", "pallas_mgpu")),

@@ -24,7 +24,8 @@ from doc_truths import (REPO, api_history, api_version, conformance_test_count, 
                         jax_series_in_window, jax_window, python_of_matrix,
                         jax_suite_totals, jax_triton_style_calls,
                         pallas_frontend_default, plugin_bound, plugin_count, progress_every,
-                        python_min, slowest_default, source_default, tox_setenv, tpu_sc_names)
+                        python_min, slowest_default, source_default, sparse_core_info, tox_setenv,
+                        tpu_sc_names)
 
 WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 
@@ -171,7 +172,17 @@ def _triton_math_bounds(match: re.Match) -> str | None:
     return "; ".join(wrong) or None
 
 
+def _sparse_core_row(match: re.Match) -> str | None:
+    info = sparse_core_info(match["chip"])
+    stated = (int(match["v"]), int(match["s"]), int(match["l"]))
+    want = (info.num_cores, info.num_subcores, info.num_lanes)
+    return None if stated == want else f"{match['chip']}: says {stated}, JAX's tpu_info {want}"
+
+
 FACTS = [
+    Fact("SparseCores of a chip (docs/sparsecore.md's table)",
+         r"\| `(?P<chip>v5p|v6e|tpu7x):[\dx]+` \| (?P<v>\d+) \| (?P<s>\d+) \| (?P<l>\d+) \|",
+         lambda: _sparse_core_row, predicate=True, whole_match=True),
     # two floors: the project's (pyproject) and the test matrix's (JAX 0.12 needs 3.12)
     Fact("Python floor", r"Python >= (?P<v>\d+\.\d+)",
          lambda: lambda v: None if v in (python_min(), python_of_matrix()) else

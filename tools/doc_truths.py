@@ -296,3 +296,10 @@ def gpu_aot_conformance_cases() -> int:
     tree = ast.parse((REPO / "plugins/pallas_triton/tests/gpu_aot_cases.py").read_text())
     cases = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "cases")
     return len(next(n for n in ast.walk(cases) if isinstance(n, ast.Dict)).keys)
+
+
+def sparse_core_info(chip: str):
+    """JAX's SparseCore facts of one chip (``v5p``, ``v6e``, ``tpu7x``)."""
+    from jax.experimental.pallas import tpu as pltpu
+    version = {"v5p": "TPU_V5P", "v6e": "TPU_V6E", "tpu7x": "TPU_7X"}[chip]
+    return pltpu.get_tpu_info_for_chip(getattr(pltpu.ChipVersion, version), 1).sparse_core

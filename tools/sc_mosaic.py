@@ -132,8 +132,9 @@ def main(argv=None) -> int:
     records, seconds = {}, {}
     for side in ("jax", "ours"):
         saved = dirs[side] / "records.jsonl"
-        if args.only and side != args.only and saved.exists():
-            records[side] = [json.loads(x) for x in saved.read_text().splitlines()]
+        if args.only and side != args.only:
+            records[side] = ([json.loads(x) for x in saved.read_text().splitlines()]
+                             if saved.exists() else [])
             continue
         records[side], seconds[side] = run_side(side, dirs[side], args.topology, args.timeout,
                                                 args.select)

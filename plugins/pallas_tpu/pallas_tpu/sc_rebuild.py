@@ -27,7 +27,7 @@ from jax import lax
 
 from pallas_frontend.backend_api import KernelIR
 
-from pallas_tpu import _jax_private, evaluate, rebuild, sc_primitives, sc_vector_ops
+from pallas_tpu import _jax_private, evaluate, layout_ops, rebuild, sc_primitives, sc_vector_ops
 from pallas_tpu.spaces import scratch_type_of_aval
 
 _SC_KINDS = ("SC_VECTOR_SUBCORE", "SC_SCALAR_SUBCORE")
@@ -128,11 +128,24 @@ def _scopes_closed_where_freed():
         env.update(zip(leaving, original(inner, k, env)))
         return evaluate._eval_from(jaxpr, last + 1, env)
 
+    bitcast_rule = evaluate._RULES[layout_ops.bitcast_p]
     evaluate._open_scope = open_scope
+    evaluate._RULES[layout_ops.bitcast_p] = _bitcast
     try:
         yield
     finally:
         evaluate._open_scope = original
+        evaluate._RULES[layout_ops.bitcast_p] = bitcast_rule
+
+
+def _bitcast(eqn, invals):
+    """Before JAX 0.12 ``pltpu.bitcast`` scales the second minor dim only; a
+    SparseCore kernel's minormost bitcast is then JAX's ``plsc.bitcast``."""
+    x, dim = invals[0], eqn.params["dim"]
+    if _jax_private.bitcast_takes_dim() or dim != x.ndim - 1:
+        return _jax_private.jax_bitcast(x, eqn.params["dtype"], dim)
+    from jax.experimental.pallas import tpu_sc as plsc
+    return plsc.bitcast(x, eqn.params["dtype"])
 
 
 def _used_vars(jaxpr) -> set:

@@ -267,7 +267,11 @@ def test_compiles_for_sparsecore_with_jax_mosaic_module(kernel):
         since, present, what = NEEDS[kernel]
         if not present:
             pytest.skip(_jax_private.needs_newer_jax(what, since))
-    theirs = _compile(kernel, JAX_API)
+    try:
+        theirs = _compile(kernel, JAX_API)
+    except Exception as e:  # noqa: BLE001  (an older libtpu: JAX's own kernel fails alike)
+        pytest.skip(f"JAX {jax.__version__}'s own kernel does not compile here: "
+                    f"{str(e).splitlines()[0][:200]}")
     ours = _compile(kernel, OUR_API)
     assert len(theirs) == 1 and "DEVICE_TYPE_SPARSECORE" in theirs[0]
     assert len(ours) == 1, ours

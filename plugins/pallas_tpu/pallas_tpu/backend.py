@@ -95,8 +95,7 @@ class TpuBackend(Backend):
                 check.check_for_chip(kernel)
                 # and what only the chip's compiler knows: libtpu compiles it device-less
                 from pallas_tpu import chip_compile
-                chip_compile.check(kernel, ctx.mlir_ctx.avals_in, ctx.mlir_ctx.avals_out,
-                                   check.chip_of(interpret), check.CHIP_CHECKS_OFF)
+                chip_compile.check(kernel, ctx, interpret, check.CHIP_CHECKS_OFF)
             # JAX's TPU interpreter would hang in a wait nothing can satisfy
             from pallas_tpu import semaphore_deadlock
             semaphore_deadlock.check(kernel)

@@ -232,7 +232,7 @@ def chip_checks_enabled(interpret) -> bool:
     import os
     if os.environ.get("PALLAS_TPU_CHIP_CHECKS", "1").strip().lower() in CHIP_CHECKS_OFF_VALUES:
         return False
-    return bool(getattr(interpret, "chip_checks", True))
+    return getattr(interpret, "chip_checks", True) is not False
 
 
 def check_shared_vmem_in_interpret(kernel: KernelIR, num_cores: int) -> None:

@@ -210,7 +210,9 @@ def _through_shared(Pl, T, num_cores, interpret):
 
 def test_vmem_shared_scratch_matches_jax():
     x = _rng().standard_normal((8, 128)).astype(np.float32)
-    ours = _through_shared(pl, pltpu, 1, pltpu.InterpretParams())(x)
+    # the chip's Mosaic refuses a VMEM_SHARED scratch (next test): this compares
+    # the interpreters only, so ours' chip checks are off
+    ours = _through_shared(pl, pltpu, 1, pltpu.InterpretParams(chip_checks=False))(x)
     theirs = _through_shared(jpl, jpltpu, 1, jpltpu.InterpretParams())(x)
     np.testing.assert_allclose(np.asarray(ours), x.astype(np.float64) + 1.0, rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))

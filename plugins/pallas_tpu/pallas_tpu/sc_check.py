@@ -8,6 +8,8 @@ that a kernel's types decide is raised with JAX's words:
 
 - a load or store (``ref[...]``) of HBM or VMEM_SHARED (copy it to VMEM);
 - a scalar load or store outside SMEM, an array load or store in SMEM;
+- a load or store whose indexer has a stride, or an integer index after a
+  dim sliced to more than one element (``ref[:n, i]``);
 - ``cumsum`` / ``cummax`` / ``cummin`` of an array that is not 1-D;
 - an indirect DMA (``src.at[idx]``, ``dst.at[idx]``, ``plsc.Indices``): the
   indexed side must be the HBM/VMEM_SHARED one, its indices a 1-D array or a
@@ -83,6 +85,7 @@ def _check_access(eqn) -> None:
         verb = "loading from" if name == "get" else "storing to"
         raise NotImplementedError(f"{what} does not support {verb} {space}. Copy the data to a "
                                   "core-local memory space, e.g. VMEM, via `pltpu.async_copy`.")
+    _check_indexer(what, _transforms(eqn, 1 if name == "get" else 2))
     value = eqn.outvars[0].aval if name == "get" else eqn.invars[1].aval
     if space not in ("VMEM", "SMEM") or (value.ndim == 0) == (space == "SMEM"):
         return
@@ -96,6 +99,23 @@ def _check_access(eqn) -> None:
         msg += (f" Trying to swap an array of shape {value.shape}." if space == "SMEM" else
                 f" Trying to swap a scalar in {space}.")
     raise NotImplementedError(msg)
+
+
+def _check_indexer(what: str, transforms) -> None:
+    """The last indexer of a load or store: unit strides, and no integer
+    index after the first dim taken by a slice longer than 1."""
+    if not transforms or not hasattr(transforms[-1], "indices"):
+        return
+    sliced = False
+    for i in transforms[-1].indices:
+        if hasattr(i, "size") and hasattr(i, "stride"):
+            if int(i.stride) != 1:
+                raise NotImplementedError(f"{what} only supports slices with stride 1, got "
+                                          f"{int(i.stride)}")
+            sliced = sliced or int(i.size) != 1
+        elif not getattr(getattr(i, "aval", None), "shape", ()) and sliced:
+            raise NotImplementedError("Integer indexing of refs that follows a non-trivial "
+                                      "slice is not supported on SC")
 
 
 def _indirect(transforms):

@@ -76,7 +76,9 @@ def _capturing(prim, mesh):
             raise NotImplementedError("sc_mosaic_capture: a kernel with Ref operands")
         specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, PartitionSpec()))
                  for a in avals]
-        with jax.set_mesh(mesh):
+        # ours' pl.kernel binds inside its own jit trace, where set_mesh is refused
+        with (jax.set_mesh(mesh) if _trace_state_clean() else
+              jax.sharding.use_abstract_mesh(mesh.abstract_mesh)):
             try:
                 lowered = jax.jit(lambda *xs: original(*xs, **params)).trace(*specs).lower()
             except Exception as e:
@@ -95,6 +97,11 @@ def _capturing(prim, mesh):
         return outs if prim.multiple_results else outs[0]
 
     prim.bind = bind
+
+
+def _trace_state_clean() -> bool:
+    from jax._src import core
+    return core.trace_state_clean()
 
 
 def _primitives():

@@ -395,3 +395,9 @@ def switch_unclamped(index, branches, *operands):
     except ImportError:
         return lax.switch(index, branches, *operands)
     return _switch_internal(index, tuple(branches), operands, branches_platforms=None)
+
+
+def ndindexer_type():
+    """JAX's ``ref.at[...]`` view transform class (``NDIndexer``)."""
+    from jax._src.state.indexing import NDIndexer
+    return NDIndexer

@@ -27,7 +27,8 @@ from jax import lax
 
 from pallas_frontend.backend_api import KernelIR
 
-from pallas_tpu import _jax_private, evaluate, layout_ops, rebuild, sc_primitives, sc_vector_ops
+from pallas_tpu import (_jax_private, evaluate, layout_ops, rebuild, sc_mesh, sc_primitives,
+                        sc_vector_ops)
 from pallas_tpu.spaces import scratch_type_of_aval
 
 _SC_KINDS = ("SC_VECTOR_SUBCORE", "SC_SCALAR_SUBCORE")
@@ -163,8 +164,20 @@ def _parts(eqn, invals):
     return evaluate._unflatten(eqn, invals)
 
 
+def _jax_indexer(indexer):
+    """An ``ref.at[...]`` whose index is ours' ``plsc.Indices`` (a gather or
+    scatter DMA's rows): the same with JAX's."""
+    if not any(isinstance(i, sc_mesh.Indices) for i in indexer.indices):
+        return indexer
+    from jax.experimental.pallas import tpu_sc as plsc
+    indices = tuple(plsc.Indices(i.values, i.ignored_value) if isinstance(i, sc_mesh.Indices)
+                    else i for i in indexer.indices)
+    return dataclasses.replace(indexer, indices=indices)
+
+
 evaluate.TRANSFORM_RULES[sc_primitives.SubcoreSlice] = \
     lambda t: _jax_private.shared_slice_transform()
+evaluate.TRANSFORM_RULES[_jax_private.ndindexer_type()] = _jax_indexer
 
 
 def _rule(prim):

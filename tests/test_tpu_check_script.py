@@ -56,7 +56,9 @@ def test_dry_run(tmp_path):
     assert all(row["ours_equals_jax"] for row in results["cases"][1:])
     table = r.stdout
     assert "| ops.tpu.paged_attention |" in table
-    assert re.search(r"\| ops\.tpu\.paged_attention \| pages4 \| [0-9.]+ \| pages(4|8) \|", table)
+    # JAX ships no default pages_per_compute_block: the baseline is named ours' choice
+    assert re.search(r"\| ops\.tpu\.paged_attention \| pages4 \(ours' choice: JAX has no "
+                     r"default pages_per_compute_block\) \| [0-9.]+ \| pages(4|8) \|", table)
 
 
 def test_tpu_export_for_an_older_host(tmp_path):

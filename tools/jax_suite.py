@@ -405,12 +405,17 @@ def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
     return len(lost_rows) - explained
 
 
+# Sections after the tables that other tools keep up to date, kept (with
+# whatever follows the first of them) when the CPU tables are written anew:
+# tools/tpu_native.py's chip run; the SparseCore counts of tools/sc_cpu_suite.py
+# and tools/sc_mosaic.py.
+KEPT_SECTIONS = ("\n## TPU v5e, natively", "\n## SparseCore")
+
+
 def _kept_native_section(page: Path) -> str:
-    """The page's "TPU v5e, natively" section (tools/tpu_native.py writes it from a
-    chip's run), kept when the CPU tables are written anew."""
     old = page.read_text() if page.exists() else ""
-    start = old.find("\n## TPU v5e, natively")
-    return old[start:] if start >= 0 else ""
+    starts = [i for i in (old.find(h) for h in KEPT_SECTIONS) if i >= 0]
+    return old[min(starts):] if starts else ""
 
 
 def run_many(names, directory: Path, timeout: float, target: str, jobs: int, done) -> None:

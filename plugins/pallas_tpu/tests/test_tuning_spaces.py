@@ -82,3 +82,30 @@ def test_the_estimate_agrees_with_mosaic_for_v5e():
     assert any(p.params == {"bm": 1024, "bn": 1024, "bk": 1024} for p in space.pruned)
     with pytest.raises(Exception, match="(?i)vmem"):
         compile_for_tpu(functools.partial(matmul, block_shape=(1024, 1024), block_k=1024), x, x)
+
+
+def test_flash_backward_space_keeps_the_chips_fastest_blocks():
+    # Measured on a v5e (2026-12-06, BENCHMARKS.md): backward blocks 1024/512/512 were
+    # the fastest of a wide grid (1.026 ms against the space's pick, 1.089 ms); the
+    # estimate then counted a bias block the kernel does not have and pruned them.
+    from jax.experimental.pallas.ops.tpu.flash_attention import BlockSizes
+    fwd = dict(block_q=1024, block_k_major=2048, block_k=1024)
+    space = tuning_spaces.flash_attention(2, 8, 2048, 2048, 128, jnp.bfloat16,
+                                          block_sizes_type=BlockSizes, backward=True,
+                                          fwd=fwd, limit=12, smallest=256)
+    assert fwd | {"bwd_q": 1024, "bwd_k_major": 512, "bwd_k": 512} in list(space.params)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu")
+def test_the_flash_backward_blocks_kept_compile_for_v5e():
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+    from pallas_tpu.aot import compile_for_tpu
+    sizes = fa.BlockSizes(block_q=1024, block_k_major=2048, block_k=1024, block_b=1,
+                          block_q_major_dkv=1024, block_k_major_dkv=512, block_k_dkv=512,
+                          block_q_dkv=1024, block_k_major_dq=512, block_k_dq=512,
+                          block_q_dq=1024)
+    x = jax.ShapeDtypeStruct((2, 8, 2048, 128), jnp.bfloat16)
+
+    def loss(q, k, v):
+        return fa.flash_attention(q, k, v, block_sizes=sizes).astype(jnp.float32).sum()
+    compile_for_tpu(jax.grad(loss, argnums=(0, 1, 2)), x, x, x)

@@ -217,16 +217,20 @@ def our_revision() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def run_copy(directory: Path, name: str, timeout: float, target: str):
+def run_copy(directory: Path, name: str, timeout: float, target: str, extra=(), env=None,
+             tag: str = ""):
     """Runs one file: ({test id: (outcome, first failure line)}, note, seconds).
-    At ``timeout`` pytest gets SIGINT (it still writes the report) and ``note`` says so."""
-    report = directory / (name + ".xml")
+    At ``timeout`` pytest gets SIGINT (it still writes the report) and ``note`` says so.
+    ``extra``: more pytest arguments; ``env``: set on top of ``file_env``; ``tag``
+    names the report when one copy runs more than once."""
+    report = directory / (name + tag + ".xml")
     report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-           f"--junitxml={report}", "-o", "junit_family=xunit1", name]
+           f"--junitxml={report}", "-o", "junit_family=xunit1", *extra, name]
     start = time.monotonic()
     note = ""
-    proc = subprocess.Popen(cmd, cwd=directory, env=file_env(name, target, directory),
+    proc = subprocess.Popen(cmd, cwd=directory, env={**file_env(name, target, directory),
+                                                     **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
@@ -408,8 +412,9 @@ def write_page(out: Path, files, jax_runs, our_runs, jax_only, meta) -> int:
 # Sections after the tables that other tools keep up to date, kept (with
 # whatever follows the first of them) when the CPU tables are written anew:
 # tools/tpu_native.py's chip run; the SparseCore counts of tools/sc_cpu_suite.py
-# and tools/sc_mosaic.py.
-KEPT_SECTIONS = ("\n## TPU v5e, natively", "\n## SparseCore")
+# and tools/sc_mosaic.py; the TPU files' CPU rehearsal of tools/tpu_cpu_suite.py.
+KEPT_SECTIONS = ("\n## TPU v5e, natively", "\n## SparseCore",
+                 "\n## TPU files rehearsed on CPU")
 
 
 def _kept_native_section(page: Path) -> str:

@@ -18,21 +18,9 @@ What changes is only how the file runs, never a kernel or an expected value:
 
 from __future__ import annotations
 
-import os
-
-for _k, _v in (("TPU_ACCELERATOR_TYPE", "v5litepod-4"), ("TPU_WORKER_HOSTNAMES", "localhost"),
-               ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"), ("JAX_PLATFORMS", "cpu")):
-    os.environ.setdefault(_k, _v)
-
-# model_chip() -> (version, variant) as jtu.is_device_tpu spells them
-_CHIPS = {"v5p": (5, "p"), "v6e": (6, "e"), "7x": (7, "x")}
-
-
-def _patch_test_util(version: int, variant: str) -> None:
-    from jax._src import test_util as jtu
-    jtu.get_tpu_version = lambda: version
-    jtu.is_device_tpu_at_least = lambda v: version >= v
-    jtu.is_device_tpu = lambda v=None, var="": v is None or (v == version and var == variant)
+# the device checks' answers, shared with the TPU files' rehearsal (it also sets
+# the CPU host's environment for libtpu)
+from tpu_cpu_plugin import answer_as_chip, interpret_everything  # noqa: E402
 
 
 def _patch_sc_info() -> None:
@@ -43,8 +31,7 @@ def _patch_sc_info() -> None:
 
 
 def pytest_configure(config):
-    from pallas_tpu import InterpretParams, set_tpu_interpret_mode
     from pallas_tpu import sc_mesh
-    _patch_test_util(*_CHIPS[sc_mesh.model_chip()])
+    answer_as_chip(sc_mesh.model_chip(), device_tags=False)
     _patch_sc_info()
-    set_tpu_interpret_mode(InterpretParams())
+    interpret_everything("ours")

@@ -1,0 +1,114 @@
+"""tools/tpu_cpu_plugin.py and tools/tpu_cpu_suite.py: the CPU rehearsal of a
+chip run of JAX's TPU test files."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
+sys.path.insert(0, str(TOOLS))
+import jax_suite  # noqa: E402
+import tpu_cpu_plugin  # noqa: E402
+import tpu_cpu_suite  # noqa: E402
+
+# the device kind each chip reports (what JAX's own rule reads)
+KINDS = {"v4": "TPU v4", "v5e": "TPU v5 lite", "v5p": "TPU v5", "v6e": "TPU v6 lite",
+         "7x": "TPU7x"}
+
+
+@pytest.mark.parametrize("chip", sorted(KINDS))
+def test_device_checks_answer_as_jax_would_on_that_chip(chip, monkeypatch):
+    pytest.importorskip("absl.testing", reason="JAX's test utilities need absl-py")
+    from jax._src import test_util as jtu
+
+    class Device:
+        device_kind = KINDS[chip]
+    # JAX's own functions, fed a fake chip: the reference
+    originals = {n: getattr(jtu, n) for n in ("is_device_tpu", "is_device_tpu_at_least",
+                                              "get_tpu_version", "device_under_test")}
+    for name, fn in originals.items():
+        monkeypatch.setattr(jtu, name, fn)
+    monkeypatch.setattr(jtu.xla_bridge, "devices", lambda *a: [Device()])
+    monkeypatch.setattr(jtu, "device_under_test", lambda: "tpu")
+    cases = [(v, var) for v in (None, 3, 4, 5, 6, 7) for var in ("", "e", "p", "x")]
+    want = [originals["is_device_tpu"](v, var) for v, var in cases]
+    want_at_least = [originals["is_device_tpu_at_least"](v) for v in range(2, 9)]
+    want_version = originals["get_tpu_version"]()
+    monkeypatch.setattr(jtu.xla_bridge, "devices", lambda *a: [])   # no chip to read now
+    monkeypatch.setattr(jtu, "device_under_test", originals["device_under_test"])
+    tpu_cpu_plugin.answer_as_chip(chip)
+    assert [jtu.is_device_tpu(v, var) for v, var in cases] == want
+    assert [jtu.is_device_tpu_at_least(v) for v in range(2, 9)] == want_at_least
+    assert jtu.get_tpu_version() == want_version
+    assert jtu.test_device_matches(["tpu"]) and not jtu.test_device_matches(["cpu"])
+
+
+TEST_FILE = '''
+import numpy as np
+import jax
+from jax._src import test_util as jtu
+{pallas}
+
+
+def _double(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+
+class ChipTest(jtu.JaxTestCase):
+    def test_kernel_without_interpret(self):
+        self.assertTrue(jtu.test_device_matches(["tpu"]))
+        self.assertTrue(jtu.is_device_tpu(5, "e"))
+        x = np.random.default_rng().standard_normal((8, 128)).astype(np.float32)
+        y = pl.pallas_call(_double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        np.testing.assert_array_equal(np.asarray(y), x.astype(np.float64) * 2)
+
+    def test_left_out(self):
+        raise AssertionError("not selected: must not run")
+'''
+
+
+@pytest.mark.parametrize("side", ["jax", "ours"])
+def test_plugin_runs_a_tpu_only_kernel_in_interpret_mode(side, tmp_path):
+    """On CPU a pallas_call without interpret= fails under JAX ("Only interpret
+    mode is supported on CPU backend"); under the plugin it runs in TPU
+    interpret mode, and only the tests of PALLAS_TPU_CPU_ONLY run."""
+    pytest.importorskip("absl.testing", reason="JAX's test utilities need absl-py")
+    pallas = ("import pallas_frontend as pl" if side == "ours"
+              else "from jax.experimental import pallas as pl")
+    (tmp_path / "chip_test.py").write_text(textwrap.dedent(TEST_FILE.format(pallas=pallas)))
+    (tmp_path / "only").write_text("ChipTest::test_kernel_without_interpret\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TOOLS), os.environ.get(
+        "PYTHONPATH", "")]), PALLAS_JAX_SUITE_TARGET=side, PALLAS_TPU_CPU_ONLY=str(
+        tmp_path / "only"), PALLAS_TPU_CHIP_CHECKS="0", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "tpu_cpu_plugin", "chip_test.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert "1 passed, 1 deselected" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_doc_block_is_replaced_in_place_and_kept_by_jax_suite(tmp_path):
+    page = tmp_path / "jax-suite.md"
+    page.write_text("# JAX's suite\n\nCPU tables\n\n## TPU v5e, natively\n\nchip\n")
+    tpu_cpu_suite.write(f"{tpu_cpu_suite.START}\nfirst\n{tpu_cpu_suite.END}\n", page)
+    tpu_cpu_suite.write(f"{tpu_cpu_suite.START}\nsecond\n{tpu_cpu_suite.END}\n", page)
+    text = page.read_text()
+    assert text.count(tpu_cpu_suite.HEADING) == 1 and "second" in text and "first" not in text
+    assert text.index("## TPU v5e, natively") < text.index(tpu_cpu_suite.HEADING)
+    kept = jax_suite._kept_native_section(page)
+    assert kept.startswith("\n## TPU v5e, natively") and kept.endswith(
+        f"second\n{tpu_cpu_suite.END}\n")
+    # alone after the CPU tables, too
+    page.write_text("# JAX's suite\n\nCPU tables\n")
+    tpu_cpu_suite.write(f"{tpu_cpu_suite.START}\nonly\n{tpu_cpu_suite.END}\n", page)
+    assert jax_suite._kept_native_section(page).startswith("\n" + tpu_cpu_suite.HEADING)
+
+
+def test_error_groups_blank_particulars():
+    a = tpu_cpu_suite.error_group("ValueError: block (8, 128) of 'x' at line 12")
+    b = tpu_cpu_suite.error_group("ValueError: block (16, 256) of 'y' at line 40")
+    c = tpu_cpu_suite.error_group("TypeError: block (8, 128) of 'x' at line 12")
+    assert a == b != c

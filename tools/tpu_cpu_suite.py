@@ -1,0 +1,210 @@
+"""JAX's TPU test files rehearsed on CPU: what would fail under ours on the chip.
+
+    python tools/tpu_cpu_suite.py [--suite .tpu-native/suite] [--files a_test.py ...]
+                                  [--limit S] [--limits a_test.py=S ...] [--chip v5e]
+                                  [--json OUT] [--before OLD.json] [--write]
+
+The two copies of each file are the ones ``tools/tpu_native.py pack`` made for
+the chip run (``--suite``: ``jax/`` as JAX wrote it, ``ours/`` with only the
+Pallas imports swapped). Each runs under pytest with the plugin
+``tpu_cpu_plugin``: JAX's test utilities answer as a TPU ``--chip`` (so the
+tests that on CPU skip with "Test requires TPUs" run, and the interpret-mode
+variants JAX runs on CPU anyway skip), and every kernel runs in TPU interpret
+mode, JAX's interpreter for JAX's copy, ours' for ours' (which also compiles
+each kernel device-less for the chip: a kernel Mosaic refuses under ours fails
+here as on the chip; ``--no-chip-checks`` turns that off).
+
+JAX's copy runs first within its limit; ours runs the tests JAX's run reached.
+A test JAX's forced run passes and ours' does not is "lost": printed with the
+first line of its failure, grouped by that line. Tests that check what only a
+compile shows (lowered text, Mosaic's errors) may fail on both sides here; they
+are not lost. ``--write`` puts the counts into docs/jax-suite.md between
+``<!-- tpu_cpu_suite:start/end -->`` (``--before`` names an earlier run's JSON
+whose lost counts go beside). Run it under the chip host's JAX (a venv of jax
+0.10.2, the pack's); nothing here is run by CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import jax_suite  # noqa: E402
+
+ROOT = HERE.parent
+DOC = ROOT / "docs" / "jax-suite.md"
+HEADING = "## TPU files rehearsed on CPU"
+START, END = "<!-- tpu_cpu_suite:start -->", "<!-- tpu_cpu_suite:end -->"
+FILES = ("tpu_pallas_test.py", "tpu_ops_test.py", "tpu_pallas_pipeline_test.py",
+         "tpu_pallas_memory_space_test.py", "tpu_side_effects_test.py",
+         "tpu_fusible_matmul_test.py", "tpu_pallas_call_print_test.py",
+         "tpu_splash_attention_kernel_test.py")
+
+
+def copy_suite(suite: Path, work: Path, files) -> dict[str, Path]:
+    """The packed copies (and their shims) into ``work``: reports go there."""
+    dirs = {}
+    for side in ("jax", "ours"):
+        d = work / side
+        d.mkdir(parents=True, exist_ok=True)
+        for f in (suite / side).glob("*.py"):
+            if f.name in files or not f.name.endswith("_test.py"):
+                shutil.copyfile(f, d / f.name)
+        dirs[side] = d
+    return dirs
+
+
+def forced_run(directory: Path, name: str, side: str, limit: float, chip: str,
+               chip_checks: bool, only: list[str] | None):
+    env = {"PYTHONPATH": os.pathsep.join([str(HERE), str(directory),
+                                          os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+           "PALLAS_TPU_CPU_CHIP": chip, "PALLAS_TPU_CHIP_CHECKS": "1" if chip_checks else "0"}
+    if only is not None:
+        keep = directory / (name + ".only")
+        keep.write_text("\n".join(only))
+        env["PALLAS_TPU_CPU_ONLY"] = str(keep)
+    results, note, seconds = jax_suite.run_copy(directory, name, limit, side,
+                                                extra=["-p", "tpu_cpu_plugin"], env=env,
+                                                tag=".forced")
+    # "file::Class::test" -> "Class::test", as the plugin's selection names them
+    return {t.split("::", 1)[1]: r for t, r in results.items()}, note, seconds
+
+
+def error_group(line: str) -> str:
+    """A failure's first line with the particulars (numbers, shapes, names in
+    quotes) blanked, so that one cause is one group."""
+    line = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", line)
+    line = re.sub(r"\d+", "N", line)
+    return line[:140]
+
+
+def rehearse(dirs, name: str, limit: float, chip: str, chip_checks: bool) -> dict:
+    print(f"{name}: JAX's copy (limit {limit:.0f} s) ...", flush=True)
+    jax_res, jax_note, jax_s = forced_run(dirs["jax"], name, "jax", limit, chip, False, None)
+    reached = sorted(t for t in jax_res if not t.endswith("<file>"))
+    print(f"{name}: ours on the {len(reached)} tests JAX's run reached ...", flush=True)
+    ours_res, ours_note, ours_s = forced_run(dirs["ours"], name, "ours", limit, chip,
+                                             chip_checks, reached)
+    lost, not_reached = [], []
+    for t in reached:
+        if jax_res[t][0] != "passed":
+            continue
+        if t not in ours_res:
+            not_reached.append(t)
+        elif ours_res[t][0] != "passed":
+            lost.append(dict(test=t, outcome=ours_res[t][0], first_line=ours_res[t][1]))
+    row = dict(file=name, jax=jax_suite.tally(jax_res), ours=jax_suite.tally(ours_res),
+               lost=lost, not_reached=not_reached, notes=[jax_note, ours_note],
+               seconds=[round(jax_s), round(ours_s)], jax_results=jax_res, ours_results=ours_res)
+    print(f"{name}: JAX p/f/s {row['jax']} ({jax_s:.0f} s{', ' + jax_note if jax_note else ''}),"
+          f" ours {row['ours']} ({ours_s:.0f} s{', ' + ours_note if ours_note else ''}),"
+          f" lost {len(lost)}, not reached {len(not_reached)}", flush=True)
+    return row
+
+
+def report(rows) -> None:
+    groups = collections.defaultdict(list)
+    for row in rows:
+        for lost in row["lost"]:
+            groups[error_group(lost["first_line"])].append(f"{row['file']}::{lost['test']}")
+    print(f"\nlost: {sum(len(v) for v in groups.values())}, in {len(groups)} groups")
+    for key, tests in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        print(f"\n{len(tests):4d}  {key}")
+        for t in tests[:6]:
+            print(f"        {t}")
+        if len(tests) > 6:
+            print(f"        ... and {len(tests) - 6} more")
+
+
+def render(record: dict, before: dict | None) -> str:
+    """The marked block of docs/jax-suite.md (its heading stays outside)."""
+    lost_before = {r["file"]: len(r["lost"]) for r in (before or {}).get("rows", [])}
+    m = record["meta"]
+    lines = [START, "",
+             f"Generated by `tools/tpu_cpu_suite.py` ({m['date']} UTC; jax {m['jax']}, Python "
+             f"{m['python']}, CPU only; ours at {m['rev']}). JAX's TPU test files as packed for "
+             f"the chip run, each test forced to run as on a TPU {m['chip']} (the device checks "
+             "answer for that chip) with every kernel in TPU interpret mode: JAX's "
+             "interpreter for JAX's copy, ours' for ours' "
+             + ("(with ours' device-less compile for the chip on)" if m["chip_checks"] else
+                "(ours' chip checks off)")
+             + ". Ours runs the tests JAX's run reached within the file's limit. Lost: passed "
+             "under JAX's forced run, not under ours'.", "",
+             "| file | JAX passed | JAX failed | JAX skipped | ours passed | ours failed "
+             "| ours skipped | lost before | lost now | s JAX / ours |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in record["rows"]:
+        cut = " (cut)" if any(r["notes"]) else ""
+        was = lost_before.get(r["file"], len(r["lost"]))
+        lines.append(f"| `{r['file']}`{cut} | " + " | ".join(map(str, [*r["jax"], *r["ours"]]))
+                     + f" | {was} | {len(r['lost'])} | {r['seconds'][0]} / {r['seconds'][1]} |")
+    lost = [(r["file"], x) for r in record["rows"] for x in r["lost"]]
+    if lost:
+        lines += ["", "Still lost, with the first line of each failure:", "", "```text"]
+        lines += [f"{f}::{x['test']} ({x['outcome']})\n    {x['first_line']}" for f, x in lost]
+        lines += ["```"]
+    lines += ["", f"Command: `{m['command']}`", "", END]
+    return "\n".join(lines) + "\n"
+
+
+def write(block: str, path: Path = DOC) -> None:
+    """Replaces the marked block, or appends the section at the end of the page
+    (after the sections tools/jax_suite.py keeps: see its KEPT_SECTIONS)."""
+    text = path.read_text() if path.exists() else ""
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        text = head + block.rstrip("\n") + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + f"\n\n{HEADING}\n\n" + block
+    path.write_text(text)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", type=Path, default=ROOT / ".tpu-native" / "suite")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/pallas-tpu-cpu-suite"))
+    ap.add_argument("--files", nargs="*", default=list(FILES))
+    ap.add_argument("--limit", type=float, default=120.0, help="seconds per file and side")
+    ap.add_argument("--limits", nargs="*", default=[], metavar="FILE=S")
+    ap.add_argument("--chip", default="v5e")
+    ap.add_argument("--no-chip-checks", dest="chip_checks", action="store_false")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--before", type=Path, help="an earlier --json: its lost counts beside")
+    ap.add_argument("--render", type=Path, help="no run: the doc block from this --json")
+    ap.add_argument("--write", action="store_true", help="write docs/jax-suite.md's block")
+    args = ap.parse_args(argv)
+    before = json.loads(args.before.read_text()) if args.before else None
+    if args.render:
+        record = json.loads(args.render.read_text())
+    else:
+        import jax
+        limits = {k: float(v) for k, v in (x.split("=") for x in args.limits)}
+        dirs = copy_suite(args.suite, args.work, args.files)
+        rows = [rehearse(dirs, n, limits.get(n, args.limit), args.chip, args.chip_checks)
+                for n in args.files]
+        record = dict(rows=rows, meta=dict(
+            date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+            jax=jax.__version__, python=platform.python_version(), chip=args.chip,
+            chip_checks=args.chip_checks, rev=jax_suite.our_revision(),
+            command="python tools/tpu_cpu_suite.py " + " ".join(argv or sys.argv[1:])))
+        if args.json:
+            args.json.write_text(json.dumps(record, indent=1))
+    report(record["rows"])
+    if args.write:
+        write(render(record, before))
+        print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

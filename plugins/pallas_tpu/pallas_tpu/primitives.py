@@ -202,8 +202,9 @@ def sync_copy(src_ref, dst_ref, *, add: bool = False):
 
     from pallas_tpu.memory import SemaphoreType
 
-    def is_leaf(x):
-        return x is None or hasattr(x, "transforms") or _is_ref(x)
+    def is_leaf(x):   # a container is never a leaf (jax.typeof refuses some tuples)
+        return x is None or hasattr(x, "transforms") or (
+            not isinstance(x, (tuple, list, dict)) and _is_ref(x))
     srcs, tree = jax.tree.flatten(src_ref, is_leaf=is_leaf)
     dsts, dst_tree = jax.tree.flatten(dst_ref, is_leaf=is_leaf)
     if tree != dst_tree:

@@ -131,6 +131,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     dirs = write_copies(args.jax_src, args.rev, args.work)
 
+    reasons = json.loads(REASONS.read_text()) if REASONS.exists() else {}
     jax_res, jax_s = run(dirs["jax"], "jax", "jax", args.timeout, [], plugin=False)
     runs_here = sorted(t for t, (o, _) in jax_res.items() if o != "skipped")
     ours_res, ours_s = run(dirs["ours"], "ours", "ours-plain", args.timeout,
@@ -141,7 +142,6 @@ def main(argv=None) -> int:
     model_res, model_s = run(dirs["ours"], "ours", "ours-model", args.timeout,
                              deselect + (["-k", args.select] if args.select else []), plugin=True)
 
-    reasons = json.loads(REASONS.read_text()) if REASONS.exists() else {}
     counts = collections.Counter(o for o, _ in model_res.values())
     jax_pass = sum(jax_res[t][0] == "passed" for t in runs_here)
     ours_pass = sum(ours_res.get(t, ("missing",))[0] == "passed" for t in runs_here)
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     for t in runs_here:
         o, why = ours_res.get(t, ("missing", "not run"))
         if o != "passed":
-            print(f"  {t}: {o}: {why}")
+            print(f"  {t}: {o}: {jax_suite.reason_for(t, reasons) or why}")
     print(f"ours, CPU model ({model_s:.0f} s): of the {len(model_res)} others (JAX skips all "
           f"here), passed {counts['passed']}, failed {counts['failed']}, skipped "
           f"{counts['skipped']}.")
@@ -161,11 +161,14 @@ def main(argv=None) -> int:
             continue
         explained = jax_suite.reason_for(t, reasons)
         rows.append(dict(test=t, outcome=o, first_line=why, reason=explained))
-    for kind in ("failed", "skipped"):
-        print(f"\n{kind}:")
-        for r in rows:
-            if r["outcome"] == kind:
-                print(f"  {r['test']}\n      {r['reason'] or r['first_line']}")
+    failed = [r for r in rows if r["outcome"] == "failed"]
+    print(f"\nfailed ({sum(bool(r['reason']) for r in failed)} of {len(failed)} explained):")
+    for r in failed:
+        print(f"  {r['test']}\n      {r['reason'] or r['first_line']}")
+    print("\nskipped, by the test's own reason:")
+    skips = collections.Counter(r["first_line"] for r in rows if r["outcome"] == "skipped")
+    for why, n in skips.most_common():
+        print(f"  {n:4d}  {why}")
     if args.json:
         args.json.write_text(json.dumps(dict(
             jax_runs_here=runs_here, jax_passed=jax_pass, ours_passed=ours_pass,

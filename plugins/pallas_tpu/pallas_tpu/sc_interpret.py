@@ -16,7 +16,13 @@ callback, with the machine laid out as on the chip:
 - reads and writes check their bounds, and an out-of-range index (a slice,
   a gather lane, a scatter lane) is an error naming the op and the index;
 - memory nobody wrote reads as NaN (floats) or the lowest integer;
-- a DMA lands when it starts (``wait`` has nothing left to wait for).
+- a DMA lands when it starts (``wait`` has nothing left to wait for); an
+  indirect one (``src.at[idx_ref]``, ``dst.at[idx]``, ``plsc.Indices``) moves
+  row ``k`` to/from row ``idx[k]``, skipping rows whose index is ignored;
+- before anything runs, ``sc_check`` refuses what JAX's SparseCore lowering
+  refuses (loads from HBM, scalar loads outside SMEM, ...), in JAX's words;
+- scalar control code (a pipeline's schedule) is computed by NumPy where its
+  result is XLA's bit for bit (``sc_host_ops``), the rest bound by JAX.
 
 The op semantics are documented in ``sc_primitives`` and ``sc_vector_ops``.
 """

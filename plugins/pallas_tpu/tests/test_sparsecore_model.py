@@ -38,15 +38,16 @@ _BINARY = {"add": jax.lax.add, "sub": jax.lax.sub, "mul": jax.lax.mul, "max": ja
            "rem": jax.lax.rem, "div": jax.lax.div}
 
 
-@pytest.mark.parametrize("dtype", ["int32", "uint32", "int8", "float32", "bool"])
-@pytest.mark.parametrize("op", sorted(_BINARY))
+_CASES = [(op, dtype) for op in sorted(_BINARY)
+          for dtype in ("int32", "uint32", "int8", "float32", "bool")
+          if not (dtype == "bool" and op in ("add", "sub", "mul", "rem", "div"))
+          and not (dtype == "float32" and op in ("and", "or"))]   # not lax ops of that type
+
+
+@pytest.mark.parametrize("op,dtype", _CASES)
 def test_fast_path_equals_jax(op, dtype):
     """Each op the fast path takes gives XLA's bits (wrap-around, C division,
     NaN and -0.0 included); the ops it must not take are left to JAX."""
-    if dtype == "bool" and op in ("add", "sub", "mul", "rem", "div"):
-        pytest.skip("not a bool op in lax")
-    if dtype == "float32" and op in ("and", "or"):
-        pytest.skip("not a float op in lax")
     fn = _BINARY[op]
     for shape in ((), (L,)):
         a, b = _operand(dtype, shape), _operand(dtype, shape)

@@ -99,6 +99,10 @@ class TpuBackend(Backend):
             # JAX's TPU interpreter would hang in a wait nothing can satisfy
             from pallas_tpu import semaphore_deadlock
             semaphore_deadlock.check(kernel)
+        if interpret is not None and _empty_grid(kernel):
+            # nothing runs; JAX's TPU interpreter divides by the parallel subgrid's size,
+            # 0 here (a vmap over a 0-sized batch adds such an axis)
+            return ctx.lower_fun(lambda *a: _outputs_of_empty_grid(kernel, ctx, a), *args)
         if interpret is None:
             # semaphores passed between kernels get JAX's semaphore dtypes
             from pallas_tpu import semaphore_operands
@@ -108,6 +112,19 @@ class TpuBackend(Backend):
             # JAX stages its interpreter when the rebuilt call is lowered, here
             with _tpu_info_context(kernel), _interpreter_patches(interpret):
                 return ctx.lower_fun(build, *args)
+
+
+def _empty_grid(kernel: KernelIR) -> bool:
+    return any(isinstance(g, int) and g == 0 for g in kernel.grid)
+
+
+def _outputs_of_empty_grid(kernel: KernelIR, ctx, args) -> list:
+    """What a kernel that runs at no grid point leaves: an aliased output its input,
+    any other output undefined (zeros here)."""
+    import jax.numpy as jnp
+    aliased = {o: i for i, o in kernel.input_output_aliases}
+    return [args[aliased[k]] if k in aliased else jnp.zeros(aval.shape, aval.dtype)
+            for k, aval in enumerate(ctx.mlir_ctx.avals_out)]
 
 
 def _interpreter_patches(interpret):

@@ -80,7 +80,10 @@ def _capturing(prim, mesh):
         with (jax.set_mesh(mesh) if _trace_state_clean() else
               jax.sharding.use_abstract_mesh(mesh.abstract_mesh)):
             try:
-                lowered = jax.jit(lambda *xs: original(*xs, **params)).trace(*specs).lower()
+                # out_shardings: a kernel without operands is placed on the topology too
+                lowered = jax.jit(lambda *xs: original(*xs, **params),
+                                  out_shardings=NamedSharding(mesh, PartitionSpec())
+                                  ).trace(*specs).lower()
             except Exception as e:
                 rec.update(status="lower error", error=_first_line(e),
                            where=traceback.format_exc(limit=-3)[-1500:])

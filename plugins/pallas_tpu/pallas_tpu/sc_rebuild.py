@@ -108,7 +108,8 @@ def _scopes_closed_where_freed():
     it open to the end of the enclosing body. Here each scope closes where its
     buffers are freed (a ``sync_copy``'s semaphore right after the copy), as
     JAX's own kernel scopes them: Mosaic's regions then nest as in JAX's
-    module. Values made inside and read after leave through the scope."""
+    module. Values made inside and read after leave through the scope. (Also
+    in force while the kernel is rebuilt: ``_bitcast``.)"""
     original = evaluate._open_scope
 
     def open_scope(jaxpr, k, env):

@@ -177,7 +177,16 @@ def _is_plain_call(eqn, invals) -> bool:
     Inlined, its constant operands became one Mosaic constant per use."""
     body = eqn.params["jaxpr"]
     return (not any(_is_ref(x) for x in invals) and not jaxpr_needs_replay(body)
-            and not any(isinstance(v.aval, jax.ref.AbstractRef) for v in _jaxpr(body).invars))
+            and not any(isinstance(v.aval, jax.ref.AbstractRef) for v in _jaxpr(body).invars)
+            and not _holds_keys(_jaxpr(body)))
+
+
+def _holds_keys(jaxpr) -> bool:
+    """Typed PRNG keys in a call's body (jax.random's jits): replayed, so this
+    plugin's Pallas keys become JAX's (key_operands) before JAX lowers them."""
+    values = [*jaxpr.invars, *jaxpr.outvars, *(v for e in jaxpr.eqns for v in e.outvars)]
+    return any(key_operands.is_key(getattr(v.aval, "dtype", None)) for v in values
+               if hasattr(v, "aval"))
 
 
 # Always replayed, never re-bound: their bodies were traced over the

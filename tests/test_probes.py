@@ -14,7 +14,9 @@ import pytest
 from probes import common
 
 MODULES = ("probe_errors", "probe_wrong_results", "probe_hangs", "probe_crashes",
-           "probe_round3_numerics", "probe_round3_structure", "probe_round3_control")
+           "probe_round3_numerics", "probe_round3_structure", "probe_round3_control",
+           "probe_round4_numerics", "probe_round4_structure", "probe_round4_control",
+           "probe_round4_surface")
 ALL = os.environ.get("PALLAS_PROBES_ALL") == "1"
 PARAMS = [pytest.param(m, c, id=f"{m[len('probe_'):]}-{c.id}")
           for m in MODULES for c in common.cases_of(m)]

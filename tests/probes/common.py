@@ -79,9 +79,20 @@ def _matches(got, want, tol) -> bool:
     return np.array_equal(got, want)
 
 
+class Hang(Exception):
+    """Raised by a case that runs a command of its own which did not finish in time."""
+
+
+class Crashed(Exception):
+    """Raised by a case whose command died or printed a traceback it should not have."""
+
+
 def classify_error(case: Case, err: BaseException) -> tuple[str, str]:
     msg = f"{type(err).__name__}: {err}"
-    if type(err) in _INTERNAL:     # the types themselves; a project error may subclass one
+    if isinstance(err, Hang):
+        return "hang", msg
+    # the types themselves (a project error may subclass one), or a case's own verdict
+    if type(err) in _INTERNAL or isinstance(err, Crashed):
         return "crash", msg
     missing = [n for n in case.names if n.lower() not in str(err).lower()]
     return ("unhelpful" if missing else "clear_error"), msg + (f" [missing {missing}]" if missing

@@ -1,6 +1,7 @@
 """Runs every probe category and prints one row per case and the counts:
 ``python tests/probes/run.py [category ...]`` (categories: errors, wrong_results,
-hangs, crashes, and issue 32's round3_numerics, round3_structure, round3_control).
+hangs, crashes, issue 32's round3_numerics, round3_structure, round3_control, and
+issue 39's round4_numerics, round4_structure, round4_control, round4_surface).
 The exit status is 1 if any case ended outside correct/clear_error."""
 
 import os
@@ -11,7 +12,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from probes import common  # noqa: E402
 
 CATEGORIES = ("errors", "wrong_results", "hangs", "crashes", "round3_numerics",
-              "round3_structure", "round3_control")
+              "round3_structure", "round3_control", "round4_numerics", "round4_structure",
+              "round4_control", "round4_surface")
 
 
 INTERPRETERS = ("builtin", "triton", "tpu", "mgpu")

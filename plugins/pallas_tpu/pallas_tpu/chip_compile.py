@@ -22,10 +22,9 @@ import numpy as np
 
 from pallas_frontend.backend_api import (BackendCapabilityError, KernelIR,
                                          required_capabilities, source_line)
+from pallas_tpu.params import topology_of
 
 DEFAULT_CHIP = "v5e"
-# A one-chip program needs a topology; these are the smallest each libtpu names.
-_TOPOLOGIES = {"v5e": "v5e:2x2", "v6e": "v6e:2x2", "v5p": "v5p:2x2x1", "v4": "v4:2x2x1"}
 _MIB = 1 << 20
 _CACHE_SIZE = 4096
 # A kernel that talks to other devices cannot compile as a one-chip program.
@@ -33,16 +32,6 @@ _MULTI_DEVICE_TAGS = ("remote_dma", "multi_device", "collective_run_scoped")
 
 _verdicts: collections.OrderedDict[str, str | None] = collections.OrderedDict()
 _lock = threading.Lock()
-
-
-def topology_of(chip: str) -> str:
-    """The topology compiled for: ``chip`` as given when it names one ("v5e:2x2")."""
-    if ":" in chip:
-        return chip
-    if chip not in _TOPOLOGIES:
-        raise ValueError(f"pallas_tpu.InterpretParams(chip_checks={chip!r}): name a chip "
-                         f"({', '.join(_TOPOLOGIES)}) or a topology such as 'v5e:2x2'")
-    return _TOPOLOGIES[chip]
 
 
 def simulated_cores(kernel: KernelIR, interpret) -> int:

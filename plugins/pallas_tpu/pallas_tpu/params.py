@@ -163,7 +163,6 @@ class InterpretParams:
                 raise ValueError(f"pallas_tpu.InterpretParams: {name} must be one of "
                                  f"{allowed}, got {getattr(self, name)!r}.")
         if isinstance(self.chip_checks, str):
-            from pallas_tpu.chip_compile import topology_of
             topology_of(self.chip_checks)       # a chip it knows, or a ValueError
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -211,6 +210,21 @@ _INTERPRET_CHOICES = {
 
 _local = threading.local()
 _global_mode: list[InterpretParams | None] = [None]
+
+
+# The device-less chip check (chip_compile.py) compiles a one-chip program, which
+# needs a topology; these are the smallest each libtpu names.
+_TOPOLOGIES = {"v5e": "v5e:2x2", "v6e": "v6e:2x2", "v5p": "v5p:2x2x1", "v4": "v4:2x2x1"}
+
+
+def topology_of(chip: str) -> str:
+    """The topology compiled for: ``chip`` as given when it names one ("v5e:2x2")."""
+    if ":" in chip:
+        return chip
+    if chip not in _TOPOLOGIES:
+        raise ValueError(f"pallas_tpu.InterpretParams(chip_checks={chip!r}): name a chip "
+                         f"({', '.join(_TOPOLOGIES)}) or a topology such as 'v5e:2x2'")
+    return _TOPOLOGIES[chip]
 
 
 def set_tpu_interpret_mode(params: InterpretParams | None = None) -> None:

@@ -44,6 +44,11 @@ class Evaluator:
         closed_consts = getattr(jaxpr, "consts", None)
         jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
         env = {}
+        if closed_consts is None and not consts and jaxpr.constvars and \
+                len(args) == len(jaxpr.constvars) + len(jaxpr.invars):
+            # a body traced with explicit consts: JAX 0.10 keeps them as constvars
+            # (0.12 as leading invars); either way they come first in ``args``
+            consts, args = args[:len(jaxpr.constvars)], args[len(jaxpr.constvars):]
         for v, x in zip(jaxpr.constvars, closed_consts if closed_consts is not None else consts):
             env[v] = x
         for v, x in zip(jaxpr.invars, args):

@@ -1,6 +1,8 @@
-"""pallas_tpu.tpu_sc: the plain-data names JAX's SparseCore code needs to import
-(PackFormat) match JAX's; every SparseCore kernel name is refused with the
-reason. pltpu.GridDimensionSemantics matches JAX's and CompilerParams takes it."""
+"""pallas_tpu.tpu_sc: PackFormat matches JAX's; every name of JAX's tpu_sc is
+provided, a class where JAX's is one, with JAX's parameter names.
+pltpu.GridDimensionSemantics matches JAX's and CompilerParams takes it."""
+
+import inspect
 
 import pytest
 from jax.experimental.pallas import tpu as jax_pltpu
@@ -17,12 +19,16 @@ def test_pack_format_matches_jax():
 
 
 @pytest.mark.parametrize("name", sorted(plsc.SPARSECORE_NAMES))
-def test_sparsecore_kernel_names_are_refused_with_the_reason(name):
-    # a name JAX 0.12 has, not a typo of ours (JAX 0.10 lacks a few of them)
-    assert hasattr(jax_plsc, name) or JAX_VERSION < (0, 12)
-    with pytest.raises(AttributeError, match=f"tpu_sc.{name}: SparseCore kernels are not "
-                                             "provided by pallas-tpu.*jax.experimental"):
-        getattr(plsc, name)
+def test_every_sparsecore_name_is_provided_with_jaxs_signature(name):
+    ours = getattr(plsc, name)
+    if not hasattr(jax_plsc, name):      # JAX 0.10/0.11 lack a few of 0.12's names
+        assert JAX_VERSION < (0, 12), name
+        return
+    theirs = getattr(jax_plsc, name)
+    assert isinstance(ours, type) == isinstance(theirs, type), name
+    if callable(theirs) and not isinstance(theirs, type):
+        assert (list(inspect.signature(ours).parameters)
+                == list(inspect.signature(theirs).parameters)), name
 
 
 def test_grid_dimension_semantics_match_jax_and_are_taken_by_compiler_params():

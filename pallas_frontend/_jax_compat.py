@@ -35,6 +35,9 @@ from jax._src.state import types as state_types
 
 AbstractRef = state_types.AbstractRef
 ShapedArray = core.ShapedArray
+# a pinned buffer (``jax._src.state.primitives.pin``): a kernel must alias it to an output
+AbstractLinVal = state_types.AbstractLinVal
+Tracer = core.Tracer
 
 
 def kernel_aval(shape, dtype) -> core.ShapedArray:

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend import backend_api, grid_limits, registry
+from pallas_frontend import backend_api, grid_limits, pinned_buffers, registry
 from pallas_frontend.launch_effects import (launch_effects, refuse_export_of_callbacks,
                                             with_callback_tokens)
 from pallas_frontend.backend_api import BlockMapping, KernelIR, LoweringContext
@@ -33,7 +33,8 @@ def _has_debug_effects(kernel: KernelIR) -> bool:
 
 
 def _abstract_eval(*in_avals, kernel: KernelIR, interpret, backend):
-    outs = [jc.vary_like(a, in_avals) for a in kernel.out_avals]
+    outs = pinned_buffers.keep_pinned(kernel, in_avals,
+                                      [jc.vary_like(a, in_avals) for a in kernel.out_avals])
     effs = {jc.debug_effect} if _has_debug_effects(kernel) else set()
     owner = registry.backend_for_params(interpret=interpret, compiler_params=kernel.compiler_params)
     if owner is not None:

@@ -8,13 +8,15 @@ from typing import Any
 
 import jax
 
-from pallas_frontend import closed_refs, foreign_params, frames, registry
+from pallas_frontend import (captured_scalars, closed_refs, foreign_params, frames,
+                             pinned_buffers, registry)
 from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.output_coverage import check_grid
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
-from pallas_frontend.specs import CompilerParams, CostEstimate, GridSpec, no_block_spec
+from pallas_frontend.specs import (CompilerParams, CostEstimate, GridSpec, MemoryRef,
+                                   no_block_spec)
 from pallas_frontend.tracing import (alias_mapping, block_mapping, build_kernel_ir,
                                      grid_sizes_operand, normalize_out_shape,
                                      resolve_grid_spec)
@@ -105,9 +107,7 @@ def pallas_call(
 
     static_grid = all(isinstance(g, int) for g in gs.grid)
 
-    # The debug-checks flag is read while tracing, so it is part of the cache key.
-    @functools.partial(jax.jit, inline=True, static_argnums=(0, 1))
-    def traced(mode, debug_checks, dyn_sizes, *args):
+    def trace(mode, debug_checks, dyn_sizes, *args):
         ir, out_tree = build_kernel_ir(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
@@ -117,6 +117,8 @@ def pallas_call(
             check_refs=not getattr(mode, "checks_ref_bounds", False))
         # Refs the body closes over become aliased operands (closed_refs.py)
         ir, closed = closed_refs.hoist(ir, block_mapping)
+        # pl.kernel's traced scalars become inputs after the others (captured_scalars.py)
+        ir, scalars = captured_scalars.hoist(ir, block_mapping)
         record_symbolic_grid(ir, gs.grid)     # jax.export: sizes the interpreter proves with
         # A backend's interpret mode may be asked to read out-of-range blocks as
         # uninitialized memory (pallas_tpu.InterpretParams(out_of_bounds_reads=...)).
@@ -131,6 +133,7 @@ def pallas_call(
         if closed:     # their values go in after the scalar-prefetch operands
             n_pf = ir.num_scalar_prefetch
             flat_args[n_pf:n_pf] = [r[...] for r in closed]
+        flat_args += [jax.numpy.reshape(v, (1,)) for v in scalars]
         outs = pallas_call_p.bind(*dyn_sizes, *flat_args, kernel=ir, interpret=mode,
                                   backend=backend)
         if closed:     # and come back first among the outputs
@@ -138,6 +141,9 @@ def pallas_call(
                 r[...] = v
             outs = outs[len(closed):]
         return jax.tree.unflatten(out_tree, outs)
+
+    # The debug-checks flag is read while tracing, so it is part of the cache key.
+    traced = functools.partial(jax.jit, inline=True, static_argnums=(0, 1))(trace)
 
     def call(*args):
         # A dynamic grid's sizes are operands (KernelIR.dynamic_grid_axes).
@@ -148,7 +154,9 @@ def pallas_call(
         mode = registry.effective_interpret(interpret, compiler_params)
         take_kernel_failure()
         try:
-            outs = traced(mode, enable_debug_checks.value, dyn_sizes, *args)
+            # a pinned buffer's type has no sharding, which a jit's outputs need (JAX 0.12)
+            run = trace if pinned_buffers.any_pinned(args) else traced
+            outs = run(mode, enable_debug_checks.value, dyn_sizes, *args)
             if jc.CALLBACK_ERRORS_SURFACE_ON_WAIT and not any(
                     isinstance(o, jax.core.Tracer) for o in jax.tree.leaves(outs)):
                 jax.block_until_ready(outs)    # so that a failed check raises here
@@ -266,21 +274,25 @@ def _launch_on_mesh(body, mesh, grid, values, args_tree, is_ref, prev_outs, opts
     aliases = {i: n_out + k for k, i in enumerate(ref_pos)}
     if prev_outs is not None:       # a later MPMD body continues the outputs
         aliases.update({n_in + j: j for j in range(n_out)})
-    out_shapes = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out_leaves]
+    # an out_type placed in a memory space (pltpu.VMEM(shape, dtype)) stays placed
+    out_shapes = [o if isinstance(o, MemoryRef) else jax.ShapeDtypeStruct(o.shape, o.dtype)
+                  for o in out_leaves]
     out_shapes += [jax.ShapeDtypeStruct(values[i].shape, values[i].dtype) for i in ref_pos]
 
-    def wrapper(*refs):
+    def wrapper(*refs, **named_scratch):
+        # scratch_types given as a dict reach the body as keyword arguments, as in JAX
         ins, rest = refs[:len(inputs)], refs[len(inputs):]
         outs, scratch = rest[:n_out + n_ref], rest[n_out + n_ref:]
         # A Ref argument is the aliased output: updates land in place.
         user_in = [outs[n_out + ref_pos.index(i)] if is_ref[i] else ins[i] for i in range(n_in)]
         user_out = jax.tree.unflatten(out_tree, outs[:n_out])
         user_out = user_out if isinstance(user_out, (tuple, list)) else (user_out,)
-        return body(*jax.tree.unflatten(args_tree, user_in), *user_out, *scratch)
+        return body(*jax.tree.unflatten(args_tree, user_in), *user_out, *scratch,
+                    **named_scratch)
 
     functools.update_wrapper(wrapper, body, assigned=("__name__", "__qualname__"), updated=())
     wrapper.__wrapped__ = body       # source_of() reports the body's file:line
-    results = pallas_call(
+    launch = pallas_call(
         wrapper, tuple(out_shapes), grid=grid, scratch_shapes=opts["scratch_types"],
         # a Ref argument's memory space is read off the Ref's type (ref_avals)
         in_specs=_mesh_specs(mesh, inputs, [*ref_avals, *[None] * (len(inputs) - n_in)]
@@ -290,12 +302,22 @@ def _launch_on_mesh(body, mesh, grid, values, args_tree, is_ref, prev_outs, opts
         input_output_aliases=aliases,
         compiler_params=_mesh_compiler_params(mesh, opts["compiler_params"]),
         interpret=opts["interpret"], cost_estimate=opts["cost_estimate"], debug=opts["debug"],
-        name=opts["name"] or getattr(body, "__name__", None), metadata=opts["metadata"],
-    )(*inputs)
+        name=opts["name"] or getattr(body, "__name__", None), metadata=opts["metadata"])
+    # as JAX's core_map, the body may close over traced scalars (e.g. a loop index)
+    with captured_scalars.accepting(_scalar_space(mesh)):
+        results = launch(*inputs)
     new_values = list(values)
     for k, i in enumerate(ref_pos):
         new_values[i] = results[n_out + k]
     return new_values, jax.tree.unflatten(out_tree, list(results[:n_out]))
+
+
+def _scalar_space(mesh: Any):
+    """Where traced scalars the body captures are passed: the mesh's
+    ``scalar_memory_space`` (a TPU core's SMEM), else where its operands are."""
+    from pallas_frontend.specs import MemorySpace
+    return (getattr(mesh, "scalar_memory_space", None)
+            or getattr(mesh, "default_memory_space", None) or MemorySpace.ANY)
 
 
 def _mesh_compiler_params(mesh: Any, compiler_params: Any):
@@ -321,11 +343,14 @@ def _mesh_specs(mesh: Any, tree: Any, avals=None):
         return no_block_spec
     from pallas_frontend.specs import BlockSpec
     placed = getattr(mesh, "operand_memory_space", None) or (lambda aval: None)
+
+    def space_of(x, aval=None):
+        if isinstance(x, MemoryRef):     # an out_type the user placed: the body sees it there
+            return x.memory_space
+        return placed(aval if aval is not None else jax.typeof(x)) or space
     if avals is not None:
-        return type(tree)(BlockSpec(memory_space=placed(a if a is not None else jax.typeof(x))
-                                    or space) for x, a in zip(tree, avals))
-    return jax.tree.map(
-        lambda x: BlockSpec(memory_space=placed(jax.typeof(x)) or space), tree)
+        return type(tree)(BlockSpec(memory_space=space_of(x, a)) for x, a in zip(tree, avals))
+    return jax.tree.map(lambda x: BlockSpec(memory_space=space_of(x)), tree)
 
 
 def _mesh_grid(mesh: Any, fn_name: str):
@@ -359,6 +384,8 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
         if not all(isinstance(jax.typeof(r), jc.AbstractRef) for r in refs):
             raise ValueError("core_map bodies may close over Refs only (jax.new_ref); "
                              "pass array values in Refs.")
+        if not refs:
+            _refuse_empty_core_map(f)
         values = [r[...] for r in refs]
         n = len(refs)
 
@@ -377,3 +404,14 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
         for r, v in zip(refs, outs):
             r[...] = v
     return decorator
+
+
+def _refuse_empty_core_map(f) -> None:
+    """A core_map body that closes over no Ref can have no effect (it returns
+    nothing): JAX fails to lower it; ours says so while tracing."""
+    from pallas_frontend.index_maps import source_of
+    raise ValueError(
+        f"core_map body {getattr(f, '__name__', 'body')} at {source_of(f)} closes over no Ref, "
+        "so nothing it does reaches the program (JAX: \"Attempted to lower core_map without discharging.\"). A "
+        "core_map body communicates only through the Refs it closes over (jax.new_ref, "
+        "run_state's Refs): use them, or call pl.kernel, which takes and returns arrays.")

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend import captured_scalars
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.index_maps import _fn_name, _type_str, source_of, trace_index_map
 from pallas_frontend.frames import traced_as
@@ -201,13 +202,7 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
                 return flat[grid_names.index(axis)] if axis in grid_names else None
             return _eval_binding_axis_index(jaxpr.jaxpr, jaxpr.consts, flat, index_of, name)
         jaxpr, _ = jc.trace_kernel_jaxpr(with_program_ids, in_avals, traced_for="pallas kernel")
-    bad = [c for c in jaxpr.consts
-           if np.size(c) > 1 and not isinstance(jax.typeof(c), jc.AbstractRef)]
-    if bad:
-        raise ValueError(
-            f"The kernel function {name} captures constants "
-            f"{[_type_str(c) for c in bad]}. You should pass them as inputs "
-            "(add them to the pallas_call arguments with a BlockSpec).")
+    captured_scalars.refuse_unpassable(jaxpr, name)
     return jaxpr
 
 

@@ -52,6 +52,11 @@ class TensorCoreMesh:
         """``ANY`` (HBM): where a ``pl.kernel`` over this mesh sees its operands."""
         return MemorySpace.ANY
 
+    @property
+    def scalar_memory_space(self) -> MemorySpace:
+        """``SMEM``: where a scalar the body closes over is passed (as JAX does)."""
+        return MemorySpace.SMEM
+
     def operand_memory_space(self, aval) -> MemorySpace | None:
         """Where an operand of a ``pl.kernel`` over this mesh lives when it says
         so itself (``with_memory_space_constraint``; JAX's ``pl.kernel`` reads

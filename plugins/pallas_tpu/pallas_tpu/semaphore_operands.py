@@ -29,6 +29,9 @@ from pallas_tpu.semaphore_deadlock import nested_bodies
 
 _DMA_PRIMITIVES = frozenset({"tpu_dma_start", "tpu_dma_wait"})
 _REGULAR_PRIMITIVES = frozenset({"semaphore_signal", "semaphore_wait", "semaphore_read"})
+_DATA_PRIMITIVES = frozenset({"get", "swap", "addupdate"})
+# a use as data (a DMA's source or target, a load or store), not as a semaphore
+_DATA = "data"
 
 
 def _in_semaphore_space(mapping) -> bool:
@@ -36,16 +39,21 @@ def _in_semaphore_space(mapping) -> bool:
         mapping.memory_space, SemaphoreKind)
 
 
-def _dma_semaphores(eqn) -> list:
-    """The semaphore Refs (not views) a DMA start or wait uses: its parts are
-    (src, dst, dst_sem, src_sem, device_id), a view being (Ref, transforms)."""
+def _dma_refs(eqn, first: int, stop: int) -> list:
+    """The Refs (not views) of a DMA start or wait's parts ``first:stop``: its
+    parts are (src, dst, dst_sem, src_sem, device_id), a view being (Ref, transforms)."""
     parts = eqn.params["tree"].unflatten(eqn.invars)
-    return [jax.tree.leaves(part)[0] for part in parts[2:4]
+    return [jax.tree.leaves(part)[0] for part in parts[first:stop]
             if part is not None and jax.tree.leaves(part)]
 
 
+def _dma_semaphores(eqn) -> list:
+    return _dma_refs(eqn, 2, 4)
+
+
 def _uses(kernel: KernelIR, roots: dict) -> dict:
-    """root -> the set of kinds ("dma", "regular") its uses ask for."""
+    """root -> the set of kinds ("dma", "regular") its uses ask for, and ``_DATA``
+    where it is used as data."""
     uses: dict = {}
 
     def visit(jaxpr, alias):
@@ -55,6 +63,12 @@ def _uses(kernel: KernelIR, roots: dict) -> dict:
                 for v in _dma_semaphores(eqn):
                     if not isinstance(v, Literal) and v in alias:
                         uses.setdefault(alias[v], set()).add(SemaphoreKind.DMA)
+                for v in _dma_refs(eqn, 0, 2):
+                    if not isinstance(v, Literal) and v in alias:
+                        uses.setdefault(alias[v], set()).add(_DATA)
+            elif (name in _DATA_PRIMITIVES and not isinstance(eqn.invars[0], Literal)
+                  and eqn.invars[0] in alias):
+                uses.setdefault(alias[eqn.invars[0]], set()).add(_DATA)
             elif name in _REGULAR_PRIMITIVES:
                 v = eqn.invars[0]
                 if not isinstance(v, Literal) and v in alias:
@@ -84,6 +98,11 @@ def kinds(kernel: KernelIR) -> tuple[dict[int, SemaphoreKind], dict[int, Semapho
     for var, (side, k) in roots.items():
         m = (kernel.in_mappings if side == "in" else kernel.out_mappings)[k]
         asked = uses.get((side, k), set())
+        if _DATA in asked and asked == {_DATA} and m.memory_space is MemorySpace.SEMAPHORE:
+            # values placed in semaphore memory (pltpu.SEMAPHORE(shape, int32)): JAX
+            # keeps their dtype and only the memory space says semaphore
+            continue
+        asked = asked - {_DATA}
         if isinstance(m.memory_space, SemaphoreKind):
             asked = asked | {m.memory_space}
         if len(asked) > 1:

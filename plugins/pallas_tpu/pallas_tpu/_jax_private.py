@@ -40,6 +40,14 @@ def jax_interpret_fields() -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(pltpu.InterpretParams))
 
 
+@functools.cache
+def jax_compiler_fields() -> frozenset[str]:
+    """The fields of this JAX's ``pltpu.CompilerParams``."""
+    import dataclasses
+    from jax.experimental.pallas import tpu as pltpu
+    return frozenset(f.name for f in dataclasses.fields(pltpu.CompilerParams))
+
+
 def missing_interpret_field(name: str) -> str | None:
     """None where this JAX's ``InterpretParams`` has field ``name``; else the
     JAX release that first has it."""

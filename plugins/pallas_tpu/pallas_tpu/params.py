@@ -69,6 +69,7 @@ class CompilerParams(pf.CompilerParams):
     needs_layout_passes: bool = True
     fuse_transposed_lhs_in_matmul: bool = False
     use_tc_tiling_on_sc: bool | None = None   # SparseCore: lay out as the TensorCore does
+    opt_level: Any = None       # SparseCore: Mosaic's optimization level (JAX's OptLevel)
     # Set by a SparseCore mesh (sc_mesh), not by users: which core runs the kernel.
     kernel_type: Any = None
     BACKEND: Any = dataclasses.field(default="tpu", init=False, repr=False, compare=False)
@@ -99,8 +100,14 @@ class CompilerParams(pf.CompilerParams):
         side = self.has_side_effects
         if isinstance(side, SideEffectType):
             side = getattr(pltpu.SideEffectType, side.name)
+        extra = {}
+        if self.opt_level is not None:
+            if "opt_level" not in _jax_private.jax_compiler_fields():
+                raise NotImplementedError(_jax_private.needs_newer_jax(
+                    f"pallas_tpu.CompilerParams(opt_level={self.opt_level!r})", "0.11"))
+            extra["opt_level"] = self.opt_level
         return pltpu.CompilerParams(
-            dimension_semantics=ds, allow_input_fusion=self.allow_input_fusion,
+            **extra, dimension_semantics=ds, allow_input_fusion=self.allow_input_fusion,
             vmem_limit_bytes=self.vmem_limit_bytes, collective_id=self.collective_id,
             has_side_effects=side, flags=dict(self.flags) if self.flags else None,
             internal_scratch_in_bytes=self.internal_scratch_in_bytes,

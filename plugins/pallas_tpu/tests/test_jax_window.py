@@ -123,3 +123,16 @@ def test_with_memory_space_constraint():
     with pytest.raises(NotImplementedError, match=_needs(
             "pallas_tpu.with_memory_space_constraint to pallas_frontend.HOST", "0.11")):
         jax.make_jaxpr(to_host)(x)
+
+
+@pytest.mark.parametrize("level", ["O0", "O3"])
+def test_compiler_params_opt_level(level):
+    # JAX's SparseCore tests pass opt_level= (JAX 0.11 and newer have the field)
+    params = pltpu.CompilerParams(opt_level=level)
+    if JAX_VERSION >= (0, 11):
+        assert params.to_jax().opt_level == level
+        assert pltpu.CompilerParams().to_jax().opt_level is None
+    else:
+        with pytest.raises(NotImplementedError,
+                           match=r"^pallas_tpu.CompilerParams\(opt_level='O\d'\) needs JAX 0.11"):
+            params.to_jax()

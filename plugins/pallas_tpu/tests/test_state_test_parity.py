@@ -107,13 +107,15 @@ def _scratch_dict_kernel(api, **launch):
     return f
 
 
-def test_scratch_given_as_a_dict_reaches_the_body_by_name(rng):
+def test_scratch_given_as_a_dict_reaches_the_body_by_name(rng, aot_compile):
     x = rng.integers(-1000, 1000, (8, 128)).astype(np.int32)
     out = jax.jit(_scratch_dict_kernel(OURS, interpret=pallas_tpu.InterpretParams()))(x)
     np.testing.assert_array_equal(np.asarray(out), x.astype(np.int64) + 1)
     lowered = {side: _custom_calls(_lower_for_v5e(_scratch_dict_kernel(api), x), bodies=False)
                for side, api in _apis().items()}
     assert lowered["ours"] == lowered["jax"] and len(lowered["ours"]) == 1
+    compiled, _ = aot_compile(_scratch_dict_kernel(OURS), jax.ShapeDtypeStruct(x.shape, x.dtype))
+    assert compiled is not None       # Mosaic takes it for a v5e
 
 
 def _row_copies(api, **launch):

@@ -145,6 +145,10 @@ def main(argv=None) -> int:
     except env_config.ConfigError as e:   # a PALLAS_FRONTEND_* setting: the message says all
         print(f"pallas: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:    # the reader left (pallas backends | head): no traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())   # the exit's flush must not raise again
+        return 141                              # as a shell reports SIGPIPE
 
 
 if __name__ == "__main__":

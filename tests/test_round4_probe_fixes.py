@@ -114,3 +114,21 @@ def test_while_condition_sees_the_refs_the_body_writes(rng, nested):
             v, n = v * 2, n + 1
     np.testing.assert_allclose(np.asarray(got), v, rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(count), np.full((8, 128), n))
+
+
+def test_cli_reader_leaving_early_is_no_traceback():
+    """``pallas backends | head -c 10``: the pipe closes under the listing; it was a
+    BrokenPipeError traceback, now the shell's SIGPIPE status (141) and nothing on stderr
+    from the frontend."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PALLAS_FRONTEND_")}
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.Popen([sys.executable, "-m", "pallas_frontend.cli", "backends"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.read(10)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err.decode(errors="replace"), err.decode(errors="replace")[-800:]
+    assert proc.returncode == 141

@@ -90,7 +90,8 @@ class Backend:
         interpret mode is set to (e.g. ``pallas_tpu.force_tpu_interpret_mode()``),
         or None. While set, a ``pallas_call`` whose ``compiler_params`` are this
         backend's and that passes no ``interpret=`` runs as if it had passed
-        ``interpret=<these params>``. (API 1.2)"""
+        ``interpret=<these params>``; so does one with no ``compiler_params``
+        when no other loaded backend has its interpret mode on. (API 1.2)"""
         return None
 
     def adopt_foreign_params(self, obj: Any) -> Any:

@@ -393,9 +393,16 @@ def backend_for_params(*, interpret, compiler_params) -> Backend | None:
 def effective_interpret(interpret, compiler_params):
     """``interpret`` as the call will use it: when the call passes none and its
     compiler params belong to a backend whose own interpret mode is on (its
-    ``forced_interpret_params``), that backend's interpret params."""
-    if interpret not in (None, False) or compiler_params is None:
+    ``forced_interpret_params``), that backend's interpret params. A call with
+    no compiler params takes the interpret mode that is on, when one backend
+    has it on: JAX's forced TPU interpret mode reaches every kernel."""
+    if interpret not in (None, False):
         return interpret
+    if compiler_params is None:
+        with _lock:
+            loaded = list(_loaded().values())
+        forced = [p for p in (b.forced_interpret_params() for b in loaded) if p is not None]
+        return forced[0] if len(forced) == 1 else interpret
     b = _backend_of_params(compiler_params, "compiler_params_type")
     forced = b.forced_interpret_params() if b is not None else None
     return interpret if forced is None else forced

@@ -76,3 +76,48 @@ def test_jax_own_interpret_params_run_in_tpu_interpret_mode(monkeypatch):
     want = 3.0 * np.asarray(x, np.float64) + np.asarray(y, np.float64)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
     assert lowered, "JAX's InterpretParams did not select backend 'tpu'"
+
+
+def _dynamic_size_copy(x_hbm, size):
+    """A kernel that passes no compiler_params (as JAX's tests write many): a
+    DMA whose length is read from SMEM, which only TPU interpret mode runs."""
+    def k(size_ref, x_ref, _, o_ref, sem):
+        n = size_ref[0]
+        pltpu.async_copy(x_ref.at[pl.ds(0, n)], o_ref.at[pl.ds(0, n)], sem).wait()
+    return pl.pallas_call(
+        k, out_shape=jax.ShapeDtypeStruct(x_hbm.shape, x_hbm.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY),
+                  pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[pltpu.SemaphoreType.DMA],
+        input_output_aliases={2: 0})(size, x_hbm, jnp.zeros_like(x_hbm))
+
+
+def test_forced_mode_reaches_kernels_without_compiler_params(monkeypatch):
+    # JAX's force_tpu_interpret_mode applies to every pallas_call; ours ran a
+    # kernel without compiler_params in the built-in interpreter, which has no
+    # dynamic-size DMA (JAX's test_simple_tile_aligned_dynamic_size_dma)
+    from pallas_tpu.backend import TpuBackend
+    lowered = []
+    real_lower = TpuBackend.lower
+    monkeypatch.setattr(TpuBackend, "lower",
+                        lambda self, *a: lowered.append(1) or real_lower(self, *a))
+    rng = np.random.default_rng()
+    x = jnp.asarray(rng.integers(-1000, 1000, (8, 8, 128)), jnp.int32)
+    n = int(rng.integers(1, 8))
+    with pltpu.force_tpu_interpret_mode():
+        got = np.asarray(_dynamic_size_copy(x, jnp.asarray([n], jnp.int32)))
+    want = np.zeros((8, 8, 128), np.int64)
+    want[:n] = np.asarray(x)[:n]
+    np.testing.assert_array_equal(got, want)
+    assert lowered, "the kernel did not run in TPU interpret mode"
+
+
+def test_portable_kernel_outside_forced_mode_keeps_the_default_backend(monkeypatch):
+    from pallas_tpu.backend import TpuBackend
+    monkeypatch.setattr(TpuBackend, "lower", lambda self, *a: pytest.fail("tpu chosen"))
+
+    def k(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+    x = jnp.asarray(np.random.default_rng().standard_normal((8, 128)), jnp.float32)
+    got = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(x, np.float64) * 2, rtol=1e-7)

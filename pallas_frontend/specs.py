@@ -143,6 +143,12 @@ class MemoryRef:
         object.__setattr__(self, "shape", check_dims(self.shape, f"{self.memory_space} scratch"))
         object.__setattr__(self, "dtype", value_dtype(self.dtype))
 
+    @property
+    def inner_aval(self):
+        """The value type inside the buffer, as JAX's MemoryRef names it."""
+        import jax
+        return jax.core.ShapedArray(self.shape, self.dtype)
+
 
 class MemorySpace(enum.Enum):
     """Device-agnostic memory spaces; backends add their own physical ones.
@@ -160,6 +166,14 @@ class MemorySpace(enum.Enum):
 
     def __call__(self, shape, dtype) -> MemoryRef:
         return MemoryRef(tuple(shape), value_dtype(dtype), self)
+
+    def like(self, x) -> MemoryRef:
+        """``ANY.like(x)``: a buffer of ``x``'s shape and dtype (an array,
+        ShapeDtypeStruct or abstract value) in this space."""
+        if getattr(x, "shape", None) is None or getattr(x, "dtype", None) is None:
+            raise TypeError(f"pl.MemorySpace.{self.name}.like(x): x must have a shape and a "
+                            f"dtype (an array, jax.ShapeDtypeStruct or abstract value), got {x!r}.")
+        return self(x.shape, x.dtype)
 
     def __eq__(self, other):
         if isinstance(other, MemorySpace):

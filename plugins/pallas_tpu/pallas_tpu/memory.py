@@ -32,6 +32,14 @@ class MemorySpace(enum.Enum):
     def __call__(self, shape, dtype) -> pf.MemoryRef:
         return pf.MemoryRef(tuple(shape), dtype, self)   # a key dtype stays a key dtype
 
+    def like(self, x) -> pf.MemoryRef:
+        """``VMEM.like(x)``: a buffer of ``x``'s shape and dtype (an array,
+        ShapeDtypeStruct or abstract value) in this space."""
+        if getattr(x, "shape", None) is None or getattr(x, "dtype", None) is None:
+            raise TypeError(f"pallas_tpu.{self.name}.like(x): x must have a shape and a dtype "
+                            f"(an array, jax.ShapeDtypeStruct or abstract value), got {x!r}.")
+        return self(x.shape, x.dtype)
+
     def __str__(self):
         return self.name
 

@@ -42,9 +42,31 @@ def test_device_checks_answer_as_jax_would_on_that_chip(chip, monkeypatch):
     monkeypatch.setattr(jtu, "device_under_test", originals["device_under_test"])
     tpu_cpu_plugin.answer_as_chip(chip)
     assert [jtu.is_device_tpu(v, var) for v, var in cases] == want
+    # by keyword, as JAX's tests also call them
+    assert [jtu.is_device_tpu(version=v, variant=var) for v, var in cases] == want
+    assert [jtu.is_device_tpu_at_least(version=v) for v in range(2, 9)] == want_at_least
     assert [jtu.is_device_tpu_at_least(v) for v in range(2, 9)] == want_at_least
     assert jtu.get_tpu_version() == want_version
     assert jtu.test_device_matches(["tpu"]) and not jtu.test_device_matches(["cpu"])
+
+
+@pytest.mark.parametrize("chip", ["v5e", "v5p", "v6e"])
+def test_jax_tpu_info_answers_for_the_chip(chip, monkeypatch):
+    """JAX's pipelines read tpu_info (tilings, VMEM size), which fails on a CPU
+    device; under the plugin it is the chip's own table (get_tpu_info_for_chip)."""
+    pytest.importorskip("absl.testing", reason="JAX's test utilities need absl-py")
+    from jax._src.pallas.mosaic import core as tpu_core
+    from jax._src.pallas.mosaic import tpu_info
+    from jax.experimental.pallas import tpu as jax_pltpu
+    for mod, name in ((tpu_info, "get_device_kind"), (tpu_info, "get_num_device_cores"),
+                      (tpu_core, "create_tensorcore_mesh"),
+                      (jax_pltpu, "create_tensorcore_mesh")):
+        monkeypatch.setattr(mod, name, getattr(mod, name))
+    tpu_cpu_plugin.answer_tpu_info(chip)     # it clears get_tpu_info's cache
+    kind, cores = tpu_cpu_plugin.DEVICES[chip]
+    want = tpu_info.get_tpu_info_for_chip(tpu_info.chip_version_from_device_kind(kind), cores)
+    assert tpu_info.get_tpu_info() == want
+    assert len(jax_pltpu.create_tensorcore_mesh("core").devices) == cores
 
 
 TEST_FILE = '''
@@ -112,3 +134,40 @@ def test_error_groups_blank_particulars():
     b = tpu_cpu_suite.error_group("ValueError: block (16, 256) of 'y' at line 40")
     c = tpu_cpu_suite.error_group("TypeError: block (8, 128) of 'x' at line 12")
     assert a == b != c
+
+
+CRASH_FILE = '''
+import os
+from absl.testing import parameterized
+from jax._src import test_util as jtu
+
+
+class Crash(jtu.JaxTestCase):
+    def test_a(self):
+        pass
+
+    def test_b(self):
+        os.abort()          # a process that dies in a test (as an OOM kill would)
+
+    def test_c(self):
+        self.assertEqual(1, 2)
+
+
+class Cases(jtu.JaxTestCase):
+    @parameterized.parameters(1, 2, 3)
+    def test_p(self, n):
+        pass
+'''
+
+
+def test_a_dying_process_fails_its_test_and_the_rest_still_run(tmp_path):
+    pytest.importorskip("absl.testing", reason="JAX's test utilities need absl-py")
+    (tmp_path / "crash_test.py").write_text(CRASH_FILE)
+    results, note, _ = tpu_cpu_suite.forced_run(tmp_path, "crash_test.py", "jax", 600.0, "v5e",
+                                                False, None, per_test=1)
+    assert note == ""
+    assert {t: o for t, (o, _) in results.items()} == {
+        "Crash::test_a": "passed", "Crash::test_b": "failed", "Crash::test_c": "failed",
+        "Cases::test_p0": "passed"}
+    assert "died" in results["Crash::test_b"][1]
+    assert results["Crash::test_c"][1].startswith("AssertionError: 1 != 2")

@@ -34,7 +34,10 @@ import os
 import platform
 import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -65,19 +68,59 @@ def copy_suite(suite: Path, work: Path, files) -> dict[str, Path]:
 
 
 def forced_run(directory: Path, name: str, side: str, limit: float, chip: str,
-               chip_checks: bool, only: list[str] | None):
-    env = {"PYTHONPATH": os.pathsep.join([str(HERE), str(directory),
-                                          os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           "PALLAS_TPU_CPU_CHIP": chip, "PALLAS_TPU_CHIP_CHECKS": "1" if chip_checks else "0"}
+               chip_checks: bool, only: list[str] | None, per_test: int = 0):
+    """({``Class::test``: (outcome, first line)}, note, seconds). pytest runs
+    again after a process dies in a test (that test failed), on the tests not
+    yet run, until all ran or ``limit`` seconds passed (then it is killed)."""
+    log = directory / (name + ".forced.jsonl")
+    log.unlink(missing_ok=True)
+    skip = directory / (name + ".skip")
+    env = {**jax_suite.file_env(name, side, directory),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), str(directory),
+                                                    os.environ.get("PYTHONPATH")) if p),
+           "PALLAS_TPU_CPU_CHIP": chip, "PALLAS_TPU_CHIP_CHECKS": "1" if chip_checks else "0",
+           "PALLAS_TPU_CPU_LOG": str(log), "PALLAS_TPU_CPU_SKIP": str(skip),
+           "PALLAS_TPU_CPU_PER_TEST": str(per_test)}
     if only is not None:
-        keep = directory / (name + ".only")
-        keep.write_text("\n".join(only))
-        env["PALLAS_TPU_CPU_ONLY"] = str(keep)
-    results, note, seconds = jax_suite.run_copy(directory, name, limit, side,
-                                                extra=["-p", "tpu_cpu_plugin"], env=env,
-                                                tag=".forced")
-    # "file::Class::test" -> "Class::test", as the plugin's selection names them
-    return {t.split("::", 1)[1]: r for t, r in results.items()}, note, seconds
+        (directory / (name + ".only")).write_text("\n".join(only))
+        env["PALLAS_TPU_CPU_ONLY"] = str(directory / (name + ".only"))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+           "-p", "tpu_cpu_plugin", name]
+    results: dict[str, tuple[str, str]] = {}
+    start, note = time.monotonic(), ""
+    while True:
+        skip.write_text("\n".join(results))
+        proc = subprocess.Popen(cmd, cwd=directory, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=max(1.0, limit - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc, note = None, f"cut at the {limit:.0f} s limit"
+        running = _read_log(log, results)
+        if rc is None or rc in (0, 1, 5) or running is None:
+            break     # done, cut, or failed outside any test: the log says what ran
+        results[running] = ("failed", f"the test process died (exit status {rc}): "
+                            "see the file's own run")
+    return results, note, time.monotonic() - start
+
+
+def _read_log(log: Path, results: dict) -> str | None:
+    """Outcomes of the log into ``results``; the test that started last and
+    has none (the one a dying process was in), or None."""
+    running = None
+    for line in log.read_text().splitlines() if log.exists() else []:
+        r = json.loads(line)
+        if r["outcome"] == "started":
+            running = r["test"]
+            continue
+        why = r["message"] if r["outcome"] == "skipped" else jax_suite.first_line(
+            r["message"] or r["text"], r["text"])
+        results[r["test"]] = (r["outcome"], why)
+        if running == r["test"]:
+            running = None
+    return running if running not in results else None
 
 
 def error_group(line: str) -> str:
@@ -88,9 +131,11 @@ def error_group(line: str) -> str:
     return line[:140]
 
 
-def rehearse(dirs, name: str, limit: float, chip: str, chip_checks: bool) -> dict:
+def rehearse(dirs, name: str, limit: float, chip: str, chip_checks: bool,
+             per_test: int) -> dict:
     print(f"{name}: JAX's copy (limit {limit:.0f} s) ...", flush=True)
-    jax_res, jax_note, jax_s = forced_run(dirs["jax"], name, "jax", limit, chip, False, None)
+    jax_res, jax_note, jax_s = forced_run(dirs["jax"], name, "jax", limit, chip, False, None,
+                                          per_test)
     reached = sorted(t for t in jax_res if not t.endswith("<file>"))
     print(f"{name}: ours on the {len(reached)} tests JAX's run reached ...", flush=True)
     ours_res, ours_note, ours_s = forced_run(dirs["ours"], name, "ours", limit, chip,
@@ -103,7 +148,7 @@ def rehearse(dirs, name: str, limit: float, chip: str, chip_checks: bool) -> dic
             not_reached.append(t)
         elif ours_res[t][0] != "passed":
             lost.append(dict(test=t, outcome=ours_res[t][0], first_line=ours_res[t][1]))
-    row = dict(file=name, jax=jax_suite.tally(jax_res), ours=jax_suite.tally(ours_res),
+    row = dict(file=name, per_test=per_test, jax=jax_suite.tally(jax_res), ours=jax_suite.tally(ours_res),
                lost=lost, not_reached=not_reached, notes=[jax_note, ours_note],
                seconds=[round(jax_s), round(ours_s)], jax_results=jax_res, ours_results=ours_res)
     print(f"{name}: JAX p/f/s {row['jax']} ({jax_s:.0f} s{', ' + jax_note if jax_note else ''}),"
@@ -145,6 +190,7 @@ def render(record: dict, before: dict | None) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in record["rows"]:
         cut = " (cut)" if any(r["notes"]) else ""
+        cut += f" (first {r['per_test']} cases of each test)" if r.get("per_test") else ""
         was = lost_before.get(r["file"], len(r["lost"]))
         lines.append(f"| `{r['file']}`{cut} | " + " | ".join(map(str, [*r["jax"], *r["ours"]]))
                      + f" | {was} | {len(r['lost'])} | {r['seconds'][0]} / {r['seconds'][1]} |")
@@ -176,6 +222,8 @@ def main(argv=None) -> int:
     ap.add_argument("--files", nargs="*", default=list(FILES))
     ap.add_argument("--limit", type=float, default=120.0, help="seconds per file and side")
     ap.add_argument("--limits", nargs="*", default=[], metavar="FILE=S")
+    ap.add_argument("--per-test", nargs="*", default=[], metavar="FILE=N",
+                    help="only the first N cases of each parameterized test of FILE")
     ap.add_argument("--chip", default="v5e")
     ap.add_argument("--no-chip-checks", dest="chip_checks", action="store_false")
     ap.add_argument("--json", type=Path)
@@ -190,8 +238,9 @@ def main(argv=None) -> int:
         import jax
         limits = {k: float(v) for k, v in (x.split("=") for x in args.limits)}
         dirs = copy_suite(args.suite, args.work, args.files)
-        rows = [rehearse(dirs, n, limits.get(n, args.limit), args.chip, args.chip_checks)
-                for n in args.files]
+        per_test = {k: int(v) for k, v in (x.split("=") for x in args.per_test)}
+        rows = [rehearse(dirs, n, limits.get(n, args.limit), args.chip, args.chip_checks,
+                         per_test.get(n, 0)) for n in args.files]
         record = dict(rows=rows, meta=dict(
             date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             jax=jax.__version__, python=platform.python_version(), chip=args.chip,

@@ -155,7 +155,18 @@ def print_backend_info(file=None) -> None:
     out = file or sys.stdout
     print(f"pallas-frontend {__version__} (backend API {API_VERSION[0]}.{API_VERSION[1]}), "
           f"jax {jax.__version__}, platform {jax.default_backend()}", file=out)
-    print(format_table(backend_rows(jax.default_backend())), file=out)
+    print(_encodable(format_table(backend_rows(jax.default_backend())), out), file=out)
+
+
+def _encodable(text: str, out) -> str:
+    """``text`` as ``out`` can encode it (a plugin's error may hold characters an ASCII
+    terminal cannot show: escaped, never a UnicodeEncodeError)."""
+    encoding = getattr(out, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+        return text
+    except (UnicodeEncodeError, LookupError):
+        return text.encode(encoding, "backslashreplace").decode(encoding, "replace")
 
 
 def smoke_test_all(platform: str | None = None) -> list[SmokeResult]:

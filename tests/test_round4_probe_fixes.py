@@ -132,3 +132,23 @@ def test_cli_reader_leaving_early_is_no_traceback():
     _, err = proc.communicate(timeout=120)
     assert "Traceback" not in err.decode(errors="replace"), err.decode(errors="replace")[-800:]
     assert proc.returncode == 141
+
+
+def test_cli_listing_on_an_ascii_terminal_escapes_a_plugins_message(tmp_path):
+    """A plugin whose import error holds non-ASCII text, listed by ``pallas backends``
+    where stdout is ASCII-only: a UnicodeEncodeError traceback before, now escaped."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "fake_uni.py").write_text("raise ImportError('m\\u00f6d\\u00fcl fehlt \\u2211')\n")
+    info = tmp_path / "fake_uni-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake_uni\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pallas_frontend.backends]\nfakeuni = fake_uni\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PALLAS_FRONTEND_")}
+    env.update(JAX_PLATFORMS="cpu", PYTHONIOENCODING="ascii", LC_ALL="C",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-m", "pallas_frontend.cli", "backends"], env=env,
+                         capture_output=True, text=True, errors="replace", timeout=120)
+    assert "Traceback" not in out.stderr, out.stderr[-800:]
+    assert out.returncode == 1 and "fakeuni" in out.stdout and "m\\xf6d\\xfcl" in out.stdout

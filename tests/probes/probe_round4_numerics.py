@@ -22,11 +22,13 @@ are ``slow`` (PALLAS_PROBES_ALL=1 or tests/probes/run.py round4_numerics)."""
 
 # Counts (issue 39 round 4, 2026-12-06; seed 20261206; PALLAS_PROBES_ALL=1 python
 # tests/probes/run.py round4_numerics), 1016 cases, 254 per interpreter:
-#   before fixes: 1001 good (904 correct, 93 clear errors: capabilities a backend
-#     declares, TPU chip checks), 5 silent-wrong (all Triton: float16 floor_divide one
-#     ulp off XLA; bfloat16 neg/abs/copysign quieting a signalling NaN), 1 probe
-#     tolerance fixed (triton rsum32_bf16: a sum's error scales with its terms)
-#   after fixes (0da9b4e): 0 silent-wrong, 0 crash, 0 hang, 0 unhelpful
+#   before fixes: 943 correct, 68 clear errors (capabilities a backend declares: Triton's
+#     sort/reduce_prod/erfc/lgamma/digamma/cumlogsumexp; TPU chip checks on 16-bit
+#     blocks), 5 silent-wrong, all Triton: float16 floor_divide one ulp off XLA,
+#     bfloat16 neg/abs/copysign quieting a signalling NaN (and rsum32_bf16, this
+#     probe's tolerance: a sum's error scales with its terms, now as round 3's sums)
+#   after fixes (0da9b4e): 948 correct, 68 clear errors; 0 unhelpful, 0 crash, 0 hang,
+#     0 silent-wrong
 
 
 import functools

@@ -14,7 +14,7 @@ whose input must be refused has none. Cases on a plugin's interpreter are
 ``slow``."""
 
 # Counts (issue 39 round 4, 2026-12-06; seed 20261206), 379 cases over the four
-# interpreters: before fixes 3 silent-wrong (name=123 and name=b"k" ran; JAX fails on
+# interpreters: before fixes 2 silent-wrong (name=123 and name=b"k" ran; JAX fails on
 # them), 1 crash (pl.ds stride 0: ZeroDivisionError), 2 unhelpful (stride 0 under TPU
 # interpret: JAX's callback error; a jnp.int32 block dim refused where JAX takes it);
 # after fixes (d9e442a, 96560be): 194 correct, 184 clear errors, 1 unhelpful

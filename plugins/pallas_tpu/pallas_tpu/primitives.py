@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from pallas_frontend.backend_api import kernel_primitive
 
 from pallas_frontend import backend_api
+from pallas_tpu.memory import SemaphoreKind
 
 OWNER = "tpu"
 
@@ -120,6 +121,8 @@ class AsyncCopyDescriptor:
         overwriting it. ``priority`` is handed to Mosaic as is."""
         if self._each_selected(lambda d: d.start(priority, add=add)):
             return
+        for name in ("dst_sem", "src_sem"):
+            _check_one_semaphore(getattr(self, name), "start")
         flat, tree, spec = _flatten_with_effects(self._parts(), ("r", "w", "w", "w", None))
         dma_start_p.bind(*flat, tree=tree, effect_spec=spec, priority=int(priority),
                          add=bool(add), device_id_type=self.device_id_type)
@@ -127,6 +130,12 @@ class AsyncCopyDescriptor:
     def _wait(self, wait_for: str):
         if self._each_selected(lambda d: d._wait(wait_for)):
             return
+        _check_one_semaphore(self.dst_sem, "wait")
+        if _semaphore_kind(self.dst_sem) is SemaphoreKind.REGULAR:
+            raise ValueError(
+                "async copy wait(): its semaphore is a REGULAR one, which no DMA signals; "
+                "give the copy a pltpu.SemaphoreType.DMA semaphore, or wait on a regular "
+                "semaphore with pl.semaphore_wait().")
         flat, tree, spec = _flatten_with_effects(self._parts(), ("r", "w", "w", "w", None))
         dma_wait_p.bind(*flat, tree=tree, effect_spec=spec, wait_for=wait_for,
                         device_id_type=self.device_id_type)
@@ -145,6 +154,25 @@ class AsyncCopyDescriptor:
         if not self.is_remote:
             raise RuntimeError("wait_send() is for remote copies; use wait() on a local copy.")
         self._wait("send")
+
+
+def _semaphore_kind(sem):
+    """The SemaphoreKind a semaphore Ref (or a view of one) carries, or None."""
+    base = getattr(sem, "ref", sem)          # a view's Ref
+    try:
+        space = getattr(jax.typeof(base), "memory_space", None)
+    except TypeError:                       # not a JAX value: left to the primitive
+        return None
+    return space if isinstance(space, SemaphoreKind) else None
+
+
+def _check_one_semaphore(sem, what: str) -> None:
+    """A DMA signals one semaphore: a Ref (or view) of shape ()."""
+    shape = getattr(sem, "shape", ())
+    if sem is not None and tuple(shape) != ():
+        raise ValueError(
+            f"async copy {what}(): Cannot signal a semaphore array of shape {tuple(shape)}; "
+            "a DMA signals one semaphore: index the array (sem.at[i]).")
 
 
 def make_async_copy(src_ref, dst_ref, sem) -> AsyncCopyDescriptor:

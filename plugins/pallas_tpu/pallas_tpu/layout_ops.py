@@ -115,14 +115,18 @@ def_pure_primitive(bitcast_p, impl=_bitcast_impl, abstract_eval=_bitcast_abstrac
 register_interpret_rule(bitcast_p)
 
 
-def bitcast(x, dtype, dim: int = -2):
-    """Reinterprets the bits of ``x`` as ``dtype``, keeping the rank: dim ``dim``
+def bitcast(x, ty=None, dim: int = -2, *, dtype=None):
+    """Reinterprets the bits of ``x`` as ``ty`` (JAX's name; ``dtype=`` is taken
+    too), keeping the rank: dim ``dim``
     (the second minor, by default, or the minormost) scales by the ratio of the
     bit widths. Along the second minor dim, ``out[a, b]`` packs ``x[k*a + i, b]``
     for ``i < k`` (the first in the low bits); along the minormost it is numpy's
     ``view``. Mosaic takes the minormost only between equal widths on TensorCore."""
+    if (ty is None) == (dtype is None):
+        raise TypeError("pallas_tpu.bitcast(x, ty): give the target dtype once, as ty "
+                        "(JAX's name) or dtype=.")
     x = jnp.asarray(x)
-    dtype = jnp.dtype(dtype)
+    dtype = jnp.dtype(ty if dtype is None else dtype)
     if x.ndim < 1 or (x.ndim < 2 and dim not in (-1, 0)):
         raise ValueError("pallas_tpu.bitcast: a 1-D array can only be bitcast along dim=-1.")
     if dim not in (-1, -2, x.ndim - 1, x.ndim - 2):

@@ -321,3 +321,27 @@ def test_jax_fuser_pulls_block_specs_through_einshape(rng, mode, case):
         compiler_params=None if interpret is True else pltpu.CompilerParams(),
         interpret=interpret)(values)
     np.testing.assert_array_equal(np.asarray(got), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("spelling", ["ty", "dtype", "positional"])
+def test_bitcast_takes_jax_keyword_ty(spelling):
+    """JAX's signature is bitcast(x, ty, dim=-2); JAX's test_bitcast_vmap passes
+    ty= (a TypeError under ours before). Same width: NumPy's view."""
+    x = np.random.default_rng().standard_normal((8, 128)).astype(np.float32)
+    call = {"ty": lambda v: pltpu.bitcast(v, ty=jnp.int32),
+            "dtype": lambda v: pltpu.bitcast(v, dtype=jnp.int32),
+            "positional": lambda v: pltpu.bitcast(v, jnp.int32)}[spelling]
+
+    def k(x_ref, o_ref):
+        o_ref[...] = call(x_ref[...])
+    got = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct(x.shape, jnp.int32),
+                         interpret=pltpu.InterpretParams(chip_checks=False))(x)
+    np.testing.assert_array_equal(np.asarray(got), x.view(np.int32))
+
+
+def test_bitcast_needs_the_dtype_once():
+    x = jnp.zeros((8, 128), jnp.float32)
+    with pytest.raises(TypeError, match="give the target dtype once"):
+        pltpu.bitcast(x, jnp.int32, dtype=jnp.int32)
+    with pytest.raises(TypeError, match="give the target dtype once"):
+        pltpu.bitcast(x)

@@ -132,6 +132,7 @@ def _export(f, x):
 
 
 def test_export_of_the_built_in_interpreter_round_trips(rng):
+    pytest.importorskip("flatbuffers", reason="jax.export serialization needs flatbuffers")
     x = rng.standard_normal((8, 128)).astype(np.float32)
     exp = jax.export.deserialize(_export(_call("interpret"), jnp.asarray(x)).serialize())
     np.testing.assert_allclose(np.asarray(exp.call(jnp.asarray(x))), 2.0 * x.astype(np.float64))

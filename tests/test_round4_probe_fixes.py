@@ -125,10 +125,13 @@ def test_cli_reader_leaving_early_is_no_traceback():
     import sys
     env = {k: v for k, v in os.environ.items() if not k.startswith("PALLAS_FRONTEND_")}
     env["JAX_PLATFORMS"] = "cpu"
+    # the reader is gone before the listing is written: its first write meets a closed
+    # pipe whatever the listing's size (read 10 bytes and close raced a short listing)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
     proc = subprocess.Popen([sys.executable, "-m", "pallas_frontend.cli", "backends"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    proc.stdout.read(10)
-    proc.stdout.close()
+                            stdout=write_end, stderr=subprocess.PIPE, env=env)
+    os.close(write_end)
     _, err = proc.communicate(timeout=120)
     assert "Traceback" not in err.decode(errors="replace"), err.decode(errors="replace")[-800:]
     assert proc.returncode == 141

@@ -70,13 +70,13 @@ def copy_suite(suite: Path, work: Path, files) -> dict[str, Path]:
 
 
 def forced_run(directory: Path, name: str, side: str, limit: float, chip: str,
-               chip_checks: bool, only: list[str] | None, per_test: int = 0):
+               chip_checks: bool, only: list[str] | None, per_test: int = 0, tag: str = ""):
     """({``Class::test``: (outcome, first line)}, note, seconds). pytest runs
     again after a process dies in a test (that test failed), on the tests not
     yet run, until all ran or ``limit`` seconds passed (then it is killed)."""
-    log = directory / (name + ".forced.jsonl")
+    log = directory / (name + tag + ".forced.jsonl")
     log.unlink(missing_ok=True)
-    skip = directory / (name + ".skip")
+    skip = directory / (name + tag + ".skip")
     env = {**jax_suite.file_env(name, side, directory),
            "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), str(directory),
                                                     os.environ.get("PYTHONPATH")) if p),
@@ -84,8 +84,8 @@ def forced_run(directory: Path, name: str, side: str, limit: float, chip: str,
            "PALLAS_TPU_CPU_LOG": str(log), "PALLAS_TPU_CPU_SKIP": str(skip),
            "PALLAS_TPU_CPU_PER_TEST": str(per_test)}
     if only is not None:
-        (directory / (name + ".only")).write_text("\n".join(only))
-        env["PALLAS_TPU_CPU_ONLY"] = str(directory / (name + ".only"))
+        (directory / (name + tag + ".only")).write_text("\n".join(only))
+        env["PALLAS_TPU_CPU_ONLY"] = str(directory / (name + tag + ".only"))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            "-p", "tpu_cpu_plugin", name]
     results: dict[str, tuple[str, str]] = {}
@@ -159,7 +159,8 @@ def rehearse(dirs, name: str, limit: float, chip: str, chip_checks: bool,
     # under JAX on the chip too. Those run once more with the check off.
     refused = [x["test"] for x in lost if CHIP_REFUSAL in x["first_line"]]
     if refused:
-        again, _, _ = forced_run(dirs["ours"], name, "ours", limit, chip, False, refused)
+        again, _, _ = forced_run(dirs["ours"], name, "ours", limit, chip, False, refused,
+                                 tag=".checks-off")
         for x in lost:
             if again.get(x["test"], ("",))[0] == "passed":
                 x["chip_check_only"] = True

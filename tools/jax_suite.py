@@ -217,20 +217,16 @@ def our_revision() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def run_copy(directory: Path, name: str, timeout: float, target: str, extra=(), env=None,
-             tag: str = ""):
+def run_copy(directory: Path, name: str, timeout: float, target: str):
     """Runs one file: ({test id: (outcome, first failure line)}, note, seconds).
-    At ``timeout`` pytest gets SIGINT (it still writes the report) and ``note`` says so.
-    ``extra``: more pytest arguments; ``env``: set on top of ``file_env``; ``tag``
-    names the report when one copy runs more than once."""
-    report = directory / (name + tag + ".xml")
+    At ``timeout`` pytest gets SIGINT (it still writes the report) and ``note`` says so."""
+    report = directory / (name + ".xml")
     report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-           f"--junitxml={report}", "-o", "junit_family=xunit1", *extra, name]
+           f"--junitxml={report}", "-o", "junit_family=xunit1", name]
     start = time.monotonic()
     note = ""
-    proc = subprocess.Popen(cmd, cwd=directory, env={**file_env(name, target, directory),
-                                                     **(env or {})},
+    proc = subprocess.Popen(cmd, cwd=directory, env=file_env(name, target, directory),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:

@@ -101,8 +101,7 @@ def origin(name: str) -> discovery.Origin | None:
     return _discovered().origins.get(name)
 
 
-# The distributions this project ships (install_hints.py writes how to install them).
-SHIPPED = install_hints.SHIPPED
+SHIPPED = install_hints.SHIPPED    # the distributions this project ships
 
 
 def install_hint(name: str, params: Any = None) -> str:
@@ -381,27 +380,24 @@ def backend_for_params(*, interpret, compiler_params) -> Backend | None:
     """The backend whose interpret params or compiler params these are, if any
     (platform-independent; used to ask a backend for its launch effects).
     ``interpret=True`` runs the built-in interpreter: no backend's params apply."""
-    if interpret is True:
-        return None
     if interpret not in (None, True, False):
         return _backend_of_params(interpret, "interpret_params_type")
-    if compiler_params is None:
+    if interpret is True or compiler_params is None:
         return None
     return _backend_of_params(compiler_params, "compiler_params_type")
 
 
 def effective_interpret(interpret, compiler_params):
-    """``interpret`` as the call will use it: when the call passes none and its
-    compiler params belong to a backend whose own interpret mode is on (its
-    ``forced_interpret_params``), that backend's interpret params. A call with
-    no compiler params takes the interpret mode that is on, when one backend
-    has it on: JAX's forced TPU interpret mode reaches every kernel."""
+    """``interpret`` as the call will use it: without one, the interpret params of a
+    backend whose own interpret mode is on (``forced_interpret_params``): the owner
+    of ``compiler_params``, or without those the one loaded backend that has it on
+    (JAX's forced TPU interpret mode reaches every kernel)."""
     if interpret not in (None, False):
         return interpret
     if compiler_params is None:
         with _lock:
-            loaded = list(_loaded().values())
-        forced = [p for p in (b.forced_interpret_params() for b in loaded) if p is not None]
+            forced = [p for p in (b.forced_interpret_params() for b in _loaded().values())
+                      if p is not None]
         return forced[0] if len(forced) == 1 else interpret
     b = _backend_of_params(compiler_params, "compiler_params_type")
     forced = b.forced_interpret_params() if b is not None else None

@@ -107,9 +107,12 @@ def test_a_real_ctrl_c_while_a_plugin_loads_still_interrupts(tmp_path, timeout):
     code = ("from pallas_frontend import registry\n"
             "try:\n    registry.backends()\nexcept KeyboardInterrupt:\n"
             "    print('interrupted', flush=True)\n")
+    # a run started in the background inherits SIGINT ignored, which Python then keeps:
+    # the child gets the default back, so Ctrl-C means KeyboardInterrupt there
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
-                            env=site_env(tmp_path, {"PALLAS_FRONTEND_IMPORT_TIMEOUT": timeout}))
+                            env=site_env(tmp_path, {"PALLAS_FRONTEND_IMPORT_TIMEOUT": timeout}),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline().strip() == "importing"
         time.sleep(0.3)

@@ -21,7 +21,7 @@ from doc_truths import (REPO, api_history, api_version, conformance_test_count, 
                         gpu_aot_conformance_cases, import_timeout_default,
                         interpreter_semaphore_start, jax_names_provided, jax_ops_compiled_cells,
                         jax_ops_cpu_rows, jax_ops_jax_version, jax_pallas_names,
-                        jax_series_in_window, jax_window, python_of_matrix,
+                        jax_series_in_window, jax_series_span, jax_window, python_of_matrix,
                         jax_suite_totals, jax_triton_style_calls,
                         pallas_frontend_default, plugin_bound, plugin_count, progress_every,
                         python_min, slowest_default, source_default, sparse_core_info, tox_setenv,
@@ -194,8 +194,8 @@ FACTS = [
     Fact("JAX series", r"\bJAX\s+(?P<v>\d+\.\d+)\b(?!\.\d| deprecated)",
          lambda: jax_series_in_window, predicate=True),
     Fact("JAX window", r"\bJAX\s+(?P<lo>\d+\.\d+)\s+to\s+(?P<hi>\d+\.\d+)\b(?!\.\d)",
-         lambda: lambda m: None if (m["lo"], f"0.{int(m['hi'].split('.')[1]) + 1}")
-         == jax_window() else f"says {m['lo']} to {m['hi']}, pyproject says {jax_window()}",
+         lambda: lambda m: None if (m["lo"], m["hi"]) == jax_series_span() else
+         f"says {m['lo']} to {m['hi']}, pyproject says {jax_window()}",
          predicate=True, whole_match=True),
     Fact("Python named", r"\bPython\s+(?P<v>3\.\d+)\b(?!\.\d)",
          lambda: lambda v: None if v in (python_min(), python_of_matrix()) else

@@ -60,6 +60,15 @@ def jax_window() -> tuple[str, str]:
     return _lower_bound(requirement), upper
 
 
+def jax_series_span() -> tuple[str, str]:
+    """(oldest, newest) JAX series the requirement admits: below <0.13 the newest is
+    0.12; below <0.12.1 (a patch release left out) it is 0.12 too."""
+    lo, hi = jax_window()
+    parts = [int(p) for p in hi.split(".")]
+    newest = parts[:2] if len(parts) > 2 and any(parts[2:]) else [parts[0], parts[1] - 1]
+    return lo, ".".join(map(str, newest))
+
+
 def jax_series_in_window(stated: str) -> str | None:
     """A JAX series a page names must lie in the supported window."""
     lo, hi = jax_window()

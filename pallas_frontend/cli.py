@@ -141,7 +141,9 @@ def main(argv=None) -> int:
         unknown = env_config.unknown_settings()
         if unknown:
             print(f"pallas: warning: {env_config.unknown_message(unknown)}", file=sys.stderr)
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()      # a reader that left shows here, not in the exit's flush (120)
+        return status
     except env_config.ConfigError as e:   # a PALLAS_FRONTEND_* setting: the message says all
         print(f"pallas: {e}", file=sys.stderr)
         return 2

@@ -185,6 +185,27 @@ def rewrite_private_public(source: str) -> tuple[str, list[str]]:
     return _PRIVATE_FROM.sub(repl, source), changed
 
 
+def write_side_copies(jax_src: Path, rev: str, name: str, work: Path,
+                      ours_text=None) -> dict[str, Path]:
+    """JAX's test file ``name`` at ``rev`` as two folders under ``work``, "jax" and
+    "ours" (the Pallas imports swapped), each with the shims; ``ours_text`` may
+    rewrite ours' copy further. Returns {side: folder}."""
+    skewed = [m for m in SKEW_SHIMS if not _module_exists(m)]
+    source = read_tests(jax_src, rev, name)
+    dirs = {}
+    for side in ("jax", "ours"):
+        folder = work / side
+        folder.mkdir(parents=True, exist_ok=True)
+        for shim in SHIMS.glob("*.py"):
+            (folder / shim.name).write_text(shim.read_text())
+        text = make_copy(source, side == "ours", skewed)
+        if side == "ours" and ours_text is not None:
+            text = ours_text(text)
+        (folder / name).write_text(text)
+        dirs[side] = folder
+    return dirs
+
+
 def make_copy(source: str, ours: bool, skewed: list[str]) -> str:
     for old in skewed:
         src_mod = SKEW_SHIMS[old]

@@ -74,20 +74,8 @@ def rewrite_public_attributes(source: str) -> tuple[str, list[str]]:
 
 
 def write_copies(jax_src: Path, rev: str, work: Path) -> dict[str, Path]:
-    skewed = [m for m in jax_suite.SKEW_SHIMS if not jax_suite._module_exists(m)]
-    source = jax_suite.read_tests(jax_src, rev, FILE)
-    dirs = {}
-    for side in ("jax", "ours"):
-        d = work / side
-        d.mkdir(parents=True, exist_ok=True)
-        for shim in jax_suite.SHIMS.glob("*.py"):
-            (d / shim.name).write_text(shim.read_text())
-        text = jax_suite.make_copy(source, side == "ours", skewed)
-        if side == "ours":
-            text, _ = rewrite_public_attributes(text)
-        (d / FILE).write_text(text)
-        dirs[side] = d
-    return dirs
+    return jax_suite.write_side_copies(jax_src, rev, FILE, work,
+                                       lambda text: rewrite_public_attributes(text)[0])
 
 
 def run(directory: Path, side: str, tag: str, timeout: float, args: list[str], plugin: bool):

@@ -41,17 +41,7 @@ FILE = "tpu_sparsecore_pallas_test.py"
 
 
 def write_copies(jax_src: Path, rev: str, work: Path) -> dict[str, Path]:
-    skewed = [m for m in jax_suite.SKEW_SHIMS if not jax_suite._module_exists(m)]
-    source = jax_suite.read_tests(jax_src, rev, FILE)
-    dirs = {}
-    for side in ("jax", "ours"):
-        d = work / side
-        d.mkdir(parents=True, exist_ok=True)
-        for shim in jax_suite.SHIMS.glob("*.py"):
-            (d / shim.name).write_text(shim.read_text())
-        (d / FILE).write_text(jax_suite.make_copy(source, side == "ours", skewed))
-        dirs[side] = d
-    return dirs
+    return jax_suite.write_side_copies(jax_src, rev, FILE, work)
 
 
 def run_side(side: str, directory: Path, topology: str, timeout: float, select: str | None):

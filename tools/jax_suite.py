@@ -238,6 +238,23 @@ def our_revision() -> str:
     return out.stdout.strip() or "unknown"
 
 
+def wait_or_interrupt(proc: subprocess.Popen, timeout: float) -> bool:
+    """Waits for a pytest process started in a session of its own; at ``timeout`` it
+    gets SIGINT (pytest still writes its report), then SIGKILL 120 s later. Whether
+    it ended within ``timeout``."""
+    try:
+        proc.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return False
+
+
 def run_copy(directory: Path, name: str, timeout: float, target: str):
     """Runs one file: ({test id: (outcome, first failure line)}, note, seconds).
     At ``timeout`` pytest gets SIGINT (it still writes the report) and ``note`` says so."""
@@ -250,16 +267,8 @@ def run_copy(directory: Path, name: str, timeout: float, target: str):
     proc = subprocess.Popen(cmd, cwd=directory, env=file_env(name, target, directory),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    if not wait_or_interrupt(proc, timeout):
         note = f"cut at the {timeout:.0f} s limit"
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     seconds = time.monotonic() - start
     if not report.exists():
         return {f"{name}::<file>": ("failed", note or "pytest wrote no report (crash?)")}, \

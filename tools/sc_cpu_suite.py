@@ -33,7 +33,6 @@ import importlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -91,16 +90,8 @@ def run(directory: Path, side: str, tag: str, timeout: float, args: list[str], p
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=directory, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    if not jax_suite.wait_or_interrupt(proc, timeout):
         print(f"{tag}: cut at the {timeout:.0f} s limit", file=sys.stderr)
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     seconds = time.monotonic() - start
     if not report.exists():
         return {}, seconds

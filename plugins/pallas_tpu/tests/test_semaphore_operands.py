@@ -13,7 +13,6 @@ for the semaphore dtype there), so nothing here runs; the chip run is
 ``tools/tpu_native.py``.
 """
 
-import re
 import types
 
 import jax
@@ -26,6 +25,7 @@ from jax._src.state import discharge as state_discharge   # run_state, as JAX's 
 import pallas_tpu
 from pallas_tpu import semaphore_operands
 from pallas_tpu.memory import SemaphoreKind
+from custom_calls import custom_calls
 
 
 def _apis():
@@ -245,23 +245,6 @@ PROGRAMS = {
 }
 
 
-def _custom_calls(hlo: str, bodies: bool = True) -> list[str]:
-    """The tpu_custom_call lines of a StableHLO text, without source
-    locations; the Mosaic body is kept only where JAX puts the debug
-    locations beside it (then the body holds none and can be compared) and
-    ``bodies``."""
-    lines = []
-    for line in hlo.splitlines():
-        if "tpu_custom_call" not in line:
-            continue
-        line = re.sub(r"loc\(#loc\d*\)", "", line)
-        line = re.sub(r'\\22debug_locations\\22: \\22[^\\]*\\22', "", line)
-        if "debug_locations" not in hlo or not bodies:
-            line = re.sub(r'\\22body\\22: \\22[^\\]*\\22', "", line)
-        lines.append(line.strip())
-    return lines
-
-
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_compiles_for_v5e_as_jax_does(name, aot_compile):
     apis = _apis()
@@ -273,7 +256,7 @@ def test_compiles_for_v5e_as_jax_does(name, aot_compile):
     # A closed-over Ref is an aliased input and output pair under both; JAX's
     # body uses the input Ref, ours the output Ref (one buffer on the chip).
     bodies = not name.startswith("stateful")
-    ours, theirs = _custom_calls(hlo["ours"], bodies), _custom_calls(hlo["jax"], bodies)
+    ours, theirs = custom_calls(hlo["ours"], bodies), custom_calls(hlo["jax"], bodies)
     assert len(theirs) >= 2
     assert ours == theirs
 

@@ -19,6 +19,7 @@ from jax._src.state.primitives import pin, unpin   # as JAX's test does
 
 import pallas_frontend as pf
 import pallas_tpu
+from custom_calls import custom_calls
 
 
 def _apis():
@@ -29,21 +30,6 @@ def _apis():
 
 
 OURS = _apis()["ours"]
-
-
-def _custom_calls(hlo: str, bodies: bool = True) -> list[str]:
-    """The tpu_custom_call lines without source locations (and without the
-    Mosaic body unless ``bodies``)."""
-    lines = []
-    for line in hlo.splitlines():
-        if "tpu_custom_call" not in line:
-            continue
-        line = re.sub(r"loc\(#loc\d*\)", "", line)
-        line = re.sub(r'\\22debug_locations\\22: \\22[^\\]*\\22', "", line)
-        if "debug_locations" not in hlo or not bodies:
-            line = re.sub(r'\\22body\\22: \\22[^\\]*\\22', "", line)
-        lines.append(line.strip())
-    return lines
 
 
 def _lower_for_v5e(fn, *args) -> str:
@@ -77,8 +63,8 @@ def test_a_pinned_buffer_compiles_for_v5e_as_under_jax(aot_compile):
         compiled_text[side] = compiled.as_text()
     # the kernel's output is the pinned buffer again: Pin -> kernel -> Unpin on memrefs
     assert "@Pin" in hlo["ours"] and "@Unpin" in hlo["ours"]
-    assert _custom_calls(hlo["ours"]) == _custom_calls(hlo["jax"])
-    assert "memref<3xf32>" in _custom_calls(hlo["ours"])[0]
+    assert custom_calls(hlo["ours"]) == custom_calls(hlo["jax"])
+    assert "memref<3xf32>" in custom_calls(hlo["ours"])[0]
     assert '"color"' not in compiled_text["ours"]     # JAX's test's check on the chip
 
 
@@ -111,7 +97,7 @@ def test_scratch_given_as_a_dict_reaches_the_body_by_name(rng, aot_compile):
     x = rng.integers(-1000, 1000, (8, 128)).astype(np.int32)
     out = jax.jit(_scratch_dict_kernel(OURS, interpret=pallas_tpu.InterpretParams()))(x)
     np.testing.assert_array_equal(np.asarray(out), x.astype(np.int64) + 1)
-    lowered = {side: _custom_calls(_lower_for_v5e(_scratch_dict_kernel(api), x), bodies=False)
+    lowered = {side: custom_calls(_lower_for_v5e(_scratch_dict_kernel(api), x), bodies=False)
                for side, api in _apis().items()}
     assert lowered["ours"] == lowered["jax"] and len(lowered["ours"]) == 1
     compiled, _ = aot_compile(_scratch_dict_kernel(OURS), jax.ShapeDtypeStruct(x.shape, x.dtype))
@@ -157,7 +143,7 @@ def test_a_captured_traced_scalar_compiles_for_v5e_as_under_jax(which, aot_compi
            for side, api in _apis().items()}
     # the scalar is one more operand, an int32[1] (in SMEM, where JAX passes it);
     # JAX 0.10 names the kernel after its own wrapper (_rewritten_body), ours the user's
-    ours, theirs = ([re.sub(r'kernel_name = "\w+"', "", c) for c in _custom_calls(hlo[s], False)]
+    ours, theirs = ([re.sub(r'kernel_name = "\w+"', "", c) for c in custom_calls(hlo[s], False)]
                     for s in ("ours", "jax"))
     assert ours == theirs and 'kernel_name = "kernel"' in hlo["ours"]
     assert "(tensor<4x8x128xi32>, tensor<1xi32>)" in ours[0]
@@ -215,7 +201,7 @@ def test_an_output_placed_in_a_memory_space_lowers_as_under_jax(space, color):
             tpu.sync_copy(x_ref, o_ref)
         kernel = api.pl.kernel(body, out_type=getattr(api.tpu, space)(x.shape, x.dtype),
                                mesh=api.tpu.create_tensorcore_mesh("x", num_cores=1))
-        calls[side] = _custom_calls(_lower_for_v5e(kernel, x), bodies=False)
+        calls[side] = custom_calls(_lower_for_v5e(kernel, x), bodies=False)
     assert len(calls["ours"]) == 1
     assert re.search(r"output_memory_space_colors\\22: \[{\\22color\\22:" + str(color) + "}]",
                      calls["ours"][0])

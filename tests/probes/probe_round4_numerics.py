@@ -233,14 +233,14 @@ MOVES = {     # operations that only move or select data: XLA keeps every bit
 }
 
 
-def payload_case(rng, interp, op, dtype):
-    x, y = _payload_array(rng, dtype), _payload_array(rng, dtype)
-    fn = MOVES[op]
+def _bitwise_case(x, y, fn, name, interp, describe):
+    """``fn(x, y)`` in a kernel, held to XLA's bits; ``describe(got, want, at, diff)``
+    words the first difference."""
     want = np.asarray(jax.jit(fn)(x, y))
 
     def kernel(x_ref, y_ref, o_ref):
         o_ref[...] = fn(x_ref[...], y_ref[...])
-    kernel.__name__ = kernel.__qualname__ = f"k_pay_{op}"
+    kernel.__name__ = kernel.__qualname__ = name
     f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(want.shape, want.dtype),
                        interpret=interpret_of(interp))
 
@@ -251,10 +251,16 @@ def payload_case(rng, interp, op, dtype):
         diff = _bits(got) != _bits(want)
         if not diff.any():
             return True
-        at = tuple(int(i) for i in np.argwhere(diff)[0])
-        return (f"{diff.sum()} of {diff.size} elements' bits differ from XLA's, first at {at}: "
-                f"{_bits(got)[at]:#x} vs {_bits(want)[at]:#x}")
+        return describe(got, want, tuple(int(i) for i in np.argwhere(diff)[0]), diff)
     return (lambda: f(x, y)), check
+
+
+def payload_case(rng, interp, op, dtype):
+    return _bitwise_case(
+        _payload_array(rng, dtype), _payload_array(rng, dtype), MOVES[op], f"k_pay_{op}",
+        interp, lambda got, want, at, diff: (
+            f"{diff.sum()} of {diff.size} elements' bits differ from XLA's, first at {at}: "
+            f"{_bits(got)[at]:#x} vs {_bits(want)[at]:#x}"))
 
 
 def _signed_zero_array(rng, dtype, shape=(8, 128)):
@@ -281,26 +287,10 @@ ZEROS = {
 
 
 def zeros_case(rng, interp, op, dtype):
-    x, y = _signed_zero_array(rng, dtype), _signed_zero_array(rng, dtype)
-    fn, _ = ZEROS[op]
-    want = np.asarray(jax.jit(fn)(x, y))
-
-    def kernel(x_ref, y_ref, o_ref):
-        o_ref[...] = fn(x_ref[...], y_ref[...])
-    kernel.__name__ = kernel.__qualname__ = f"k_zero_{op}"
-    f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(want.shape, want.dtype),
-                       interpret=interpret_of(interp))
-
-    def check(got):
-        got = np.asarray(got)
-        if got.shape != want.shape or got.dtype != want.dtype:
-            return f"shape/dtype {got.shape} {got.dtype}"
-        diff = _bits(got) != _bits(want)
-        if not diff.any():
-            return True
-        at = tuple(int(i) for i in np.argwhere(diff)[0])
-        return f"{diff.sum()} differ from XLA's bits, first at {at}: {got[at]!r} vs {want[at]!r}"
-    return (lambda: f(x, y)), check
+    return _bitwise_case(
+        _signed_zero_array(rng, dtype), _signed_zero_array(rng, dtype), ZEROS[op][0],
+        f"k_zero_{op}", interp, lambda got, want, at, diff: (
+            f"{diff.sum()} differ from XLA's bits, first at {at}: {got[at]!r} vs {want[at]!r}"))
 
 
 # --- narrow accumulation against float64 -------------------------------------------------

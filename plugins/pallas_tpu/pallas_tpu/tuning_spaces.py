@@ -26,6 +26,13 @@ def _budget(budget, chip):
     return tuning.scoped_vmem_bytes(chip) if budget is None else int(budget)
 
 
+def _matmul_vmem(bm, bk, bn, dtype, out_dtype):
+    """A tiled matmul's VMEM: double-buffered (bm, bk) and (bk, bn) input blocks and
+    (bm, bn) output block, and an f32 (bm, bn) accumulator in scratch."""
+    return tuning.pipeline_vmem_bytes([((bm, bk), dtype), ((bk, bn), dtype),
+                                       ((bm, bn), out_dtype)], scratch=[((bm, bn), F32)])
+
+
 def matmul(m: int, n: int, k: int, dtype, *, chip=None, budget=None, limit: int | None = 10,
            smallest: int = 256):
     """``matmul(x, y, *, block_shape=(bm, bn), block_k=bk)`` of ``ops/tpu/matmul.py``:
@@ -33,9 +40,7 @@ def matmul(m: int, n: int, k: int, dtype, *, chip=None, budget=None, limit: int 
     size = np.dtype(dtype).itemsize
 
     def vmem(p):
-        bm, bn, bk = p["bm"], p["bn"], p["bk"]
-        return tuning.pipeline_vmem_bytes([((bm, bk), dtype), ((bk, bn), dtype),
-                                           ((bm, bn), dtype)], scratch=[((bm, bn), F32)])
+        return _matmul_vmem(p["bm"], p["bk"], p["bn"], dtype, dtype)
 
     def rank(p):
         bm, bn, bk = p["bm"], p["bn"], p["bk"]
@@ -171,9 +176,7 @@ def gmm(m: int, k: int, n: int, dtype, *, out_dtype=F32, chip=None, budget=None,
     size = np.dtype(dtype).itemsize
 
     def vmem(p):
-        tm, tk, tn = p["tm"], p["tk"], p["tn"]
-        return tuning.pipeline_vmem_bytes([((tm, tk), dtype), ((tk, tn), dtype),
-                                           ((tm, tn), out_dtype)], scratch=[((tm, tn), F32)])
+        return _matmul_vmem(p["tm"], p["tk"], p["tn"], dtype, out_dtype)
 
     def rank(p):
         tm, tk, tn = p["tm"], p["tk"], p["tn"]

@@ -95,3 +95,28 @@ def test_the_bench_part_runs_the_native_benchmark_within_the_timeout(monkeypatch
     argv = __import__("json").loads((tmp_path / "out" / "bench" / "argv.json").read_text())
     assert record["exit"] == 0 and record["results"].endswith("bench.json")
     assert argv[argv.index("--budget") + 1] == "170.0"     # stops 30 s before the cut
+
+
+def test_a_rerun_of_selected_tests_replaces_only_their_outcomes(tmp_path):
+    import json
+    first = dict(RECORD, runs={"ours/a_test.py": _run(3, 3, 0, ["ours-a_test::C::both_fail",
+                                                                "ours-a_test::C::lost_one",
+                                                                "ours-a_test::C::lost_two"])})
+    rerun = dict(RECORD, date="2026-12-07 01:00",
+                 runs={"ours/a_test.py": dict(_run(1, 1, 0, ["ours-a_test::C::lost_two"]),
+                                              selected=["a_test.py::C::lost_one",
+                                                        "a_test.py::C::lost_two"])})
+    for name, record in (("one", first), ("two", rerun)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "native.json").write_text(json.dumps(record))
+    merged = tpu_native.merge([tmp_path / "one", tmp_path / "two"])["runs"]["ours/a_test.py"]
+    assert (merged["passed"], merged["failed"]) == (4, 2)
+    assert sorted(merged["not_passed"]) == ["ours-a_test::C::both_fail",
+                                            "ours-a_test::C::lost_two"]
+    assert "2 re-run later: 1 now pass" in merged["note"]
+    assert tpu_native.failed_ids([tmp_path / "one", tmp_path / "two"]) == {
+        "a_test.py": ["a_test.py::C::both_fail", "a_test.py::C::lost_two"]}
+    ids = tmp_path / "ids.txt"
+    ids.write_text("a_test.py::C::x\nb_test.py::D::y\na_test.py::C::z\n")
+    assert tpu_native._read_select(ids) == {"a_test.py": ["a_test.py::C::x", "a_test.py::C::z"],
+                                           "b_test.py": ["b_test.py::D::y"]}

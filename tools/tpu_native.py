@@ -24,9 +24,15 @@ into ``--out``:
   ``pl.autotune`` live), within ``--timeout``; render it here with
   ``benchmarks/tpu_check.py --results OUT/bench/bench.json --write``;
 - ``jax-suite``: each packed JAX test file, under ours and under JAX
-  (``--side``), one file at a time, each within ``--timeout`` seconds.
+  (``--side``), one file at a time, each within ``--timeout`` seconds;
+  ``--select IDS`` (a file of ``name.py::Class::test`` lines, as ``failed``
+  writes them) runs only those tests: the chip's time goes to re-running what
+  failed, not whole files again.
 ``report`` reads one or more such folders and writes the "TPU v5e" table of
-``docs/jax-suite.md``. Python 3.11 syntax throughout.
+``docs/jax-suite.md``; a later folder's selected tests replace those tests'
+earlier outcomes, a later whole-file run replaces the file's.
+``failed --results DIR...`` prints the ids of the tests ours failed there.
+Python 3.11 syntax throughout.
 """
 
 from __future__ import annotations
@@ -159,7 +165,8 @@ def pytest_run(args, report: Path, env, cwd: Path, timeout: float) -> dict:
             "not_passed": {t: why for t, (o, why) in results.items() if o == "failed"}}
 
 
-def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: float) -> dict:
+def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: float,
+        select: dict[str, list[str]] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     install(pack_dir, site)
     env = chip_env(site)
@@ -185,12 +192,15 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
         record["bench"] = bench_run(out / "bench", env, timeout)
         save(record, out)
     if "jax-suite" in parts:
-        for name in files or record["manifest"]["files"]:
+        for name in (list(select) if select else files or record["manifest"]["files"]):
+            ids = select[name] if select else [name]
             for side in sides:
                 folder = pack_dir / "suite" / side
-                record["runs"][f"{side}/{name}"] = pytest_run(
-                    [name], out / f"{side}-{name.removesuffix('.py')}.xml",
-                    chip_env(site, folder, side), folder, timeout)
+                result = pytest_run(ids, out / f"{side}-{name.removesuffix('.py')}.xml",
+                                    chip_env(site, folder, side), folder, timeout)
+                if select:
+                    result["selected"] = ids
+                record["runs"][f"{side}/{name}"] = result
                 save(record, out)
     return record
 
@@ -228,15 +238,50 @@ def _version(dist: str) -> str:
 # --- report (here) ---------------------------------------------------------------------
 
 def merge(folders) -> dict:
-    """The runs of several ``run`` outputs (a later folder's run of a file wins)."""
+    """The runs of several ``run`` outputs, in order: a later whole-file run replaces
+    the file's run, a later run of selected tests replaces those tests' outcomes."""
     merged = None
     for folder in folders:
-        record = json.loads((Path(folder) / "native.json").read_text())
+        path = Path(folder)
+        record = json.loads((path if path.suffix == ".json" else path / "native.json").read_text())
         if merged is None:
             merged = record
-        else:
-            merged["runs"].update(record["runs"])
+            continue
+        for key, run_ in record["runs"].items():
+            earlier = merged["runs"].get(key)
+            merged["runs"][key] = (_rerun(earlier, run_) if "selected" in run_ and earlier
+                                   else run_)
+        merged.setdefault("later_runs", []).append(
+            {k: record[k] for k in ("date", "jax", "libtpu")} | {"ours": record["manifest"]["ours"]})
     return merged
+
+
+def _rerun(earlier: dict, rerun: dict) -> dict:
+    """``earlier`` with the selected tests' new outcomes (a selected test that does not
+    fail again passes now; JUnit ids carry the report's name first)."""
+    def bare(test_id: str) -> str:
+        return test_id.split("::", 1)[1]
+    selected = {bare(s) for s in rerun["selected"]}
+    failed_before = {bare(t) for t in earlier["not_passed"]}
+    failed_now = {bare(t) for t in rerun["not_passed"]}
+    fixed = len((failed_before & selected) - failed_now)
+    regressed = len(failed_now - failed_before)
+    not_passed = {t: why for t, why in earlier["not_passed"].items() if bare(t) not in selected}
+    not_passed.update(rerun["not_passed"])
+    return dict(earlier, passed=earlier["passed"] + fixed - regressed, failed=len(not_passed),
+                not_passed=not_passed,
+                note=(earlier["note"] + f"; {len(selected)} re-run later: {fixed} now pass, "
+                      f"{regressed} newly fail").lstrip("; "))
+
+
+def failed_ids(folders) -> dict[str, list[str]]:
+    """{file: [``file::Class::test``]} that ours failed in the merged runs."""
+    ids: dict[str, list[str]] = {}
+    for key, run_ in merge(folders)["runs"].items():
+        side, _, name = key.partition("/")
+        if side == "ours":
+            ids[name] = sorted(f"{name}::{t.split('::', 1)[1]}" for t in run_["not_passed"])
+    return {name: tests for name, tests in ids.items() if tests}
 
 
 def render(record: dict) -> str:
@@ -245,7 +290,12 @@ def render(record: dict) -> str:
              f"{record['python']}, jax {record['jax']}, jaxlib {record['jaxlib']}, libtpu "
              f"{record['libtpu']}; JAX's files at {record['manifest']['rev']} "
              f"({record['manifest']['jax_revision']}), ours at {record['manifest']['ours']}. "
-             "Written by `tools/tpu_native.py report` from the run's JUnit reports.", ""]
+             "Written by `tools/tpu_native.py report` from the run's JUnit reports."]
+    for later in record.get("later_runs", []):
+        lines[0] += (f" Then ({later['date']} UTC, jax {later['jax']}, libtpu {later['libtpu']}, "
+                     f"ours at {later['ours']}) further runs; a later run of a file, or of some "
+                     "of its tests, replaces the earlier outcomes.")
+    lines.append("")
     project = {k.split("/", 1)[1]: v for k, v in runs.items() if k.startswith("project/")}
     if project:
         lines += ["| the project's tests on the chip | passed | failed | skipped |",
@@ -261,7 +311,7 @@ def render(record: dict) -> str:
         for name in names:
             theirs, ours = runs.get(f"jax/{name}"), runs.get(f"ours/{name}")
             cell = (lambda r: "–" if r is None else
-                    f"{r['passed']}/{r['failed']}/{r['skipped']}" + (" (cut)" if r["note"] else ""))
+                    f"{r['passed']}/{r['failed']}/{r['skipped']}" + (" (cut)" if "cut at" in r["note"] else ""))
             lost = _lost(theirs, ours)
             lines.append(f"| {name} | {cell(theirs)} | {cell(ours)} | "
                          f"{'–' if lost is None else len(lost)} |")
@@ -292,6 +342,13 @@ def write(text: str, path: Path = DOC) -> None:
     path.write_text(doc)
 
 
+def _read_select(path: Path) -> dict[str, list[str]]:
+    select: dict[str, list[str]] = {}
+    for line in path.read_text().split():
+        select.setdefault(line.split("::", 1)[0], []).append(line)
+    return select
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -309,16 +366,24 @@ def main(argv=None) -> int:
     r.add_argument("--files", nargs="*", help="JAX test files to run (default: the pack's)")
     r.add_argument("--timeout", type=float, default=420.0, help="seconds per pytest process")
     q = sub.add_parser("report", help="the docs table from run folders, here")
-    q.add_argument("--results", nargs="+", required=True)
+    q.add_argument("--results", nargs="+", required=True,
+                   help="run folders, or their native.json copies, oldest first")
     q.add_argument("--write", action="store_true")
+    f = sub.add_parser("failed", help="ids of the tests ours failed, for run --select")
+    f.add_argument("--results", nargs="+", required=True)
+    r.add_argument("--select", type=Path, help="a file of name.py::Class::test lines to run")
     args = parser.parse_args(argv)
     if args.command == "pack":
         pack(args.jax_src, args.rev, args.out, args.files)
     elif args.command == "run":
         record = run(args.pack, args.out, args.site, args.parts.split(","),
-                     args.side.split(","), args.files, args.timeout)
+                     args.side.split(","), args.files, args.timeout,
+                     _read_select(args.select) if args.select else None)
         if record["platform"] != "tpu":
             print(f"note: JAX's default device here is {record['platform']}, not a TPU")
+    elif args.command == "failed":
+        for tests in failed_ids(args.results).values():
+            print("\n".join(tests))
     else:
         text = render(merge(args.results))
         print(text)

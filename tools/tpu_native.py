@@ -166,7 +166,7 @@ def pytest_run(args, report: Path, env, cwd: Path, timeout: float) -> dict:
 
 
 def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: float,
-        select: dict[str, list[str]] | None = None) -> dict:
+        select: dict[str, list[str]] | None = None, bench_only=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     install(pack_dir, site)
     env = chip_env(site)
@@ -189,7 +189,7 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
                 args, out / f"project-{name.split()[0]}.xml", env, ROOT, timeout)
             save(record, out)
     if "bench" in parts:
-        record["bench"] = bench_run(out / "bench", env, timeout)
+        record["bench"] = bench_run(out / "bench", env, timeout, bench_only)
         save(record, out)
     if "jax-suite" in parts:
         for name in (list(select) if select else files or record["manifest"]["files"]):
@@ -205,11 +205,12 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
     return record
 
 
-def bench_run(out: Path, env, timeout: float) -> dict:
+def bench_run(out: Path, env, timeout: float, only=None) -> dict:
     """``benchmarks/tpu_native_bench.py`` in a process of its own (it holds the chip),
-    its wide grids told to stop 30 s before ``timeout``; results in ``out/bench.json``."""
+    its wide grids told to stop 30 s before ``timeout``; results in ``out/bench.json``.
+    ``only``: the cases whose name contains one of these words."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "tpu_native_bench.py"), "--out", str(out),
-           "--budget", str(max(60.0, timeout - 30))]
+           "--budget", str(max(60.0, timeout - 30))] + (["--only", *only] if only else [])
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
     try:
@@ -372,13 +373,15 @@ def main(argv=None) -> int:
     f = sub.add_parser("failed", help="ids of the tests ours failed, for run --select")
     f.add_argument("--results", nargs="+", required=True)
     r.add_argument("--select", type=Path, help="a file of name.py::Class::test lines to run")
+    r.add_argument("--bench-only", nargs="*",
+                   help="bench: only the cases whose name contains one of these words")
     args = parser.parse_args(argv)
     if args.command == "pack":
         pack(args.jax_src, args.rev, args.out, args.files)
     elif args.command == "run":
         record = run(args.pack, args.out, args.site, args.parts.split(","),
                      args.side.split(","), args.files, args.timeout,
-                     _read_select(args.select) if args.select else None)
+                     _read_select(args.select) if args.select else None, args.bench_only)
         if record["platform"] != "tpu":
             print(f"note: JAX's default device here is {record['platform']}, not a TPU")
     elif args.command == "failed":

@@ -9,6 +9,7 @@ batch where grid sizes or prefetch values differ per element), and a JVP rule
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from functools import partial
 
@@ -253,9 +254,20 @@ def _batch_as_grid_axis(args, dims, size, *, kernel: KernelIR, interpret, backen
         names = (f"_vmap{kernel.num_batch_axes}", *names)
     new_kernel = kernel.replace(
         jaxpr=body, grid=(size, *kernel.grid), grid_names=names, in_mappings=in_maps,
-        out_mappings=out_maps, num_batch_axes=kernel.num_batch_axes + 1)
+        out_mappings=out_maps, num_batch_axes=kernel.num_batch_axes + 1,
+        cost_estimate=_scaled_cost(kernel.cost_estimate, size))
     outs = pallas_call_p.bind(*args, kernel=new_kernel, interpret=interpret, backend=backend)
     return outs, [0] * len(outs)
+
+
+def _scaled_cost(cost, size):
+    """The cost hint of ``size`` programs where there was one: each count
+    times ``size`` (as JAX does, so XLA's cost analysis sees the batch). A
+    symbolic size cannot scale an int: the hint is dropped then."""
+    if cost is None or jc.is_symbolic_dim(size):
+        return None
+    return dataclasses.replace(cost, **{f.name: getattr(cost, f.name) * int(size)
+                                        for f in dataclasses.fields(cost)})
 
 
 jc.batching.primitive_batchers[pallas_call_p] = _batch_rule

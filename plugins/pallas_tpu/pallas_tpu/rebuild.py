@@ -89,7 +89,7 @@ def block_spec(m: BlockMapping, guard_wrap: str | None = None, key_data: bool = 
         return pl.BlockSpec(memory_space=space)
     kwargs = {}
     if m.pipeline_mode is not None:
-        kwargs["pipeline_mode"] = pl.Buffered(m.pipeline_mode.buffer_count)
+        kwargs["pipeline_mode"] = jax_buffered(m.pipeline_mode)
     if space is not None:
         kwargs["memory_space"] = space
     dims = tuple(block_dim(d) for d in m.block_dims)
@@ -99,6 +99,31 @@ def block_spec(m: BlockMapping, guard_wrap: str | None = None, key_data: bool = 
         dims += trailing
         index_map = functools.partial(_with_zeros, index_map, len(trailing))
     return pl.BlockSpec(dims, index_map, **kwargs)
+
+
+def jax_buffered(mode):
+    """Ours' ``Buffered`` as JAX's, every field kept: ``revisit=ANY`` is what
+    lets Mosaic write an output block back and fetch it again when the grid
+    returns to it later (dropped, a non-immediate revisit summed over stale
+    data on the chip). A field this JAX's ``Buffered`` lacks is dropped only at
+    its default."""
+    import dataclasses
+
+    from jax.experimental import pallas as pl
+    have = {f.name for f in dataclasses.fields(pl.Buffered)}
+    fields = {}
+    for f in dataclasses.fields(mode):
+        value = getattr(mode, f.name)
+        if f.name not in have:
+            if value != f.default:     # prefetched_count: JAX 0.11+
+                from pallas_tpu._jax_private import needs_newer_jax
+                raise NotImplementedError(needs_newer_jax(
+                    f"pl.Buffered({f.name}={value!r}) on TPU", "0.11"))
+            continue
+        if f.name == "revisit" and value is not None:
+            value = pl.RevisitMode(value.value)
+        fields[f.name] = value
+    return pl.Buffered(**fields)
 
 
 def _with_zeros(index_map, n, *args):

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
+import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -89,6 +92,14 @@ class AsyncCopyDescriptor:
         self.src_ref, self.dst_ref = src_ref, dst_ref
         self.dst_sem, self.src_sem, self.device_id = dst_sem, src_sem, device_id
         self.device_id_type = device_id_type
+        self._used, self._made_at = False, _user_line()
+
+    def __del__(self):
+        # a copy described and never started or waited on is almost surely a
+        # forgotten .start()/.wait(); __del__ cannot raise, so it logs, as JAX's does
+        if not getattr(self, "_used", True):
+            logging.error("AsyncCopyDescriptor was not used (made at %s). Did you mean to "
+                          "call `start` or `wait` on it?", self._made_at)
 
     @property
     def is_remote(self) -> bool:
@@ -119,6 +130,7 @@ class AsyncCopyDescriptor:
     def start(self, priority: int = 0, *, add: bool = False):
         """Issues the DMA; ``add=True`` adds into ``dst_ref`` instead of
         overwriting it. ``priority`` is handed to Mosaic as is."""
+        self._used = True
         if self._each_selected(lambda d: d.start(priority, add=add)):
             return
         for name in ("dst_sem", "src_sem"):
@@ -128,6 +140,7 @@ class AsyncCopyDescriptor:
                          add=bool(add), device_id_type=self.device_id_type)
 
     def _wait(self, wait_for: str):
+        self._used = True
         if self._each_selected(lambda d: d._wait(wait_for)):
             return
         _check_one_semaphore(self.dst_sem, "wait")
@@ -151,9 +164,21 @@ class AsyncCopyDescriptor:
 
     def wait_send(self):
         """Blocks until a remote copy has left ``src_ref`` (its send semaphore)."""
+        self._used = True
         if not self.is_remote:
             raise RuntimeError("wait_send() is for remote copies; use wait() on a local copy.")
         self._wait("send")
+
+
+def _user_line() -> str:
+    """file:line of the first caller outside this package (the kernel's line)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    return "?" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _semaphore_kind(sem):

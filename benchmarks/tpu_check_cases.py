@@ -323,8 +323,67 @@ def matmul_cases(size):
     return out
 
 
+# v5e has 128 MiB of VMEM; a kernel gets 16 MiB of it unless its CompilerParams
+# ask for more. JAX's ops/tpu/matmul.py cannot ask, and its fastest blocks on a
+# v5e need more (1024x1024x2048: 24 MiB); this matmul takes the limit.
+RAISED_VMEM = 96 << 20
+
+
+def raised_vmem_matmul(pl, pltpu):
+    """A blocked matmul over ``pl``/``pltpu`` (ours' or JAX's Pallas): grid (i, j, k)
+    with k innermost, an f32 accumulator in VMEM scratch, written on the last k,
+    and ``vmem_limit_bytes`` among its launch parameters."""
+    def kernel(x_ref, y_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    @functools.partial(jax.jit, static_argnames=("block_shape", "block_k", "vmem_limit_bytes"))
+    def matmul(x, y, *, block_shape, block_k, vmem_limit_bytes=RAISED_VMEM):
+        bm, bn = block_shape
+        (m, k), n = x.shape, y.shape[1]
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+            grid=(m // bm, n // bn, k // block_k),
+            in_specs=[pl.BlockSpec((bm, block_k), lambda i, j, kk: (i, kk)),
+                      pl.BlockSpec((block_k, bn), lambda i, j, kk: (kk, j))],
+            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+            scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+            compiler_params=pltpu.CompilerParams(
+                dimension_semantics=("parallel", "parallel", "arbitrary"),
+                vmem_limit_bytes=vmem_limit_bytes))(x, y)
+    return matmul
+
+
+def pallas_modules(side: str):
+    """(pl, pltpu) of ``side``: "ours" (pallas_frontend, pallas_tpu) or "jax"."""
+    if side == "ours":
+        return importlib.import_module("pallas_frontend"), importlib.import_module("pallas_tpu")
+    return (importlib.import_module("jax.experimental.pallas"),
+            importlib.import_module("jax.experimental.pallas.tpu"))
+
+
+def raised_vmem_matmul_cases(size):
+    n = 8192 if size == "full" else 256
+    block = (1024, 1024, 512) if size == "full" else (128, 128, 128)
+    spec = ((n, n), jnp.bfloat16)
+    sides = {side: functools.partial(raised_vmem_matmul(*pallas_modules(side)),
+                                     block_shape=block[:2], block_k=block[2])
+             for side in ("ours", "jax")}
+    return [Case(f"matmul {n}^3 bf16, VMEM limit {RAISED_VMEM >> 20} MiB, block "
+                 f"{'x'.join(map(str, block))}", "matmul",
+                 functools.partial(_normal, 7, spec, spec), "matmul",
+                 sides | {"xla": jnp.dot}, flops=2.0 * n ** 3)]
+
+
 def cases(size: str = "full", on_cpu: bool = False) -> list[Case]:
     """Every case; ``on_cpu``: for the dry run (JAX's side of the conformance
     kernels interpreted, as JAX requires on a CPU)."""
     return [*conformance_cases(size, on_cpu), *flash_cases(size), *paged_cases(size),
-            *gmm_cases(size), *splash_cases(size), *matmul_cases(size)]
+            *gmm_cases(size), *splash_cases(size), *matmul_cases(size),
+            *raised_vmem_matmul_cases(size)]

@@ -115,12 +115,12 @@ def tuned_kernels(cases, size):
     n = 8192 if full else 256
     small = 256 if full else 128
 
-    def mm_wide():
+    def mm_wide(**extra):
         sizes = tile_sizes(n, 128, smallest=512 if full else 128, largest=2048)
         return search_space({"bm": sizes, "bn": sizes, "bk": tile_sizes(n, 128, smallest=small,
                                                                           largest=2048)},
                             config=lambda p: {"block_shape": (p["bm"], p["bn"]),
-                                              "block_k": p["bk"]})
+                                              "block_k": p["bk"]} | extra)
     out[f"ops.tpu.matmul {n}^3 bf16 block {512 if full else 128}x{512 if full else 128}x"
         f"{512 if full else 128}"] = dict(
         fn=matmul, wide=mm_wide,
@@ -130,6 +130,18 @@ def tuned_kernels(cases, size):
                   "block_k": 512 if full else 128},
         baseline_label="512x512x512" if full else "128x128x128",
         baseline_kind="ours' choice (JAX's matmul has no default block)", side_is_baseline=True)
+    raised = cases.RAISED_VMEM
+    block = (1024, 1024, 512) if full else (128, 128, 128)
+    out[f"matmul {n}^3 bf16, VMEM limit {raised >> 20} MiB, block {'x'.join(map(str, block))}"] = dict(
+        fn=cases.raised_vmem_matmul(*cases.pallas_modules("ours")),
+        wide=functools.partial(mm_wide, vmem_limit_bytes=raised),
+        space=lambda limit, fwd=None: tuning_spaces.matmul(n, n, n, jnp.bfloat16, limit=limit,
+                                                           smallest=small,
+                                                           vmem_limit_bytes=raised),
+        baseline={"block_shape": block[:2], "block_k": block[2], "vmem_limit_bytes": raised},
+        baseline_label="x".join(map(str, block)),
+        baseline_kind="ours' choice (JAX's matmul's best within the default 16 MiB)",
+        side_is_baseline=True)
     dims = (16, 32, 8, 128, 16, 128) if full else (2, 8, 2, 128, 16, 8)
     paged = cases._ops("tpu.paged_attention.paged_attention_kernel")[0].paged_attention
     out["ops.tpu.paged_attention"] = dict(

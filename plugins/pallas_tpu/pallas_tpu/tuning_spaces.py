@@ -34,9 +34,11 @@ def _matmul_vmem(bm, bk, bn, dtype, out_dtype):
 
 
 def matmul(m: int, n: int, k: int, dtype, *, chip=None, budget=None, limit: int | None = 10,
-           smallest: int = 256):
+           smallest: int = 256, vmem_limit_bytes: int | None = None):
     """``matmul(x, y, *, block_shape=(bm, bn), block_k=bk)`` of ``ops/tpu/matmul.py``:
-    an f32 accumulator (bm, bn) in scratch; every block size divides its dim."""
+    an f32 accumulator (bm, bn) in scratch; every block size divides its dim.
+    ``vmem_limit_bytes``: for a matmul that takes it (JAX's does not), the VMEM
+    the candidates may fill and a config entry passing it on."""
     size = np.dtype(dtype).itemsize
 
     def vmem(p):
@@ -48,11 +50,12 @@ def matmul(m: int, n: int, k: int, dtype, *, chip=None, budget=None, limit: int 
         steps = (m // bm) * (n // bn) * (k // bk)
         return tuning.roofline_seconds(2.0 * m * n * k, traffic, steps, chip)
     sizes = dict(smallest=smallest, largest=4096)
+    extra = {} if vmem_limit_bytes is None else {"vmem_limit_bytes": vmem_limit_bytes}
     return search_space(
         {"bm": tuning.tile_sizes(m, **sizes), "bn": tuning.tile_sizes(n, **sizes),
          "bk": tuning.tile_sizes(k, **sizes)},
-        vmem=vmem, budget=_budget(budget, chip), rank=rank, limit=limit,
-        config=lambda p: {"block_shape": (p["bm"], p["bn"]), "block_k": p["bk"]})
+        vmem=vmem, budget=_budget(vmem_limit_bytes if budget is None else budget, chip), rank=rank, limit=limit,
+        config=lambda p: {"block_shape": (p["bm"], p["bn"]), "block_k": p["bk"]} | extra)
 
 
 def _flash_fwd_vmem(p, d, dtype):

@@ -109,3 +109,59 @@ def test_the_flash_backward_blocks_kept_compile_for_v5e():
     def loss(q, k, v):
         return fa.flash_attention(q, k, v, block_sizes=sizes).astype(jnp.float32).sum()
     compile_for_tpu(jax.grad(loss, argnums=(0, 1, 2)), x, x, x)
+
+
+def _ours_blocked_matmul(x, y, *, block_shape, block_k, vmem_limit_bytes=None):
+    import pallas_frontend as pl
+    import pallas_tpu as pltpu
+
+    def kernel(x_ref, y_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+    (bm, bn), n = block_shape, x.shape[0]
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((n, n), x.dtype),
+        grid=(n // bm, n // bn, n // block_k),
+        in_specs=[pl.BlockSpec((bm, block_k), lambda i, j, k: (i, k)),
+                  pl.BlockSpec((block_k, bn), lambda i, j, k: (k, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(vmem_limit_bytes=vmem_limit_bytes))(x, y)
+
+
+def test_a_raised_vmem_limit_widens_the_matmul_space():
+    raised = 96 << 20
+    space = tuning_spaces.matmul(4096, 4096, 4096, jnp.bfloat16, limit=None,
+                                 vmem_limit_bytes=raised)
+    configs = list(space)
+    # 1024x1024x2048 needs 24 MiB: past the 16 MiB default, within the raised limit
+    assert {"block_shape": (1024, 1024), "block_k": 2048, "vmem_limit_bytes": raised} in configs
+    assert all(c["vmem_limit_bytes"] == raised for c in configs)
+    assert {"bm": 1024, "bn": 1024, "bk": 2048} in [
+        p.params for p in tuning_spaces.matmul(4096, 4096, 4096, jnp.bfloat16,
+                                               limit=None).pruned]
+    rng = np.random.default_rng()
+    x, y = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    config = list(tuning_spaces.matmul(256, 256, 256, jnp.float32, limit=None, smallest=128,
+                                       vmem_limit_bytes=raised))[0]
+    import pallas_tpu
+    with pallas_tpu.force_tpu_interpret_mode():
+        out = _ours_blocked_matmul(x, y, **config)
+    np.testing.assert_allclose(np.asarray(out), x.astype(np.float64) @ y, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu")
+def test_raised_vmem_blocks_compile_for_v5e_only_with_the_limit():
+    from pallas_tpu.aot import compile_for_tpu
+    x = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
+    blocks = dict(block_shape=(1024, 1024), block_k=2048)
+    compile_for_tpu(functools.partial(_ours_blocked_matmul, **blocks,
+                                      vmem_limit_bytes=96 << 20), x, x)
+    with pytest.raises(Exception, match="(?i)vmem"):
+        compile_for_tpu(functools.partial(_ours_blocked_matmul, **blocks), x, x)

@@ -174,6 +174,10 @@ def pallas_call(
     call = jc.api_boundary(call)      # our frames leave its tracebacks, as JAX's do
     functools.update_wrapper(call, kernel, assigned=("__name__", "__qualname__", "__doc__"),
                              updated=())
+    # JAX's pallas_call returns a jitted function: code written for it calls
+    # .lower(...) (AOT compiles, memory checks) or .trace(...) on the result
+    jitted = jax.jit(call)
+    call.lower, call.trace, call.eval_shape = jitted.lower, jitted.trace, jitted.eval_shape
     return call
 
 

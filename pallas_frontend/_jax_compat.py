@@ -57,6 +57,11 @@ run_state = state_discharge.run_state
 tree_util = _tree_util
 tree_equality_errors = _tree_util.equality_errors_pytreedef
 extend_axis_env = core.extend_axis_env_nd
+
+
+def bound_axis_names() -> frozenset:
+    """The axis names the current trace binds (vmap, shard_map, a kernel's grid)."""
+    return frozenset(core.get_axis_env().axis_sizes)
 poison_buffers_flag = _config.jax_pallas_poison_buffers
 # JAX's own switch (in every jit cache key and trace context): pl.enable_debug_checks sets it.
 debug_checks_state = _config.jax_pallas_enable_debug_checks
@@ -316,6 +321,8 @@ def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
     enclosing trace) become explicit leading operands."""
     dbg = api_util.debug_info(traced_for, fun, tuple(in_avals), {})
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=dbg), list(in_avals))
+    if jaxpr.constvars:     # JAX 0.10 keeps them apart; 0.11+ already made them invars
+        jaxpr = pe.convert_constvars_jaxpr(jaxpr)
     return jaxpr, list(consts)
 
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend import frames
+from pallas_frontend import axis_binding, frames
 from pallas_frontend import grid_context as _grid
 from pallas_frontend.contract import FRONTEND_OWNER, KernelIR
 
@@ -71,7 +71,9 @@ def trace_body(fun: Callable, in_avals, *, traced_for: str = "pallas sub-kernel"
     ``(jaxpr, consts)``; the jaxpr takes ``*consts, *args``. For backends whose
     primitives carry a body traced inside a kernel (e.g. a software pipeline):
     what the body closes over becomes explicit operands of the primitive."""
-    return jc.trace_with_explicit_consts(fun, in_avals, traced_for=traced_for)
+    jaxpr, consts = jc.trace_with_explicit_consts(fun, in_avals, traced_for=traced_for)
+    # lax.axis_index of the kernel's axes: the body closes over the kernel's value
+    return axis_binding.close_over_outer_axes(jaxpr, consts, in_avals, traced_for=traced_for)
 
 
 def def_pure_primitive(prim: jc.Primitive, *, impl: Callable, abstract_eval: Callable,

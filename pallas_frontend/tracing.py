@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend import captured_scalars
+from pallas_frontend import axis_binding, captured_scalars
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.index_maps import _fn_name, _type_str, source_of, trace_index_map
 from pallas_frontend.frames import traced_as
@@ -194,53 +194,17 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
     with static_slice_errors(), jc.extend_axis_env(named):
         jaxpr, _ = jc.trace_kernel_jaxpr(traced_as(body, kernel, num_index, len(ref_avals)),
                                           in_avals, traced_for="pallas kernel")
-    if grid_names and any(e.primitive.name == "axis_index" for e in _iter_eqns(jaxpr.jaxpr)):
+    if grid_names and axis_binding.axis_names_read(jaxpr.jaxpr):
         def with_program_ids(*flat):
             def index_of(axis):
                 # another name was bound around the kernel (a shard_map axis; the
                 # first trace checked it): its axis_index stays as it is
                 return flat[grid_names.index(axis)] if axis in grid_names else None
-            return _eval_binding_axis_index(jaxpr.jaxpr, jaxpr.consts, flat, index_of, name)
+            return axis_binding.eval_binding_axis_index(jaxpr.jaxpr, jaxpr.consts, flat,
+                                                        index_of, name)
         jaxpr, _ = jc.trace_kernel_jaxpr(with_program_ids, in_avals, traced_for="pallas kernel")
     captured_scalars.refuse_unpassable(jaxpr, name)
     return jaxpr
-
-
-def _iter_eqns(jaxpr):
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for sub in jc.sub_jaxprs(eqn):
-            yield from _iter_eqns(sub)
-
-
-def _eval_binding_axis_index(jaxpr, consts, args, index_of, kernel_name):
-    """Evaluates ``jaxpr`` (under tracing), replacing ``axis_index`` of a grid
-    axis by that axis's program id."""
-    env = {}
-
-    def read(v):
-        return v.val if isinstance(v, jc.Literal) else env[v]
-
-    env.update(zip(jaxpr.constvars, consts))
-    env.update(zip(jaxpr.invars, args))
-    for eqn in jaxpr.eqns:
-        vals = [read(x) for x in eqn.invars]
-        if eqn.primitive.name == "axis_index" and index_of(eqn.params["axis_name"]) is not None:
-            outs = [index_of(eqn.params["axis_name"])]
-        elif any(e.primitive.name == "axis_index" for sub in jc.sub_jaxprs(eqn)
-                 for e in _iter_eqns(sub)):
-            inner = eqn.params.get("jaxpr")
-            if eqn.primitive.name not in ("jit", "pjit", "closed_call") or inner is None:
-                raise NotImplementedError(
-                    f"Kernel {kernel_name}: lax.axis_index inside {eqn.primitive.name} is not "
-                    "supported; use pl.program_id(axis_name), which works anywhere.")
-            outs = _eval_binding_axis_index(inner.jaxpr, inner.consts, vals, index_of,
-                                            kernel_name)
-        else:
-            outs = eqn.primitive.bind(*vals, **eqn.primitive.get_bind_params(eqn.params))
-            outs = outs if eqn.primitive.multiple_results else [outs]
-        env.update(zip(eqn.outvars, outs))
-    return [read(v) for v in jaxpr.outvars]
 
 
 # --- pallas_call arguments -> KernelIR ---------------------------------------------

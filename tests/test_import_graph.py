@@ -42,9 +42,11 @@ CONTRACT_MAY_IMPORT = {
     # the default timing hook: jax and numpy only (a TPU host loads it by file path)
     "pallas_frontend.device_timing": set(),
     "pallas_frontend.backend_helpers": {"pallas_frontend.contract", "pallas_frontend._jax_compat",
-                                        "pallas_frontend.frames",
+                                        "pallas_frontend.axis_binding", "pallas_frontend.frames",
                                         "pallas_frontend.grid_analysis",
                                         "pallas_frontend.grid_context"},
+    # a body traced inside a kernel reads the kernel's axis_index values
+    "pallas_frontend.axis_binding": {"pallas_frontend._jax_compat"},
     # a plugin's frames leave tracebacks (kernel_primitive hides its package)
     "pallas_frontend.frames": {"pallas_frontend._jax_compat"},
     "pallas_frontend.grid_context": set(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -326,12 +327,14 @@ def normalize_grid(grid: Any) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
         grid = tuple(g[1] for g in grid)
     sizes = []
     for g in grid:
-        if _is_symbolic(g) or _is_traced_size(g):
-            # a dynamic grid dim (traced, or symbolic under jax.export): its size is an operand
-            sizes.append(g)
+        if _is_symbolic(g):
+            sizes.append(g)      # symbolic under jax.export: its size is an operand
             continue
-        if hasattr(g, "dtype") and np.shape(g) == () and np.issubdtype(g.dtype, np.integer):
-            g = int(g)           # a concrete array scalar
+        if (traced := _traced_size(g)) is not None:
+            sizes.append(traced)  # known at run time: an operand too
+            continue
+        if hasattr(g, "dtype") and np.size(g) == 1 and np.issubdtype(g.dtype, np.integer):
+            g = int(np.reshape(g, ()))    # a concrete array scalar (or one-element array, as JAX)
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
             raise TypeError(
                 f"Grid must be a tuple of integers, got {tuple(grid)!r}: element {g!r} is a "
@@ -346,15 +349,18 @@ def normalize_grid(grid: Any) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
     return tuple(sizes), names
 
 
-def _is_traced_size(g) -> bool:
-    """Whether ``g`` is a traced integer scalar (a dynamic grid size)."""
+def _traced_size(g):
+    """``g`` as a traced integer scalar (a dynamic grid size), or None where
+    ``g`` is not traced. A one-element array (e.g. ``int32[1]`` read from an
+    SMEM operand) is taken as its element, as JAX takes it."""
     import jax   # only reached for grids that are not plain ints
     if not isinstance(g, jax.core.Tracer):
-        return False
+        return None
     aval = g.aval
-    if aval.shape != () or not np.issubdtype(aval.dtype, np.integer):
-        raise TypeError(f"A dynamic grid size must be an integer scalar, got {aval.str_short()}.")
-    return True
+    if math.prod(aval.shape) != 1 or not np.issubdtype(aval.dtype, np.integer):
+        raise TypeError(f"A dynamic grid size must be an integer scalar (or a one-element "
+                        f"integer array), got {aval.str_short()}.")
+    return g if aval.shape == () else jax.numpy.reshape(g, ())
 
 
 # --- backend parameters -----------------------------------------------------

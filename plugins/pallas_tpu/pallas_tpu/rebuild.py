@@ -289,6 +289,8 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
                 input_output_aliases=dict(kernel.input_output_aliases),
                 compiler_params=params, cost_estimate=_cost_estimate(kernel),
                 interpret=jax_interpret,
+                # compiled, JAX's debug output adds its kernel jaxpr and Mosaic module
+                debug=kernel.debug and interpret is None,
                 name=kernel.name, metadata=dict(kernel.metadata) or None)
 
     if not n_dynamic:

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from pallas_triton import triton_runtime
+from pallas_triton import denormal_mode, triton_runtime
 
 _lock = threading.Lock()   # the interpreter patches triton.language globally while it runs
 
@@ -34,7 +34,8 @@ def host_runner(kernel, gen):
                 outs.append(np.array(ins[aliases[k]], copy=True))
             else:
                 outs.append(np.full(m.array_shape, fill_value(m.dtype), dtype=m.dtype))
-        with _lock:
+        # XLA's CPU mode: the float emitters give XLA's bits on denormals only in it
+        with _lock, denormal_mode.as_xla_cpu():
             triton_runtime.run_interpreted(fn, gen.num_programs, ins + outs)
         return outs
     return run

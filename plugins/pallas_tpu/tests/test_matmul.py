@@ -20,7 +20,7 @@ def matmul_kernel(x_ref, y_ref, o_ref, acc_ref):
         o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-def matmul(x, y, *, bm=128, bn=128, bk=128, interpret=False):
+def matmul(x, y, *, bm=128, bn=128, bk=128, interpret=False, vmem_limit_bytes=None):
     m, k = x.shape
     _, n = y.shape
     return pl.pallas_call(
@@ -32,7 +32,8 @@ def matmul(x, y, *, bm=128, bn=128, bk=128, interpret=False):
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "arbitrary")),
+            dimension_semantics=("parallel", "parallel", "arbitrary"),
+            vmem_limit_bytes=vmem_limit_bytes),
         interpret=interpret)(x, y)
 
 

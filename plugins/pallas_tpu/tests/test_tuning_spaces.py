@@ -112,27 +112,9 @@ def test_the_flash_backward_blocks_kept_compile_for_v5e():
 
 
 def _ours_blocked_matmul(x, y, *, block_shape, block_k, vmem_limit_bytes=None):
-    import pallas_frontend as pl
-    import pallas_tpu as pltpu
-
-    def kernel(x_ref, y_ref, o_ref, acc_ref):
-        @pl.when(pl.program_id(2) == 0)
-        def _():
-            acc_ref[...] = jnp.zeros_like(acc_ref)
-        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
-
-        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
-        def _():
-            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
-    (bm, bn), n = block_shape, x.shape[0]
-    return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((n, n), x.dtype),
-        grid=(n // bm, n // bn, n // block_k),
-        in_specs=[pl.BlockSpec((bm, block_k), lambda i, j, k: (i, k)),
-                  pl.BlockSpec((block_k, bn), lambda i, j, k: (k, j))],
-        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
-        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(vmem_limit_bytes=vmem_limit_bytes))(x, y)
+    from test_matmul import matmul      # this folder's blocked matmul, with the limit
+    return matmul(x, y, bm=block_shape[0], bn=block_shape[1], bk=block_k,
+                  vmem_limit_bytes=vmem_limit_bytes)
 
 
 def test_a_raised_vmem_limit_widens_the_matmul_space():

@@ -23,7 +23,7 @@ from pallas_frontend.backend_api import KernelIR, kernel_primitive, tracing_kern
 from pallas_frontend import backend_api
 from pallas_tpu import _jax_private, pipeline_cores, pipeline_schedule
 from pallas_tpu.buffered_ref import source_space
-from pallas_tpu.memory import VMEM
+from pallas_tpu.memory import VMEM, MemorySpace
 from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
 
 emit_pipeline_p = kernel_primitive("tpu_emit_pipeline", owner=OWNER, multiple_results=True)
@@ -33,6 +33,23 @@ emit_pipeline_p.def_effectful_abstract_eval(
 
 def uses_pipeline(kernel: KernelIR) -> bool:
     return any(e.primitive is emit_pipeline_p for e in kernel.iter_equations())
+
+
+def _is_spec(x) -> bool:
+    """Ours or JAX's own BlockSpec (JAX's fuser builds JAX's from ours)."""
+    return isinstance(x, pf.BlockSpec) or all(
+        hasattr(x, a) for a in ("block_shape", "index_map", "memory_space", "pipeline_mode"))
+
+
+def _as_ours(spec):
+    """A JAX BlockSpec as ours (its TPU memory space as ours, by name); else unchanged."""
+    if isinstance(spec, pf.BlockSpec) or not _is_spec(spec):
+        return spec
+    space = spec.memory_space
+    if space is not None and not isinstance(space, MemorySpace):
+        space = next((m for m in MemorySpace if m == space), space)
+    return pf.BlockSpec(spec.block_shape, spec.index_map, memory_space=space,
+                        pipeline_mode=spec.pipeline_mode)
 
 
 def _spec_list(specs) -> list:
@@ -147,6 +164,7 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
     first (and ``pl.program_id`` stays the kernel's, as in JAX). ``in_specs``
     and ``out_specs`` may be pytrees matching the (pytree) operands."""
     static_grid, _ = _static_or_traced(grid)     # validates before any tracing
+    in_specs, out_specs = jax.tree.map(_as_ours, (in_specs, out_specs), is_leaf=_is_spec)
     if core_axis is not None and core_axis_name is not None:
         raise ValueError("emit_pipeline: pass core_axis or core_axis_name, not both.")
     specs = _spec_list(in_specs) + _spec_list(out_specs)

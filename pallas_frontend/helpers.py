@@ -72,9 +72,16 @@ def empty_like(tree):
 
 
 def empty_ref_like(x):
-    """A new Ref shaped like ``x`` (a MemoryRef keeps its memory space; anything
-    else with shape and dtype gets ``pl.ANY``)."""
-    space = x.memory_space if isinstance(x, MemoryRef) else MemorySpace.ANY
+    """A new Ref shaped like ``x`` (a MemoryRef keeps its memory space; a
+    backend's scratch type, e.g. ``pltpu.SemaphoreType.DMA(())``, gives its
+    own Ref type; anything else with shape and dtype gets ``pl.ANY``)."""
+    if isinstance(x, MemoryRef):
+        space = x.memory_space
+    elif callable(getattr(x, "get_ref_aval", None)):     # JAX's scratch-type protocol
+        aval = x.get_ref_aval()
+        x, space = aval.inner_aval, aval.memory_space
+    else:
+        space = MemorySpace.ANY
     return jax.empty_ref(jax.ShapeDtypeStruct(tuple(x.shape), x.dtype), memory_space=space)
 
 
@@ -154,6 +161,13 @@ def _trip_count(lower, upper, step, static_step=None):
     return jnp.maximum(0, -((lower - upper) // step))
 
 
+def _underlying_ref(ref):
+    """The Ref under a view, or under the first choice of a ``select_ref`` view."""
+    while hasattr(ref, "transforms"):
+        ref = ref.ref[0] if isinstance(ref.ref, tuple) else ref.ref
+    return ref
+
+
 def select_ref(idx, *refs):
     """One of ``refs`` (Refs or views of the same shape and dtype), chosen by
     the int32 scalar ``idx`` when the kernel runs: the source or destination
@@ -164,7 +178,7 @@ def select_ref(idx, *refs):
         raise ValueError(f"pl.select_ref: got {len(refs)} Ref(s); it chooses among two or more.")
     types = []
     for i, ref in enumerate(refs):
-        aval = jax.typeof(ref.ref if hasattr(ref, "transforms") else ref)
+        aval = jax.typeof(_underlying_ref(ref))
         if not isinstance(aval, jax.ref.AbstractRef):
             raise TypeError(f"pl.select_ref: refs[{i}] is a {aval}, not a Ref or a view of one.")
         types.append((tuple(ref.shape), jnp.dtype(ref.dtype)))

@@ -5,8 +5,9 @@ evaluator (``evaluate.py``) replays it with JAX's ``pltpu`` function of the
 same meaning. Ref operands may be views (``ref.at[...]``): they are flattened
 as pytrees, and the tree travels as a static parameter.
 
-The frontend's reference interpreter refuses these primitives (they belong
-to another backend); run such kernels with ``interpret=InterpretParams()``.
+The frontend's reference interpreter runs ``load``/``store`` and local DMAs
+(``ref_io_interpret``, ``dma_interpret``); for the rest, run such kernels with
+``interpret=InterpretParams()``.
 """
 
 from __future__ import annotations
@@ -110,21 +111,27 @@ class AsyncCopyDescriptor:
         return (self.src_ref, self.dst_ref, self.dst_sem, self.src_sem, self.device_id)
 
     def _each_selected(self, action) -> bool:
-        """Where ``src_ref`` or ``dst_ref`` is a ``pl.select_ref`` view: runs
-        ``action`` on the copy of the Ref ``idx`` picks (a ``lax.switch``, which
-        every interpreter and Mosaic run) and returns True."""
-        for field in ("src_ref", "dst_ref"):
-            view = getattr(self, field)
-            if hasattr(view, "transforms") and isinstance(getattr(view, "ref", None), tuple):
-                idx = view.transforms[0].idx
+        """Where a Ref or semaphore of the copy is a ``pl.select_ref`` view
+        (possibly of other selections, possibly viewed further, e.g.
+        ``.reshape``): runs ``action`` on the copy with the Ref ``idx`` picks,
+        its later transforms kept (a ``switch``, which every interpreter and
+        Mosaic run), and returns True. An ``idx`` out of range picks the last
+        Ref, as JAX's Mosaic lowering does."""
+        for field in ("src_ref", "dst_ref", "dst_sem", "src_sem"):
+            selection = _selection_of(getattr(self, field))
+            if selection is None:
+                continue
+            choices, idx, rest = selection
+            idx = jnp.asarray(idx, jnp.int32)
+            last = len(choices) - 1
+            idx = jnp.where((idx >= 0) & (idx < last), idx, last)
 
-                def branch(ref, field=field):
-                    chosen = copy.copy(self)
-                    setattr(chosen, field, ref)
-                    action(chosen)
-                jax.lax.switch(jnp.asarray(idx, jnp.int32),
-                               [functools.partial(branch, r) for r in view.ref])
-                return True
+            def branch(ref, field=field):
+                chosen = copy.copy(self)
+                setattr(chosen, field, _viewed(ref, rest))
+                action(chosen)
+            jax.lax.switch(idx, [functools.partial(branch, r) for r in choices])
+            return True
         return False
 
     def start(self, priority: int = 0, *, add: bool = False):
@@ -168,6 +175,31 @@ class AsyncCopyDescriptor:
         if not self.is_remote:
             raise RuntimeError("wait_send() is for remote copies; use wait() on a local copy.")
         self._wait("send")
+
+
+def _selection_of(view):
+    """``(choices, idx, transforms after the selection)`` where ``view`` is a
+    ``pl.select_ref`` view, possibly viewed further (``.reshape`` or ``.at``
+    wrap the selection, which JAX keeps a view of one transform); else None."""
+    rest = ()
+    while hasattr(view, "transforms") and not isinstance(view.ref, tuple):
+        if not hasattr(view.ref, "transforms"):
+            return None          # a view of a Ref
+        rest = (*view.transforms, *rest)
+        view = view.ref
+    if not hasattr(view, "transforms"):
+        return None
+    return view.ref, view.transforms[0].idx, rest
+
+
+def _viewed(ref, transforms):
+    """``ref`` (a Ref, a view, or a selection) viewed further through ``transforms``."""
+    if not transforms:
+        return ref
+    if isinstance(getattr(ref, "ref", None), tuple):    # a selection wraps, as in JAX
+        return type(ref)(ref, tuple(transforms))
+    from pallas_tpu import _jax_private
+    return _jax_private.transformed_ref(ref, transforms)
 
 
 def _user_line() -> str:
@@ -305,6 +337,12 @@ def load(ref, *, mask=None):
 
 def store(ref, val, *, mask=None):
     """Writes ``val`` into ``ref`` (or a view) where ``mask`` holds."""
+    shape, dtype = _view_shape_dtype(ref)
+    val = jnp.asarray(val)
+    if tuple(val.shape) != tuple(shape) or val.dtype != jnp.dtype(dtype):
+        raise ValueError(f"pallas_tpu.store: the value ({val.dtype}, shape {tuple(val.shape)}) "
+                         f"must have the Ref's shape {tuple(shape)} and "
+                         f"dtype {jnp.dtype(dtype)}, as in JAX; broadcast or cast it first.")
     flat, tree, spec = _flatten_with_effects((ref, val, mask), ("w", None, None))
     store_p.bind(*flat, tree=tree, effect_spec=spec, has_mask=mask is not None)
 

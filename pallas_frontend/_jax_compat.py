@@ -336,6 +336,18 @@ def lowering_traces_python(prim) -> bool:
                for e in entries)
 
 
+def equation_scopes(eqn):
+    """A context manager: what is bound inside it carries ``eqn``'s named scopes
+    (``jax.named_scope``), as under JAX's own eval_jaxpr (Mosaic turns them into
+    trace_start/trace_stop). An equation-like object without source info has none."""
+    info = getattr(eqn, "source_info", None)
+    if info is None:
+        import contextlib
+        return contextlib.nullcontext()
+    return source_info_util.set_name_stack(
+        source_info_util.current_name_stack() + info.name_stack)
+
+
 def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):
     """``eval_jaxpr`` that calls ``before_eqn(eqn, invals)`` ahead of every
     equation (to bind extra checks; a list it returns replaces the equation's

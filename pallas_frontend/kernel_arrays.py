@@ -100,7 +100,8 @@ def replay_equations(jaxpr, env: dict, rule: Callable, *, start: int = 0,
     kept. A scoped allocation (``empty_ref``) hands over the rest of the body:
     the result of ``open_scope(jaxpr, k, env)`` (``k`` its equation index; it
     typically binds the buffer and calls back with ``start=k + 1``) is
-    returned; the matching ``free_ref`` equations are skipped."""
+    returned; the matching ``free_ref`` equations are skipped. Each rule runs
+    under its equation's named scopes (``jax.named_scope``)."""
     def read(atom):
         return atom.val if isinstance(atom, jc.Literal) else env[atom]
 
@@ -116,7 +117,8 @@ def replay_equations(jaxpr, env: dict, rule: Callable, *, start: int = 0,
                     "replay_equations met a scoped allocation (empty_ref) but no open_scope "
                     "was given: pass open_scope to lower pl.run_scoped.")
             return open_scope(jaxpr, k, env)
-        outs = rule(eqn, [read(a) for a in eqn.invars])
+        with jc.equation_scopes(eqn):      # named scopes reach the backend's trace
+            outs = rule(eqn, [read(a) for a in eqn.invars])
         if not eqn.primitive.multiple_results:
             outs = [outs]
         for v, x in zip(eqn.outvars, outs):

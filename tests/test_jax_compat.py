@@ -250,6 +250,25 @@ def test_estimate_cost_matches_jax(shapes):
     assert ours.bytes_accessed == 4 * (m * d + 2 * n * d + m * d)
 
 
+_PI_AND_2_OPS = ("cospi", "sinpi", "tanpi", "acospi", "asinpi", "atanpi", "exp2m1", "log2p1")
+
+
+@pytest.mark.skipif(not all(hasattr(jax.lax, n) for n in _PI_AND_2_OPS),
+                    reason="lax.cospi, exp2m1, ... need JAX 0.12.1 or newer")
+def test_estimate_cost_counts_the_new_transcendentals_and_custom_jvp():
+    def f(x):     # each new primitive once, and a custom_jvp (jax.nn.relu)
+        return sum(getattr(jax.lax, n)(x * 0.5) for n in _PI_AND_2_OPS) + jax.nn.relu(x)
+
+    arg = jax.ShapeDtypeStruct((8, 16), jnp.float32)
+    theirs, ours = jpl.estimate_cost(f, arg), pl.estimate_cost(f, arg)
+    assert (ours.flops, ours.transcendentals, ours.bytes_accessed) == \
+        (theirs.flops, theirs.transcendentals, theirs.bytes_accessed)
+    assert ours.transcendentals == 8 * 16 * len(_PI_AND_2_OPS)
+    # per element: 8 halvings, 8 adds of sum() (from 0), one more add, and relu's max
+    # (a custom_jvp, counted from JAX 0.12.1 on)
+    assert ours.flops == 8 * 16 * (2 * len(_PI_AND_2_OPS) + 1 + 1)
+
+
 def test_estimate_cost_of_kwargs_and_calls():
     def f(x, w, *, scale):
         return jax.jit(lambda a: jnp.exp(a @ w) * scale)(x) ** 2

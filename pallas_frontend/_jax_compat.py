@@ -327,13 +327,16 @@ def trace_with_explicit_consts(fun, in_avals, *, traced_for: str):
 
 
 def lowering_traces_python(prim) -> bool:
-    """Whether ``prim`` is lowered (on some platform) by tracing a Python
-    function at lowering time (``mlir.lower_fun``): such lowerings can fail on
-    operands their abstract evaluation accepted (e.g. batched mixed ranks)."""
-    entries = [mlir._lowerings.get(prim)]
-    entries += [table.get(prim) for table in mlir._platform_specific_lowerings.values()]
-    return any(e is not None and "lower_fun" in getattr(e.rule, "__qualname__", "")
-               for e in entries)
+    """Whether ``prim`` is lowered (on some platform) by tracing a Python function at
+    lowering time (``mlir.lower_fun``, or a rule that delegates to one, as JAX 0.12.1's
+    threefry2x32): such lowerings can fail on operands abstract evaluation accepted."""
+    tables = [mlir._lowerings, *mlir._platform_specific_lowerings.values()]
+    rules = [t[prim].rule for t in tables if prim in t]
+    for _ in range(3):      # the rules, then the functions they close over
+        if any("lower_fun" in getattr(r, "__qualname__", "") for r in rules):
+            return True
+        rules = [c.cell_contents for r in rules for c in getattr(r, "__closure__", None) or ()]
+    return False
 
 
 def equation_scopes(eqn):

@@ -27,8 +27,8 @@ _API = {
     "block_indices": ("BlockIndexError",),
     "call_primitive": ("pallas_call_p",),
     "helpers": ("align_to", "broadcast_to", "cdiv", "empty", "empty_like", "empty_ref_like",
-                "loop", "next_power_of_2", "select_ref", "strides_from_shape", "when",
-                "with_scoped"),
+                "loop", "next_power_of_2", "pad_ref", "select_ref", "strides_from_shape",
+                "when", "with_scoped"),
     "launch": ("kernel", "pallas_call"),
     "output_coverage": ("UnwrittenOutputError", "UnwrittenOutputWarning"),
     "primitives": ("DeviceIdType", "KernelCheckError", "SemaphoreDeadlockError", "debug_check",
@@ -105,7 +105,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
     from pallas_frontend.diagnostics import print_backend_info
     from pallas_frontend.helpers import (
         align_to, broadcast_to, cdiv, empty, empty_like, empty_ref_like, loop, next_power_of_2,
-        select_ref, strides_from_shape, when, with_scoped)
+        pad_ref, select_ref, strides_from_shape, when, with_scoped)
     from pallas_frontend.launch import kernel, pallas_call
     from pallas_frontend.output_coverage import UnwrittenOutputError, UnwrittenOutputWarning
     from pallas_frontend.primitives import (

@@ -182,3 +182,20 @@ def select_ref(idx, *refs):
         raise TypeError(f"pl.select_ref: idx must be an integer scalar, got "
                         f"{jnp.result_type(idx)}{list(jnp.shape(idx))}.")
     return _jax_compat.select_view(idx, refs)
+
+
+def pad_ref(ref, shape):
+    """A view of ``ref`` grown at the end of each dim to ``shape``, for reads past its
+    edge: JAX's ``pl.pad_ref`` (JAX 0.12.1 on), JAX's own view, so that pallas_tpu
+    hands it to Mosaic as JAX does. Under the built-in interpreter the padding reads
+    as zeros and writes to it are dropped, as under JAX's interpret mode."""
+    from jax.experimental import pallas as jax_pallas      # JAX's Pallas, only when used
+    if not hasattr(jax_pallas, "pad_ref"):                  # the feature, not the version
+        raise NotImplementedError(
+            f"pl.pad_ref needs JAX 0.12.1 or newer; this is JAX {jax.__version__}.")
+    own = tuple(ref.shape)
+    if not (isinstance(shape, Sequence) and len(shape) == len(own)
+            and all(_static_int(d) and d >= s for d, s in zip(shape, own))):
+        raise ValueError(f"pl.pad_ref: shape must be {len(own)} Python ints, each at least "
+                         f"the Ref's own dim {list(own)}; got {shape!r}.")
+    return jax_pallas.pad_ref(ref, tuple(int(d) for d in shape))

@@ -41,7 +41,7 @@ _API = {
     "specs": ("ANY", "HOST", "BlockDim", "Blocked", "BoundedSlice", "Buffered",
               "CompilerParams", "CostEstimate", "Element", "GridSpec", "Indirect", "MemoryRef",
               "MemorySpace",
-              "RevisitMode", "Squeezed", "no_block_spec", "squeezed"),
+              "RevisitMode", "Squeezed", "no_block_spec", "semaphore", "squeezed"),
     "ref_checks": ("RefIndexError",),
     # BlockSpec through tracing, which gives it to_block_mapping
     "tracing": ("BlockSpec", "PallasTypeError", "PallasUsageError"),
@@ -118,7 +118,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load lazily
     from pallas_frontend.specs import (
         ANY, HOST, BlockDim, BlockSpec, Blocked, BoundedSlice, Buffered, CompilerParams,
         CostEstimate, Element, GridSpec, Indirect, MemoryRef, MemorySpace, RevisitMode, Squeezed,
-        no_block_spec, squeezed)
+        no_block_spec, semaphore, squeezed)
     from pallas_frontend.ref_checks import RefIndexError
     from pallas_frontend.tracing import PallasTypeError, PallasUsageError
     dslice = ds

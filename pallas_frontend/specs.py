@@ -284,6 +284,11 @@ class _NoBlockSpec:
 # JAX's own object where JAX has Pallas: its fuser tests specs with ``is``.
 no_block_spec: Any = getattr(_jax_pallas(), "no_block_spec", None) or _NoBlockSpec()
 
+# JAX's dtype class of regular semaphores, for jnp.issubdtype(ref.dtype,
+# pl.semaphore): a backend whose semaphore Refs report JAX's semaphore dtypes
+# answers True (pallas_tpu's do); None where JAX has no Pallas.
+semaphore: Any = getattr(_jax_pallas(), "semaphore", None)
+
 
 @dataclasses.dataclass(init=False)
 class GridSpec:

@@ -29,6 +29,7 @@ from pallas_tpu.primitives import (
     AsyncCopyDescriptor, async_copy, async_remote_copy, load, make_async_copy,
     make_async_remote_copy, prng_random_bits, prng_seed, reciprocal, store, sync_copy)
 from pallas_tpu.spaces import with_memory_space_constraint
+from pallas_tpu.semaphore_types import dma_semaphore_class as _dma_semaphore_class
 from pallas_tpu import dma_interpret as _dma_interpret  # noqa: F401  (interpret=True rules)
 from pallas_tpu.random import (
     stateful_bernoulli, stateful_bits, stateful_normal, stateful_uniform)
@@ -60,5 +61,8 @@ __all__ = [
     "with_memory_space_constraint", "sample_block", "to_pallas_key",
     "touch", "trace_value", "conv", "join_bits", "pack_elementwise", "pack_fp6", "split_bits",
     "stochastic_round", "unpack_elementwise", "unpack_fp6", "has_memory_space", "annotate",
-    "LoweringException",
+    "LoweringException", "dma_semaphore",
 ]
+
+# JAX's dtype class of DMA semaphores: jnp.issubdtype(sem.dtype, pltpu.dma_semaphore)
+dma_semaphore = _dma_semaphore_class()

@@ -32,8 +32,9 @@ get_barrier_semaphore_p.ref_allocating = True
 
 @get_barrier_semaphore_p.def_abstract_eval
 def _barrier_abstract_eval(*, tag):
-    return jax.ref.AbstractRef(jax.core.ShapedArray((), jnp.int32),
-                               memory_space=SemaphoreKind.BARRIER)
+    from pallas_tpu.semaphore_types import SemaphoreRefType
+    return SemaphoreRefType(jax.core.ShapedArray((), jnp.int32),
+                            memory_space=SemaphoreKind.BARRIER)
 
 
 def get_barrier_semaphore(tag: Hashable | None = None):

@@ -78,6 +78,10 @@ class SemaphoreType(enum.Enum):
         """The Ref type of one semaphore of this kind (JAX's scratch-type protocol)."""
         return self(()).get_ref_aval()
 
+    # As an out_shape, ``SemaphoreType.DMA`` is one semaphore, as ``DMA(())`` (as in JAX).
+    shape = property(lambda self: ())
+    dtype = property(lambda self: np.dtype(np.int32))
+
 
 class SemaphoreArray:
     """A shaped array of semaphores of one kind (a scratch type)."""
@@ -87,8 +91,10 @@ class SemaphoreArray:
 
     def get_ref_aval(self):
         import jax
-        return jax.ref.AbstractRef(jax.core.ShapedArray(self.shape, self.dtype),
-                                   memory_space=self.kind)
+
+        from pallas_tpu.semaphore_types import SemaphoreRefType
+        return SemaphoreRefType(jax.core.ShapedArray(self.shape, self.dtype),
+                                memory_space=self.kind)
 
     def __repr__(self):
         return f"SemaphoreType.{self.kind.name}({self.shape})"

@@ -9,7 +9,7 @@ from typing import Any
 import jax
 
 from pallas_frontend import (captured_scalars, closed_refs, foreign_params, frames,
-                             pinned_buffers, registry)
+                             pinned_buffers, ref_checks, registry)
 from pallas_frontend.call_primitive import pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.output_coverage import check_grid
@@ -112,9 +112,9 @@ def pallas_call(
             kernel, args, out_shape, gs, name=name, aliases=aliases,
             compiler_params=compiler_params, cost_estimate=cost_estimate, metadata=metadata,
             debug=debug,
-            # an interpreter that checks every Ref access itself when it runs (and
-            # may be told to pad or read NaN, as JAX's TPU interpret mode) keeps that say
-            check_refs=not getattr(mode, "checks_ref_bounds", False))
+            # an interpreter checking every Ref access as it runs (JAX's TPU interpret
+            # mode) keeps that say, as does a kernel compiled with bounds checks disabled
+            check_refs=ref_checks.checks_static_bounds(mode, compiler_params))
         # Refs the body closes over become aliased operands (closed_refs.py)
         ir, closed = closed_refs.hoist(ir, block_mapping)
         # pl.kernel's traced scalars become inputs after the others (captured_scalars.py)

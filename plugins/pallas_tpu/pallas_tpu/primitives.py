@@ -5,8 +5,9 @@ evaluator (``evaluate.py``) replays it with JAX's ``pltpu`` function of the
 same meaning. Ref operands may be views (``ref.at[...]``): they are flattened
 as pytrees, and the tree travels as a static parameter.
 
-The frontend's reference interpreter refuses these primitives (they belong
-to another backend); run such kernels with ``interpret=InterpretParams()``.
+The frontend's reference interpreter runs ``load``/``store`` and local DMAs
+(``ref_io_interpret``, ``dma_interpret``); for the rest, run such kernels with
+``interpret=InterpretParams()``.
 """
 
 from __future__ import annotations
@@ -336,6 +337,12 @@ def load(ref, *, mask=None):
 
 def store(ref, val, *, mask=None):
     """Writes ``val`` into ``ref`` (or a view) where ``mask`` holds."""
+    shape, dtype = _view_shape_dtype(ref)
+    val = jnp.asarray(val)
+    if tuple(val.shape) != tuple(shape) or val.dtype != jnp.dtype(dtype):
+        raise ValueError(f"pallas_tpu.store: the value ({val.dtype}, shape {tuple(val.shape)}) "
+                         f"must have the Ref's shape {tuple(shape)} and "
+                         f"dtype {jnp.dtype(dtype)}, as in JAX; broadcast or cast it first.")
     flat, tree, spec = _flatten_with_effects((ref, val, mask), ("w", None, None))
     store_p.bind(*flat, tree=tree, effect_spec=spec, has_mask=mask is not None)
 

@@ -50,11 +50,14 @@ def _scalar_call(dtype, n, interpret=False, compiler_params=None):
 
 
 def _operands(name, rng):
-    """f32 values inside the type's finite range, float8 weights with a NaN
-    column (the dot must carry it), bfloat16 activations."""
+    """f32 values inside the type's finite range (and signed zeros and values
+    that round to zero: the fnuz types have no -0, their 0x80 is NaN), float8
+    weights with a NaN column (the dot must carry it), bfloat16 activations."""
     ml = getattr(ml_dtypes, name)
-    big = float(ml_dtypes.finfo(ml).max) / 2
-    x = rng.uniform(-big, big, (M, K)).astype(np.float32)
+    info = ml_dtypes.finfo(ml)
+    x = rng.uniform(-float(info.max) / 2, float(info.max) / 2, (M, K)).astype(np.float32)
+    tiny = float(info.smallest_subnormal) / 4
+    x[0, :6] = (0.0, -0.0, tiny, -tiny, float(info.smallest_subnormal), -float(info.max))
     w = (rng.standard_normal((K, N)) * 4).astype(ml)
     w[:, 5] = np.nan
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)

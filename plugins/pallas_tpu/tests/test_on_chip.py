@@ -166,6 +166,43 @@ def test_smem_scalar_and_aliased_output(rng):
     check(run_both(_scale_in_place, s, x), [want], rtol=1e-6, atol=atol)
 
 
+def _float8(dtype):
+    def build(pl, pltpu, **launch):
+        def kernel(x_ref, w_ref, a_ref, x8_ref, w32_ref, dot_ref):
+            x8_ref[...] = x_ref[...].astype(dtype)
+            w32_ref[...] = w_ref[...].astype(jnp.float32)
+            dot_ref[...] = jax.lax.dot_general(a_ref[...], w_ref[...], (((1,), (0,)), ((), ())),
+                                               preferred_element_type=jnp.float32)
+        out = (jax.ShapeDtypeStruct((64, 128), dtype), jax.ShapeDtypeStruct((128, 128), jnp.float32),
+               jax.ShapeDtypeStruct((64, 128), jnp.float32))
+        return pl.pallas_call(kernel, out_shape=out, **launch)
+    return build
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e5m2"])
+def test_float8_casts_and_mixed_dot(rng, name):
+    """float32 -> float8 rounds to nearest even as ml_dtypes does (a value that
+    rounds to zero is +0 in the fnuz type, whose 0x80 is NaN); the widening is
+    exact; a bfloat16 x float8 dot carries the weights' NaN column."""
+    import ml_dtypes
+    ml = getattr(ml_dtypes, name)
+    info = ml_dtypes.finfo(ml)
+    x = rng.uniform(-float(info.max) / 2, float(info.max) / 2, (64, 128)).astype(np.float32)
+    x[0, :6] = (0.0, -0.0, float(info.smallest_subnormal) / 4,
+                -float(info.smallest_subnormal) / 4, float(info.smallest_subnormal), -float(info.max))
+    w = (rng.standard_normal((128, 128)) * 4).astype(ml)
+    w[:, 5] = np.nan
+    a = rng.standard_normal((64, 128)).astype(jnp.bfloat16)
+    results = run_both(_float8(jnp.dtype(name)), x, w, a)
+    check({s: r[:2] for s, r in results.items()},
+          [x.astype(ml).astype(np.float64), w.astype(np.float64)], rtol=0)
+    assert (np.asarray(results["ours"][0]).view(np.uint8) == x.astype(ml).view(np.uint8)).all()
+    want = np.asarray(a, np.float64) @ w.astype(np.float64)
+    scale = np.abs(np.asarray(a, np.float64)) @ np.nan_to_num(np.abs(w.astype(np.float64)))
+    # the products are exact in float32; only the order of the float32 sums may differ
+    check({s: r[2:] for s, r in results.items()}, [want], rtol=1e-5, atol=2 ** -16 * scale.max())
+
+
 def _manual_dma(pl, pltpu, **launch):
     def kernel(x_hbm, o_ref, buf, sem):
         for half in range(2):

@@ -11,7 +11,10 @@ and compiled backends read or write memory that is not the block. So:
   outside its Ref is a ``RefIndexError`` at trace time, naming the kernel line;
 - with ``pl.enable_debug_checks(True)`` at trace time, every dynamic index
   gets a ``pl.debug_check`` in front of the access (loop and branch bodies
-  included), which raises ``pl.KernelCheckError`` naming the line when run.
+  included), which raises ``pl.KernelCheckError`` naming the line when run;
+- a kernel compiled with a backend's ``disable_bounds_checks=True`` (a field
+  of its CompilerParams, JAX's TPU name) is not checked: the user asked the
+  compiler for the access. Interpreted, it is refused all the same.
 """
 
 from __future__ import annotations
@@ -36,16 +39,43 @@ _VERBS = {"get": "reads", "swap": "writes", "addupdate": "accumulates into"}
 
 
 def check_ref_accesses(jaxpr: jc.Jaxpr, ref_names: Sequence[str | None], *,
-                       debug_checks: bool, bounds: bool = True) -> jc.Jaxpr:
+                       debug_checks: bool, bounds: bool = True,
+                       compiler_params=None) -> jc.Jaxpr:
     """Raises on static out-of-range indices; returns the jaxpr, with runtime
-    checks of the dynamic ones added when ``debug_checks``. ``bounds=False`` (an
-    interpreter that checks bounds itself when it runs) checks only what no
-    interpreter survives: a ``pl.ds`` stride below 1."""
+    checks of the dynamic ones added when ``debug_checks``. ``bounds=False`` (see
+    ``checks_static_bounds``) checks only what nothing survives: a ``pl.ds``
+    stride below 1."""
     names = {v: n for v, n in zip(jaxpr.invars, ref_names) if n}
-    dynamic = _check_static(jaxpr, names, bounds)
+    try:
+        dynamic = _check_static(jaxpr, names, bounds)
+    except RefIndexError as e:
+        if not compiled_without_bounds_checks(compiler_params):
+            raise
+        raise RefIndexError(
+            f"{e} (compiler_params disable_bounds_checks=True lets the compiled kernel read "
+            "and write past its Refs, as JAX's does on the chip; this kernel is interpreted, "
+            "and an interpreter has no memory past a Ref: it refuses the access rather than "
+            "return other data.)") from None
     if not (bounds and debug_checks and dynamic):
         return jaxpr
     return _with_runtime_checks(jaxpr, names)
+
+
+def compiled_without_bounds_checks(compiler_params) -> bool:
+    """Whether a backend's ``compiler_params`` ask that the compiled kernel not
+    check its Ref accesses (``disable_bounds_checks=True``, JAX's TPU field)."""
+    return getattr(compiler_params, "disable_bounds_checks", False) is True
+
+
+def checks_static_bounds(mode, compiler_params) -> bool:
+    """Whether tracing refuses static indices outside a Ref, for a kernel run
+    in ``mode`` (the effective ``interpret`` value). Not for an interpreter that
+    checks every access itself when it runs (``mode.checks_ref_bounds``), nor
+    for a compiled kernel whose ``compiler_params`` disable bounds checks: the
+    user asked the compiler for that access, and JAX compiles it."""
+    if getattr(mode, "checks_ref_bounds", False):
+        return False
+    return not (mode in (False, None) and compiled_without_bounds_checks(compiler_params))
 
 
 # --- static negative indices: counted from the end, as NumPy does --------------------

@@ -333,7 +333,7 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
                  + [f"the Ref of scratch_shapes[{k}]" for k in range(len(scratch_avals))])
     jaxpr = normalize_negative_indices(jaxpr)     # x_ref[..., -1], as NumPy reads it
     jaxpr = check_ref_accesses(jaxpr, ref_names, debug_checks=enable_debug_checks.value,
-                               bounds=check_refs)
+                               bounds=check_refs, compiler_params=compiler_params)
 
     if sizes_ref:     # flat operand n_pf is the sizes: the inputs after it move up one
         alias_pairs = tuple((i + (i >= n_pf), o) for i, o in alias_pairs)

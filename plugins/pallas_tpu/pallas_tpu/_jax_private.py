@@ -167,6 +167,27 @@ def reshape_view_shape(transform):
     return tuple(transform.shape) if isinstance(transform, ReshapeTransform) else None
 
 
+def read_view(x, transforms):
+    """The value a Ref view ``transforms`` (indexers, ``reshape``, ``bitcast``)
+    reads from the array ``x``: JAX's own discharge of a view, so the
+    interpreters agree with JAX on every transform's meaning."""
+    from jax._src.state import discharge
+    return discharge.transform_array(x, list(transforms))
+
+
+def write_view(x, transforms, value):
+    """``x`` with ``value`` written through the view ``transforms`` (see ``read_view``)."""
+    from jax._src.state import discharge, types, utils
+    transforms = list(transforms)
+    for i, t in enumerate(transforms):
+        # JAX before 0.12 writes through no bitcast view: bitcast there and back
+        if isinstance(t, types.BitcastTransform):
+            outer = read_view(x, transforms[:i])
+            inner = write_view(utils.bitcast(outer, t.dtype), transforms[i + 1:], value)
+            return write_view(x, transforms[:i], utils.bitcast(inner, outer.dtype))
+    return discharge.transform_swap_array(x, transforms, value)[1]
+
+
 def retype_ref_inputs(closed, in_avals):
     """``closed`` (a ClosedJaxpr) with its Ref inputs retyped to ``in_avals``
     (JAX's Ref types, memory spaces included), or None where that is not a

@@ -80,7 +80,8 @@ def roll(x, shift, axis: int, *, stride: int | None = None, stride_axis: int | N
 # --- bitcast -------------------------------------------------------------------------------
 
 def _bits(dtype) -> int:
-    return jnp.dtype(dtype).itemsize * 8
+    # in bits: int4's numpy itemsize is a whole byte, and int4 packs 8 to a 32-bit word
+    return jax.dtypes.itemsize_bits(dtype)
 
 
 def _bitcast_shape(shape, src, dst, dim):
@@ -111,7 +112,19 @@ def _bitcast_abstract_eval(x, *, dtype, dim):
     return jax.core.ShapedArray(_bitcast_shape(x.shape, x.dtype, dtype, dim), dtype)
 
 
-def_pure_primitive(bitcast_p, impl=_bitcast_impl, abstract_eval=_bitcast_abstract_eval)
+def _bitcast_batch(args, dims, *, dtype, dim):
+    # Each example is bitcast along its own dim `dim`: a batch axis after it
+    # moves to the front first. (JAX 0.10-0.11 bitcast the batched array's
+    # second minor, which mixes examples when the batch axis is there; JAX 0.12
+    # batches as here.)
+    [x], [b] = args, dims
+    if b > dim:
+        x, b = jnp.moveaxis(x, b, 0), 0
+    return bitcast_p.bind(x, dtype=dtype, dim=dim + 1), b
+
+
+def_pure_primitive(bitcast_p, impl=_bitcast_impl, abstract_eval=_bitcast_abstract_eval,
+                   batch_rule=_bitcast_batch)
 register_interpret_rule(bitcast_p)
 
 

@@ -391,6 +391,11 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
         if not refs:
             _refuse_empty_core_map(f)
         values = [r[...] for r in refs]
+        # each in its Ref's own space where the mesh reads one off the Ref's type
+        specs = _mesh_specs(mesh, values, [jax.typeof(r) for r in refs])
+        if isinstance(specs, list):
+            values = [_core_map_operand(mesh, v, s.memory_space, interpret)
+                      for v, s in zip(values, specs)]
         n = len(refs)
 
         def body(*all_refs):
@@ -399,15 +404,37 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
 
         body.__wrapped__ = f       # source_of() reports the user's body's file:line
         outs = pallas_call(
-            body, [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values],
+            body, [_core_map_out_shape(mesh, v, s) for v, s in
+                   zip(values, specs if isinstance(specs, list) else [None] * n)],
             grid=grid, scratch_shapes=scratch_shapes,
-            in_specs=_mesh_specs(mesh, values), out_specs=_mesh_specs(mesh, values),
+            in_specs=specs, out_specs=specs,
             input_output_aliases={i: i for i in range(n)}, compiler_params=compiler_params,
             interpret=interpret, debug=debug, cost_estimate=cost_estimate,
             name=name or getattr(f, "__name__", None), metadata=metadata)(*values)
         for r, v in zip(refs, outs):
             r[...] = v
     return decorator
+
+
+def _core_map_operand(mesh: Any, value, space, interpret):
+    """A Ref's value as core_map passes it: a mesh may place one whose space
+    is not its default there (``core_map_operand``), as JAX's core_map does."""
+    place = getattr(mesh, "core_map_operand", None)
+    if place is None or space is getattr(mesh, "default_memory_space", None):
+        return value
+    return place(value, space, interpret=interpret)
+
+
+def _core_map_out_shape(mesh: Any, value, spec):
+    """The output a Ref's new value comes back as: placed in the Ref's own
+    space where that is not the mesh's default (so the body's output Ref is
+    the Ref's type, as the aliased input is: one buffer)."""
+    from pallas_frontend.specs import MemorySpace
+    space = getattr(spec, "memory_space", None)
+    if space is None or space is MemorySpace.ANY or \
+            space is getattr(mesh, "default_memory_space", None):
+        return jax.ShapeDtypeStruct(value.shape, value.dtype)
+    return MemoryRef(tuple(value.shape), value.dtype, space)
 
 
 def _refuse_empty_core_map(f) -> None:

@@ -72,9 +72,16 @@ def empty_like(tree):
 
 
 def empty_ref_like(x):
-    """A new Ref shaped like ``x`` (a MemoryRef keeps its memory space; anything
-    else with shape and dtype gets ``pl.ANY``)."""
-    space = x.memory_space if isinstance(x, MemoryRef) else MemorySpace.ANY
+    """A new Ref shaped like ``x`` (a MemoryRef keeps its memory space; a
+    backend's scratch type, e.g. ``pltpu.SemaphoreType.DMA(())``, gives its
+    own Ref type; anything else with shape and dtype gets ``pl.ANY``)."""
+    if isinstance(x, MemoryRef):
+        space = x.memory_space
+    elif callable(getattr(x, "get_ref_aval", None)):     # JAX's scratch-type protocol
+        aval = x.get_ref_aval()
+        x, space = aval.inner_aval, aval.memory_space
+    else:
+        space = MemorySpace.ANY
     return jax.empty_ref(jax.ShapeDtypeStruct(tuple(x.shape), x.dtype), memory_space=space)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from pallas_frontend.backend_api import (BackendCapabilityError, KernelIR,
                                          required_capabilities, source_line)
+from pallas_tpu.memory import MemorySpace
 from pallas_tpu.params import topology_of
 
 DEFAULT_CHIP = "v5e"
@@ -58,6 +59,11 @@ def unchecked_reason(kernel: KernelIR, avals_in, interpret=None) -> str | None:
     shapes += [m.block_shape for m in kernel.mappings]
     if any(not isinstance(d, (int, np.integer)) for s in shapes for d in s):
         return "symbolic (jax.export) shapes are sized only at run time"
+    if any(getattr(kernel.out_mappings[o], "array_memory_space", None) is MemorySpace.SMEM
+           for _, o in kernel.input_output_aliases):
+        # libtpu 0.0.42.1 aborts the process compiling such a call on its own (a Ref
+        # in SMEM that core_map passes) when the output is not the call's first
+        return "an aliased output placed in SMEM is compiled only inside its program"
     needs = required_capabilities(kernel)
     if tag := next((t for t in _MULTI_DEVICE_TAGS if t in needs), None):
         return f"it needs {tag!r}, which a one-chip program has not"

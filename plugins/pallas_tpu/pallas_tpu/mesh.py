@@ -13,13 +13,20 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 
+import numpy as np
 from jax.experimental.pallas.tpu import CoreType
 
 from pallas_tpu import spaces
 from pallas_tpu.memory import MemorySpace
-from pallas_tpu.params import CORE_PARALLEL, CompilerParams
+from pallas_tpu.params import CORE_PARALLEL, CompilerParams, active_interpret_mode
 
 __all__ = ["CoreType", "TensorCoreMesh", "create_tensorcore_mesh"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorCore:
+    """One TensorCore of a ``TensorCoreMesh`` (its ``devices``)."""
+    id: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +64,36 @@ class TensorCoreMesh:
         """``SMEM``: where a scalar the body closes over is passed (as JAX does)."""
         return MemorySpace.SMEM
 
-    def operand_memory_space(self, aval) -> MemorySpace | None:
-        """Where an operand of a ``pl.kernel`` over this mesh lives when it says
-        so itself (``with_memory_space_constraint``; JAX's ``pl.kernel`` reads
-        it the same way); None: ``default_memory_space``."""
-        return spaces.constrained_space(getattr(aval, "memory_space", None))
+    @property
+    def devices(self) -> np.ndarray:
+        """One ``TensorCore`` per core, as JAX's mesh lists them."""
+        return np.array([TensorCore(i) for i in range(self.num_cores)], dtype=object)
+
+    @property
+    def axis_names(self) -> tuple[str]:
+        return (self.axis_name,)
+
+    def operand_memory_space(self, aval):
+        """Where an operand of a kernel over this mesh lives when its type says
+        so (``spaces.operand_space``); None: ``default_memory_space``."""
+        return spaces.operand_space(aval)
+
+    def core_map_operand(self, value, space, interpret=None):
+        """The value of a Ref that ``core_map`` hands to the kernel in ``space``
+        (not the default): placed there, as JAX's core_map places it (XLA then
+        gives the operand that memory space's color). Not when an interpreter
+        runs the kernel: there is no placement, and JAX's TPU interpreter
+        refuses a value placed in VMEM or SMEM."""
+        if space == MemorySpace.VMEM and self.num_cores > 1:
+            # each core has its own VMEM: which core's copy would the program see?
+            raise NotImplementedError(
+                "TensorCoreMesh does not support VMEM inputs/outputs when there are >1 cores. "
+                "Use HBM or ANY instead.")
+        if interpret or active_interpret_mode() is not None:
+            return value
+        if space in (MemorySpace.HBM, MemorySpace.VMEM, MemorySpace.SMEM):
+            return spaces.with_memory_space_constraint(value, space)
+        return value
 
     @property
     def compiler_params(self) -> CompilerParams:

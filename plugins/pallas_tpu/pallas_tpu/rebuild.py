@@ -67,9 +67,9 @@ def _index_map_fn(m: BlockMapping, guard_wrap: str | None = None):
 
 def _is_unwindowed(m: BlockMapping) -> bool:
     """ANY/HBM/SEMAPHORE operands are handed to the kernel whole, unwindowed."""
-    from pallas_tpu.memory import MemorySpace
-    return m.memory_space in (pf.MemorySpace.ANY, MemorySpace.ANY, MemorySpace.HBM,
-                              MemorySpace.SEMAPHORE)
+    from pallas_tpu.memory import MemorySpace, is_semaphore_space
+    return m.memory_space in (pf.MemorySpace.ANY, MemorySpace.ANY, MemorySpace.HBM) or \
+        is_semaphore_space(m.memory_space)
 
 
 def _is_unwindowed_or_placed(m: BlockMapping) -> bool:
@@ -138,7 +138,9 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_ax
     from jax.experimental import pallas as pl
     jaxpr, n_grid = kernel.jaxpr, len(kernel.grid)
     dynamic_axes = kernel.dynamic_grid_axes
-    seeded = aliased_blocks.copied_pairs(kernel, _is_unwindowed_or_placed)
+    # JAX's TPU interpreter gives a placed output a buffer of its own: seed it too
+    seeded = aliased_blocks.copied_pairs(
+        kernel, _is_unwindowed if interpreting else _is_unwindowed_or_placed)
     n_pf, n_in = kernel.num_scalar_prefetch, len(kernel.in_mappings)
 
     def body(*refs):

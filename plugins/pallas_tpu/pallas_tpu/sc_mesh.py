@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 
+from pallas_tpu import spaces
 from pallas_tpu.memory import MemorySpace
 from pallas_tpu.mesh import CoreType
 from pallas_tpu.params import CORE_PARALLEL, SUBCORE_PARALLEL, CompilerParams
@@ -122,6 +123,11 @@ class ScalarSubcoreMesh:
         """What a kernel over this mesh gets without params of its own."""
         return self.complete_compiler_params(None)
 
+    def operand_memory_space(self, aval):
+        """A Ref's own space (a semaphore, an SMEM index Ref), or an array's
+        constrained one; None: ``default_memory_space`` (HBM)."""
+        return spaces.operand_space(aval)
+
     def complete_compiler_params(self, params):
         """The user's params with this mesh's kernel type and axis semantics."""
         return _sc_params(params, CoreType.SC_SCALAR_SUBCORE, (CORE_PARALLEL,))
@@ -164,6 +170,11 @@ class VectorSubcoreMesh:
     def compiler_params(self) -> CompilerParams:
         """What a kernel over this mesh gets without params of its own."""
         return self.complete_compiler_params(None)
+
+    def operand_memory_space(self, aval):
+        """A Ref's own space (a semaphore, an SMEM index Ref), or an array's
+        constrained one; None: ``default_memory_space`` (HBM)."""
+        return spaces.operand_space(aval)
 
     def complete_compiler_params(self, params):
         """The user's params with this mesh's kernel type and axis semantics."""

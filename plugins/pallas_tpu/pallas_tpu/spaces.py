@@ -16,6 +16,8 @@ def block_memory_space(space):
     from jax.experimental.pallas import tpu as pltpu
     if space is None or space is pf.MemorySpace.DEFAULT:
         return None
+    if isinstance(space, SemaphoreKind):    # a semaphore Ref's type (pl.empty_ref_like)
+        return pltpu.SEMAPHORE
     table = {
         pf.MemorySpace.ANY: pl.ANY, pf.MemorySpace.HOST: pl.HOST,
         MemorySpace.ANY: pl.ANY, MemorySpace.VMEM: pltpu.VMEM,
@@ -65,6 +67,17 @@ def with_memory_space_constraint(x, memory_space):
             "one an operand can be placed in; use HBM, VMEM, SMEM or pallas_frontend.HOST.")
     return _jax_private.memory_space_constraint(x, block_memory_space(memory_space),
                                                to_host=memory_space is pf.MemorySpace.HOST)
+
+
+def operand_space(aval):
+    """Where a mesh kernel's operand lives when its type says so: a Ref's own
+    space (``jax.new_ref(x, memory_space=...)``), kept as it is so that the
+    body's Ref has the very same type, or the space an array was constrained
+    to (``with_memory_space_constraint``); None for the mesh's default."""
+    import jax
+    if isinstance(aval, jax.ref.AbstractRef) and aval.memory_space is not None:
+        return aval.memory_space
+    return constrained_space(getattr(aval, "memory_space", None))
 
 
 def constrained_space(jax_space):

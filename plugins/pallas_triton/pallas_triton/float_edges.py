@@ -21,8 +21,8 @@ and under Triton's interpreter:
   float32, where ``exp`` alone overflows at 88.72).
 
 Denormals: XLA on CPU compares and computes float32 with denormals treated as
-zero, and Triton's interpreter runs inside XLA's host callback with the same
-processor mode; a GPU keeps them. The expressions below work in either mode.
+zero, and Triton's interpreter runs its kernels in that processor mode too
+(``denormal_mode``: set around each run); a GPU keeps them. The expressions below work in either mode.
 Where XLA's NaN *sign* comes from its CPU code generation (which ORs or ANDs
 the two operands of a float32 min/max), the result here is the first NaN
 operand (README "Deliberate differences from XLA").

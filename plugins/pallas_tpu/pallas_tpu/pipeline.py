@@ -47,7 +47,8 @@ def _as_ours(spec):
         return spec
     space = spec.memory_space
     if space is not None and not isinstance(space, MemorySpace):
-        space = next((m for m in MemorySpace if m == space), space)
+        # by name: JAX 0.10 does not export its TPU MemorySpace class to compare with
+        space = MemorySpace.__members__.get(getattr(space, "name", None), space)
     return pf.BlockSpec(spec.block_shape, spec.index_map, memory_space=space,
                         pipeline_mode=spec.pipeline_mode)
 
@@ -77,12 +78,10 @@ def _trace_index_map(spec: pf.BlockSpec, n_grid: int, dims):
             else:
                 leaves.append(jnp.asarray(v, jnp.int32))
         return leaves
-    jaxpr, consts = backend_api.trace_body(
+    # what the map reads from the kernel (e.g. a scoped SMEM Ref of slice
+    # bounds) comes back as consts: operands of the pipeline, as the body's
+    return backend_api.trace_body(
         flat, [jax.core.ShapedArray((), jnp.int32)] * n_grid, traced_for="emit_pipeline index_map")
-    if consts:
-        raise ValueError("emit_pipeline index maps must be functions of the grid indices only "
-                         "(they captured values from the enclosing kernel).")
-    return jaxpr
 
 
 def _block_dims(spec: pf.BlockSpec, ref) -> tuple:
@@ -212,17 +211,22 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
         index_avals = [jax.core.ShapedArray((), jnp.int32)] * n_index
         body_jaxpr, consts = backend_api.trace_body(flat_body, index_avals + block_avals,
                                                        traced_for="emit_pipeline body")
-        index_maps = tuple(_trace_index_map(s, len(static_grid), d) for s, d in zip(specs, dims))
+        traced_maps = [_trace_index_map(s, len(static_grid), d) for s, d in zip(specs, dims)]
+        index_maps = tuple(j for j, _ in traced_maps)
+        map_consts = [c for _, cs in traced_maps for c in cs]
         _, traced_sizes = _static_or_traced(grid)
         # Views (x_ref.at[1]) travel as their Ref plus indexer leaves.
         flat_refs, ref_tree, ref_spec = _flatten_with_effects(
             refs, ["r"] * n_in + ["w"] * (len(refs) - n_in))
-        operands = [*flat_refs, *traced_sizes, *consts]
+        operands = [*flat_refs, *traced_sizes, *map_consts, *consts]
         base = len(flat_refs) + len(traced_sizes)
-        # a Ref the body closed over may be written by it
-        effect_spec = ref_spec + tuple((base + i, "w") for i, c in enumerate(consts) if _is_ref(c))
+        # index maps only read the Refs they close over; the body may write its
+        effect_spec = ref_spec + tuple((base + i, "r") for i, c in enumerate(map_consts)
+                                       if _is_ref(c)) + tuple(
+            (base + len(map_consts) + i, "w") for i, c in enumerate(consts) if _is_ref(c))
         emit_pipeline_p.bind(
             *operands, effect_spec=effect_spec, body=body_jaxpr, index_maps=index_maps,
+            index_map_consts=tuple(len(cs) for _, cs in traced_maps),
             block_dims=tuple(dims), grid=static_grid, num_inputs=n_in,
             ref_tree=ref_tree, num_ref_leaves=len(flat_refs), num_traced_sizes=len(traced_sizes),
             options=options,
@@ -298,19 +302,21 @@ def replay_emit_pipeline(eqn, invals):
     parts = jax.tree.unflatten(p["ref_tree"], invals[:n_leaves])
     refs = [join_view(part) for part in parts]
     sizes = iter(invals[n_leaves:n_leaves + n_sizes])
-    consts = invals[n_leaves + n_sizes:]
+    rest = iter(invals[n_leaves + n_sizes:])
+    map_consts = [[next(rest) for _ in range(n)] for n in p["index_map_consts"]]
+    consts = list(rest)
     grid = tuple(g if g is not None else next(sizes) for g in p["grid"])
 
     from pallas_tpu import rebuild
 
-    def index_fn(jaxpr, dims):
+    def index_fn(jaxpr, dims, closed):
         def index_map(*idx):
-            flat = iter(evaluate.eval_jaxpr(jaxpr, (), *idx))
+            flat = iter(evaluate.eval_jaxpr(jaxpr, (), *closed, *idx))
             return tuple(pl.ds(next(flat), next(flat)) if isinstance(d, pf.BoundedSlice)
                          else next(flat) for d in dims)
         return index_map
-    specs = [pl.BlockSpec(tuple(rebuild.block_dim(d) for d in dims), index_fn(im, dims))
-             for dims, im in zip(p["block_dims"], p["index_maps"])]
+    specs = [pl.BlockSpec(tuple(rebuild.block_dim(d) for d in dims), index_fn(im, dims, mc))
+             for dims, im, mc in zip(p["block_dims"], p["index_maps"], map_consts)]
 
     def inner(*blocks):
         if dict(p["options"]).get("_explicit_indices"):

@@ -99,3 +99,57 @@ def test_axis_index_inside_the_body(num_cores, steps):
                            + num_cores * 1000 + i * 10 for i in range(steps)])
     np.testing.assert_allclose(np.asarray(ours), want, rtol=1e-6, atol=1e-4)
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+def _gather_rows(starts_sizes, rows, bounded: bool):
+    """o = 2 x + 1 through blocks whose bounds the index map reads from a
+    scoped SMEM copy of ``starts_sizes``. ``bounded``: BoundedSlice rows
+    ``pl.ds(start, size)`` of the first dim in and out; else o's row-block i from x's row-block
+    ``start[i]``, split across a one-core axis (the recorded pipeline)."""
+    mesh = tensorcore_mesh(pltpu, "core", 1)
+    n = starts_sizes.shape[0]
+
+    def f(x, table):
+        @pl.kernel(mesh=mesh, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                   interpret=pltpu.InterpretParams())
+        def k(x_hbm, t_hbm, o_hbm):
+            def run(t_smem):
+                pltpu.sync_copy(t_hbm, t_smem)
+
+                def body(x_blk, o_blk):
+                    o_blk[...] = 2 * x_blk[...] + 1
+                if bounded:
+                    spec = pl.BlockSpec((pl.BoundedSlice(rows), R, C),
+                                        lambda i: (pl.ds(t_smem[i, 0], t_smem[i, 1]), 0, 0))
+                    extra = {}
+                else:
+                    spec = pl.BlockSpec((R, C), lambda i: (t_smem[i, 0], 0))
+                    out_spec = pl.BlockSpec((R, C), lambda i: (i, 0))
+                    extra = dict(core_axis_name="core", dimension_semantics=(pltpu.PARALLEL,))
+                pltpu.emit_pipeline(body, grid=(n,), in_specs=[spec],
+                                    out_specs=spec if bounded else out_spec,
+                                    **extra)(x_hbm, o_hbm)
+            pl.run_scoped(run, pltpu.SMEM(table.shape, table.dtype))
+        return k(x, table)
+    return f
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_index_map_reading_a_scoped_smem_ref(bounded):
+    rng = np.random.default_rng()
+    total = 16
+    if bounded:       # (total, R, C) cut along its first dim at random points,
+        # the pieces visited in a random order (BoundedSlice of the whole dim)
+        cuts = np.sort(rng.choice(np.arange(1, total), 3, replace=False))
+        edges = np.concatenate([[0], cuts, [total]])
+        table = np.stack([edges[:-1], np.diff(edges)], 1)[rng.permutation(4)]
+        x = rng.standard_normal((total, R, C)).astype(np.float32)
+    else:             # (4 R, C) row blocks in a random order
+        table = np.stack([rng.permutation(4), np.zeros(4, int)], 1)
+        x = rng.standard_normal((4 * R, C)).astype(np.float32)
+    table = table.astype(np.int32)
+    out = _gather_rows(table, total if bounded else R, bounded)(x, table)
+    want = 2 * x.astype(np.float64) + 1
+    if not bounded:
+        want = want.reshape(4, R, C)[table[:, 0]].reshape(x.shape)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-6)

@@ -339,16 +339,14 @@ def lowering_traces_python(prim) -> bool:
     return False
 
 
-def equation_scopes(eqn):
-    """A context manager: what is bound inside it carries ``eqn``'s named scopes
-    (``jax.named_scope``), as under JAX's own eval_jaxpr (Mosaic turns them into
-    trace_start/trace_stop). An equation-like object without source info has none."""
-    info = getattr(eqn, "source_info", None)
-    if info is None:
-        import contextlib
-        return contextlib.nullcontext()
-    return source_info_util.set_name_stack(
-        source_info_util.current_name_stack() + info.name_stack)
+def register_launch_dce_rule(prim, side_effecting) -> None:
+    """Unused launches kept as JAX's pallas_call keeps them: all up to JAX 0.11 (whose
+    DCE rules get no live_ins), from 0.12 what JAX's default keeps and ``side_effecting``."""
+    def rule(used_outs, *live_ins_eqn):
+        if len(live_ins_eqn) == 1 or side_effecting(live_ins_eqn[-1]):
+            return [True] * len(live_ins_eqn[-1].invars), live_ins_eqn[-1]
+        return pe._default_dce_rule(used_outs, *live_ins_eqn)
+    pe.dce_rules[prim] = rule
 
 
 def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):

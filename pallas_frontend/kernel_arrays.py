@@ -15,8 +15,11 @@ It imports no backend_api (which re-exports this module).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import jax
 
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.discharge import discharge_kernel_body
@@ -117,7 +120,7 @@ def replay_equations(jaxpr, env: dict, rule: Callable, *, start: int = 0,
                     "replay_equations met a scoped allocation (empty_ref) but no open_scope "
                     "was given: pass open_scope to lower pl.run_scoped.")
             return open_scope(jaxpr, k, env)
-        with jc.equation_scopes(eqn):      # named scopes reach the backend's trace
+        with _named_scopes(eqn):      # named scopes reach the backend's trace
             outs = rule(eqn, [read(a) for a in eqn.invars])
         if not eqn.primitive.multiple_results:
             outs = [outs]
@@ -125,3 +128,13 @@ def replay_equations(jaxpr, env: dict, rule: Callable, *, start: int = 0,
             if not isinstance(v, jc.DropVar):
                 env[v] = x
     return [read(a) for a in jaxpr.outvars]
+
+
+def _named_scopes(eqn):
+    """``eqn``'s ``jax.named_scope``s entered again, so what a rule binds carries
+    them, as under JAX's eval_jaxpr (Mosaic makes trace regions of them)."""
+    scopes = contextlib.ExitStack()
+    info = getattr(eqn, "source_info", None)     # none on an equation-like stand-in
+    for scope in (info.name_stack.stack if info is not None else ()):
+        scopes.enter_context(jax.named_scope(scope.name))
+    return scopes

@@ -10,8 +10,9 @@ import jax
 
 from pallas_frontend import (captured_scalars, closed_refs, foreign_params, frames,
                              pinned_buffers, ref_checks, registry)
-from pallas_frontend.call_primitive import pallas_call_p
+from pallas_frontend.call_primitive import declares_side_effects, pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
+from pallas_frontend.jitted_call import JittedCall
 from pallas_frontend.output_coverage import check_grid
 from pallas_frontend import _jax_compat as jc
 from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
@@ -106,6 +107,7 @@ def pallas_call(
     normalize_out_shape(out_shape)   # bad shapes are refused here, before any call
 
     static_grid = all(isinstance(g, int) for g in gs.grid)
+    side_effecting = declares_side_effects(compiler_params)
 
     def trace(mode, debug_checks, dyn_sizes, *args):
         ir, out_tree = build_kernel_ir(
@@ -155,7 +157,9 @@ def pallas_call(
         take_kernel_failure()
         try:
             # a pinned buffer's type has no sharding, which a jit's outputs need (JAX 0.12)
-            run = trace if pinned_buffers.any_pinned(args) else traced
+            # a side-effecting launch is bound where the caller traces, not inside the
+            # jit: JAX 0.11+ would drop that jit whole when its outputs go unused
+            run = (trace if pinned_buffers.any_pinned(args) or side_effecting else traced)
             outs = run(mode, enable_debug_checks.value, dyn_sizes, *args)
             if jc.CALLBACK_ERRORS_SURFACE_ON_WAIT and not any(
                     isinstance(o, jax.core.Tracer) for o in jax.tree.leaves(outs)):
@@ -174,11 +178,7 @@ def pallas_call(
     call = jc.api_boundary(call)      # our frames leave its tracebacks, as JAX's do
     functools.update_wrapper(call, kernel, assigned=("__name__", "__qualname__", "__doc__"),
                              updated=())
-    # JAX's pallas_call returns a jitted function: code written for it calls
-    # .lower(...) (AOT compiles, memory checks) or .trace(...) on the result
-    jitted = jax.jit(call)
-    call.lower, call.trace, call.eval_shape = jitted.lower, jitted.trace, jitted.eval_shape
-    return call
+    return JittedCall(call, kernel)     # with JAX's .lower/.trace/.eval_shape
 
 
 def _allowed_unwritten(allow) -> bool | tuple[int, ...]:

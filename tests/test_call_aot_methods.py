@@ -54,3 +54,17 @@ def test_trace_and_eval_shape(rng):
     assert str(traced.jaxpr).count("pallas_call[") == 1
     out = call.eval_shape(x, y)
     assert (out.shape, out.dtype) == ((rows, 128), jnp.float32)
+
+
+def test_wrappers_of_the_call_are_traced_through_the_wrapper(rng):
+    # jax.vmap's wrapper copies a function's attributes (functools.wraps), and
+    # jax.make_jaxpr traces anything with a `trace` attribute through it: the
+    # methods must not travel, or the vmapped call would be traced unbatched
+    rows, batch = 8, int(rng.integers(2, 5))
+    x, y = (jnp.asarray(rng.standard_normal((batch, rows, 128)), jnp.float32) for _ in range(2))
+    batched = jax.vmap(_scaled_add(rows))
+    assert not hasattr(batched, "trace")
+    jaxpr = jax.make_jaxpr(batched)(x, y)
+    assert str(jaxpr).count("pallas_call[") == 1
+    want = 3.0 * np.asarray(x, np.float64) - np.asarray(y, np.float64)
+    np.testing.assert_allclose(np.asarray(batched(x, y)), want, rtol=1e-6, atol=1e-6)

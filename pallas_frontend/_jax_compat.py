@@ -24,6 +24,7 @@ from jax._src import callback as _callback
 from jax._src import effects as _effects
 from jax._src import linear_util as lu
 from jax._src import source_info_util
+from jax._src import pretty_printer as pp  # jaxpr text (pretty_equations.py)
 from jax._src import tree_util as _tree_util
 from jax._src.interpreters import ad
 from jax._src.interpreters import batching
@@ -31,6 +32,7 @@ from jax._src.interpreters import mlir
 from jax._src.interpreters import partial_eval as pe
 from jax._src.state import discharge as state_discharge
 from jax._src.state import indexing as state_indexing
+from jax._src.state import primitives as state_primitives
 from jax._src.state import types as state_types
 
 AbstractRef = state_types.AbstractRef
@@ -337,16 +339,6 @@ def lowering_traces_python(prim) -> bool:
             return True
         rules = [c.cell_contents for r in rules for c in getattr(r, "__closure__", None) or ()]
     return False
-
-
-def register_launch_dce_rule(prim, side_effecting) -> None:
-    """Unused launches kept as JAX's pallas_call keeps them: all up to JAX 0.11 (whose
-    DCE rules get no live_ins), from 0.12 what JAX's default keeps and ``side_effecting``."""
-    def rule(used_outs, *live_ins_eqn):
-        if len(live_ins_eqn) == 1 or side_effecting(live_ins_eqn[-1]):
-            return [True] * len(live_ins_eqn[-1].invars), live_ins_eqn[-1]
-        return pe._default_dce_rule(used_outs, *live_ins_eqn)
-    pe.dce_rules[prim] = rule
 
 
 def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):

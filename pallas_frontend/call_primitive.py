@@ -281,9 +281,17 @@ def declares_side_effects(compiler_params) -> bool:
     return side is True or getattr(side, "name", None) == "SIDE_EFFECTING"
 
 
-# an unused launch is dropped (or kept for XLA to judge) as the running JAX does
-jc.register_launch_dce_rule(
-    pallas_call_p, lambda eqn: declares_side_effects(eqn.params["kernel"].compiler_params))
+def _dce_rule(used_outs, *live_ins_eqn):
+    """An unused launch is kept as JAX's pallas_call keeps it: always up to JAX
+    0.11 (whose DCE rules get no live_ins; XLA drops a pure one), from 0.12 where
+    JAX's default rule keeps it or its params declare side effects."""
+    eqn = live_ins_eqn[-1]
+    if len(live_ins_eqn) == 1 or declares_side_effects(eqn.params["kernel"].compiler_params):
+        return [True] * len(eqn.invars), eqn
+    return jc.pe._default_dce_rule(used_outs, *live_ins_eqn)
+
+
+jc.pe.dce_rules[pallas_call_p] = _dce_rule
 
 
 # --- forward-mode differentiation -----------------------------------------------------

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend import pretty_equations
 from pallas_frontend.backend_api import (
     FRONTEND_OWNER, def_pure_primitive, kernel_primitive, ref_effects)
 from pallas_frontend.specs import MemoryRef, check_dims
@@ -411,3 +412,4 @@ def _sem_wait_discharge(ctx, ref_val, *idx_value, decrement):
 jc.register_discharge_rule(semaphore_read_p)(_sem_read_discharge)
 jc.register_discharge_rule(semaphore_signal_p)(_sem_signal_discharge)
 jc.register_discharge_rule(semaphore_wait_p)(_sem_wait_discharge)
+pretty_equations.register_frontend_printers(semaphore_signal_p, semaphore_wait_p)

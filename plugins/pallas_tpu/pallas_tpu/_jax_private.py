@@ -430,3 +430,21 @@ def ndindexer_type():
     """JAX's ``ref.at[...]`` view transform class (``NDIndexer``)."""
     from jax._src.state.indexing import NDIndexer
     return NDIndexer
+
+
+def register_pretty_printer(prim, pieces) -> None:
+    """Prints ``prim``'s jaxpr equations on one line, in JAX's notation: the
+    strs and docs ``pieces(eqn, show)`` returns, where ``show(ref, transforms)``
+    is a Ref or view as JAX's state ops print it (``ref[...]`` without
+    transforms); ``pieces`` returning None keeps the generic form."""
+    from jax._src import core
+    from jax._src import pretty_printer as pp
+    from jax._src.state import primitives as state_primitives
+
+    def rule(eqn, context, settings):
+        parts = pieces(eqn, lambda ref, transforms=(): state_primitives.pp_ref_transforms(
+            context, ref, transforms))
+        if parts is None:
+            return core._pp_eqn(eqn, context, settings)
+        return pp.concat([pp.text(p) if isinstance(p, str) else p for p in parts])
+    core.pp_eqn_rules[prim] = rule

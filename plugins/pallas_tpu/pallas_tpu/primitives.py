@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from pallas_frontend.backend_api import kernel_primitive
 
 from pallas_frontend import backend_api
+from pallas_tpu import _jax_private
 from pallas_tpu.memory import SemaphoreKind
 
 OWNER = "tpu"
@@ -82,6 +83,38 @@ dma_start_p.def_effectful_abstract_eval(
     lambda *avals, tree, effect_spec, priority, add, device_id_type: ([], _effects(effect_spec)))
 dma_wait_p.def_effectful_abstract_eval(
     lambda *avals, tree, effect_spec, wait_for, device_id_type: ([], _effects(effect_spec)))
+
+
+def _dma_parts(eqn):
+    """(src, dst, dst_sem, src_sem, device_id) of a DMA equation; a view as
+    its (Ref, transforms)."""
+    return jax.tree.unflatten(eqn.params["tree"], eqn.invars)
+
+
+def _shown(part, show):
+    return show(*part) if isinstance(part, tuple) else show(part)
+
+
+def _dma_start_pieces(eqn, show):
+    """``dma_start(p0, add) src[...] -> dst[...] sem[...]``, as JAX writes a
+    local copy (a remote one keeps the generic form, as in JAX)."""
+    src, dst, sem, src_sem, device_id = _dma_parts(eqn)
+    if src_sem is not None or device_id is not None:
+        return None
+    head = f"dma_start(p{eqn.params['priority']}{', add' if eqn.params['add'] else ''}) "
+    return [head, _shown(src, show), " -> ", _shown(dst, show), " ", _shown(sem, show)]
+
+
+def _dma_wait_pieces(eqn, show):
+    """``dma_wait dst[...] sem[...]`` for a local copy, as JAX writes it."""
+    _, dst, sem, src_sem, device_id = _dma_parts(eqn)
+    if src_sem is not None or device_id is not None:
+        return None
+    return ["dma_wait ", _shown(dst, show), " ", _shown(sem, show)]
+
+
+_jax_private.register_pretty_printer(dma_start_p, _dma_start_pieces)
+_jax_private.register_pretty_printer(dma_wait_p, _dma_wait_pieces)
 
 
 class AsyncCopyDescriptor:

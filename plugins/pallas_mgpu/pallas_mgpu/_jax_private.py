@@ -31,7 +31,7 @@ from pallas_frontend.backend_api import RunGate
 # that older releases of the window lack, with the first release that has each.
 _FIELDS_SINCE = {
     "CompilerParams": {"profile_bounds_check": "0.11", "skip_device_barrier": "0.11",
-                       "is_multi_process": "0.12"},
+                       "is_multi_process": "0.12", "collective_id": "0.12.1"},
     "InterpretGPUParams": {"inline_mgpu": "0.11", "on_race": "0.12"},
 }
 

@@ -19,6 +19,7 @@ import pallas_frontend as pf
 from . import _jax_private
 
 DIMENSION_SEMANTICS = ("parallel", "sequential")
+MAX_COLLECTIVE_IDS = 32     # JAX 0.12.1's bound on CompilerParams.collective_id
 
 
 class TraceScope(enum.Enum):
@@ -59,6 +60,7 @@ class CompilerParams(pf.CompilerParams):
     lowering_semantics: LoweringSemantics = LoweringSemantics.Warpgroup
     skip_device_barrier: bool = False
     is_multi_process: bool = False
+    collective_id: int | None = None     # JAX 0.12.1: the barrier semaphores' collective
 
     def __post_init__(self):
         if self.dimension_semantics is not None:
@@ -80,6 +82,11 @@ class CompilerParams(pf.CompilerParams):
                              "profile_space must be >= 0.")
         if not isinstance(self.profile_trace_scope, TraceScope):
             object.__setattr__(self, "profile_trace_scope", TraceScope(self.profile_trace_scope))
+        cid = self.collective_id
+        if cid is not None and (isinstance(cid, bool) or not isinstance(cid, int)
+                                or not 0 <= cid < MAX_COLLECTIVE_IDS):
+            raise ValueError(f"pallas_mgpu.CompilerParams: collective_id must be None or an int "
+                             f"in [0, {MAX_COLLECTIVE_IDS}), got {cid!r}.")
         if not isinstance(self.lowering_semantics, LoweringSemantics):
             raise ValueError("pallas_mgpu.CompilerParams: lowering_semantics must be a "
                              f"pallas_mgpu.LoweringSemantics, got {self.lowering_semantics!r}.")
@@ -104,7 +111,7 @@ class CompilerParams(pf.CompilerParams):
             profile_bounds_check=self.profile_bounds_check,
             lowering_semantics=getattr(mgpu.LoweringSemantics, self.lowering_semantics.name),
             skip_device_barrier=self.skip_device_barrier,
-            is_multi_process=self.is_multi_process))
+            is_multi_process=self.is_multi_process, collective_id=self.collective_id))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

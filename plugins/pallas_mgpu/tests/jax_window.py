@@ -61,7 +61,10 @@ JAX_INTERPRETS_CLUSTER_CANCEL = needs_jax(
 # defaults), which ours mirror
 _LACKED = {**_jax_private.fields_jax_lacks("CompilerParams"),
            **_jax_private.fields_jax_lacks("InterpretGPUParams")}
+# those a 0.12 patch release added (collective_id, 0.12.1): a JAX 0.12.0.1 has every
+# other field and default, so the comparisons run there without these
+PATCH_FIELDS_LACKED = {n for n, since in _LACKED.items() if since.startswith("0.12.")}
 JAX_PARAMS_AS_IN_012 = needs_jax(
-    max(_LACKED.values()) if _LACKED else None,
+    max((v for n, v in _LACKED.items() if n not in PATCH_FIELDS_LACKED), default=None),
     "plgpu.CompilerParams / InterpretGPUParams with JAX 0.12's fields and defaults "
     f"(this JAX lacks {', '.join(sorted(_LACKED))})")

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax_window import jplgpu as jax_plgpu  # JAX's plgpu (with 0.10's GPU interpret API)
-from jax_window import JAX_PARAMS_AS_IN_012
+from jax_window import JAX_PARAMS_AS_IN_012, PATCH_FIELDS_LACKED
 
 import pallas_frontend as pl
 import pallas_mgpu as plgpu
@@ -16,7 +16,8 @@ from pallas_mgpu import _jax_private
 
 
 def _fields(cls):
-    return {f.name: f.default for f in dataclasses.fields(cls) if f.name != "BACKEND"}
+    return {f.name: f.default for f in dataclasses.fields(cls)
+            if f.name != "BACKEND" and f.name not in PATCH_FIELDS_LACKED}
 
 
 @JAX_PARAMS_AS_IN_012
@@ -49,7 +50,8 @@ def test_an_older_jax_takes_the_fields_it_has_and_refuses_the_rest_in_one_line()
     for cls in (plgpu.CompilerParams, plgpu.InterpretParams):
         for f in dataclasses.fields(cls):
             if f.name in lacked:
-                other = {"on_race": "warn", "inline_mgpu": "ignore"}.get(f.name, not f.default)
+                other = {"on_race": "warn", "inline_mgpu": "ignore",
+                         "collective_id": 3}.get(f.name, not f.default)
                 with pytest.raises(NotImplementedError,
                                    match=rf"\({f.name}=.*needs JAX {lacked[f.name]} or newer"):
                     cls(**{f.name: other})
@@ -63,6 +65,12 @@ def test_an_older_jax_takes_the_fields_it_has_and_refuses_the_rest_in_one_line()
 def test_compiler_params_validate(kwargs, match):
     with pytest.raises(ValueError, match=match):
         plgpu.CompilerParams(**kwargs)
+
+
+@pytest.mark.parametrize("cid", [-1, 32, True, 2.0])
+def test_collective_id_is_checked_where_it_is_written(cid):
+    with pytest.raises(ValueError, match=r"collective_id must be None or an int in \[0, 32\)"):
+        plgpu.CompilerParams(collective_id=cid)
 
 
 def test_interpret_params_validate():

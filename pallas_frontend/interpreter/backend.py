@@ -32,6 +32,7 @@ class InterpreterBackend(backend_api.Backend):
         # whole extra trace of every first call); should tracing it fail (a
         # primitive vmap refuses), nothing was emitted yet: plan again with the
         # trial, which falls back to the sequential loop.
+        ctx = _unplaced(ctx)
         try:
             return self._lower(kernel, ctx, args, trial_trace=False)
         except Exception:  # noqa: BLE001 - the checked plan raises any real error again
@@ -55,6 +56,22 @@ class InterpreterBackend(backend_api.Backend):
             return lambda *xs: dynamic_grid.run(kernel, xs[:n], *xs[n:])
         plan = vectorized.make_plan(kernel, trial_trace=trial_trace)
         return lambda *xs: vectorized.run(plan, *xs)
+
+
+def _unplaced(ctx):
+    """``ctx`` with no backend memory space (e.g. VMEM from a TPU
+    ``with_memory_space_constraint``) on its operands' types: a placement
+    changes no value, and the body is traced for plain arrays."""
+    import dataclasses
+
+    import jax
+    avals = [a.update(memory_space=jax.memory.Space.Device)
+             if not isinstance(getattr(a, "memory_space", jax.memory.Space.Device),
+                               jax.memory.Space) and not isinstance(a, jax.ref.AbstractRef)
+             else a for a in ctx.mlir_ctx.avals_in]
+    if avals == list(ctx.mlir_ctx.avals_in):
+        return ctx
+    return dataclasses.replace(ctx, mlir_ctx=ctx.mlir_ctx.replace(avals_in=avals))
 
 
 @backend_api.hookimpl

@@ -84,21 +84,23 @@ def jax_pltpu(name: str):
     return found
 
 
-def memory_space_constraint(x, jax_space, *, to_host: bool):
-    """JAX's ``pltpu.with_memory_space_constraint(x, jax_space)``. A concrete
-    array is returned as it is, as JAX 0.11+ does (JAX 0.10 cannot run the
-    constraint outside a trace); JAX 0.10 places no operand on the host."""
+def memory_space_constraint(x, space, *, to_host: bool):
+    """``x`` with ``space`` on its type, through the primitive of JAX's
+    ``with_memory_space_constraint``: it takes any space object (ours stays
+    ours; ``spaces.jax_placed_context`` hands JAX's to JAX's lowering). A
+    concrete array is returned as it is, as JAX 0.11+ does (JAX 0.10 cannot
+    run the constraint outside a trace); JAX 0.10 places nothing on the host."""
     import jax
-    from jax.experimental.pallas import tpu as pltpu
     if not isinstance(x, jax.core.Tracer):
         return x
-    try:
-        return pltpu.with_memory_space_constraint(x, jax_space)
-    except NotImplementedError:
-        if not to_host:
-            raise
-        raise NotImplementedError(needs_newer_jax(
-            "pallas_tpu.with_memory_space_constraint to pallas_frontend.HOST", "0.11")) from None
+    try:                                 # JAX 0.11+
+        from jax._src.state.primitives import with_memory_space_constraint_p as prim
+    except ImportError:                  # JAX 0.10
+        from jax._src.pallas.core import with_memory_space_constraint_p as prim
+        if to_host:
+            raise NotImplementedError(needs_newer_jax(
+                "pallas_tpu.with_memory_space_constraint to pallas_frontend.HOST", "0.11"))
+    return prim.bind(x, memory_space=space)
 
 
 # Keywords of JAX 0.12's ``pltpu.emit_pipeline`` that older JAX lacks.

@@ -74,6 +74,9 @@ class TpuBackend(Backend):
             # set_tpu_interpret_mode / force_tpu_interpret_mode (on a TPU host: the
             # frontend only sends kernels with our CompilerParams to "tpu" platforms)
             interpret = active_interpret_mode()
+        # operands placed by ours' with_memory_space_constraint: JAX's spaces on their types
+        from pallas_tpu import spaces
+        ctx = spaces.jax_placed_context(ctx, interpreting=interpret is not None)
         if interpret is not None:
             from pallas_tpu import sc_interpret
             if sc_interpret.is_sparsecore_kernel(kernel):

@@ -57,7 +57,8 @@ def scratch_type_of_aval(ref_aval):
 def with_memory_space_constraint(x, memory_space):
     """``x`` unchanged, asking that it be placed in ``memory_space`` (HBM,
     VMEM, SMEM or HOST; ANY leaves it free) where it is handed to a kernel:
-    Mosaic then receives that operand (and an output aliased to it) there."""
+    Mosaic then receives that operand (and an output aliased to it) there.
+    ``jax.typeof(x).memory_space`` is then the very space given, as in JAX."""
     allowed = (MemorySpace.HBM, MemorySpace.VMEM, MemorySpace.SMEM, pf.MemorySpace.HOST)
     if memory_space in (MemorySpace.ANY, pf.MemorySpace.ANY):
         return x
@@ -65,8 +66,32 @@ def with_memory_space_constraint(x, memory_space):
         raise NotImplementedError(
             f"pallas_tpu.with_memory_space_constraint: memory space {memory_space!r} is not "
             "one an operand can be placed in; use HBM, VMEM, SMEM or pallas_frontend.HOST.")
-    return _jax_private.memory_space_constraint(x, block_memory_space(memory_space),
-                                               to_host=memory_space is pf.MemorySpace.HOST)
+    host = memory_space is pf.MemorySpace.HOST      # XLA's own host memory: JAX's space
+    return _jax_private.memory_space_constraint(
+        x, block_memory_space(memory_space) if host else memory_space, to_host=host)
+
+
+def jax_placed_context(ctx, interpreting: bool):
+    """``ctx`` (our LoweringContext) with each operand placed by ours'
+    ``with_memory_space_constraint`` typed as JAX's lowering expects: in
+    JAX's space of that name (Mosaic is told to place it there), or, for an
+    interpreter, in none (JAX's TPU interpreter refuses VMEM and SMEM
+    operands; a placement changes no value)."""
+    import jax
+    avals = list(ctx.mlir_ctx.avals_in)
+    for i, aval in enumerate(avals):
+        space = getattr(aval, "memory_space", None)
+        if space is None or isinstance(space, jax.memory.Space) or isinstance(
+                aval, jax.ref.AbstractRef):
+            continue
+        if interpreting:
+            avals[i] = aval.update(memory_space=jax.memory.Space.Device)
+        elif isinstance(space, MemorySpace):
+            avals[i] = aval.update(memory_space=block_memory_space(space))
+    if avals == list(ctx.mlir_ctx.avals_in):
+        return ctx
+    import dataclasses
+    return dataclasses.replace(ctx, mlir_ctx=ctx.mlir_ctx.replace(avals_in=avals))
 
 
 def operand_space(aval):
@@ -80,10 +105,12 @@ def operand_space(aval):
     return constrained_space(getattr(aval, "memory_space", None))
 
 
-def constrained_space(jax_space):
-    """Ours for a memory space JAX's ``with_memory_space_constraint`` puts on
-    an array's type (HBM, VMEM or SMEM); None for any other."""
+def constrained_space(space):
+    """Ours for the memory space ``with_memory_space_constraint`` (ours, or
+    JAX's) put on an array's type, where it is HBM, VMEM or SMEM; else None."""
     from jax.experimental.pallas import tpu as pltpu
+    if space in (MemorySpace.HBM, MemorySpace.VMEM, MemorySpace.SMEM):
+        return space
     table = {pltpu.HBM: MemorySpace.HBM, pltpu.VMEM: MemorySpace.VMEM,
              pltpu.SMEM: MemorySpace.SMEM}
-    return table.get(jax_space) if jax_space is not None else None
+    return table.get(space) if space is not None else None

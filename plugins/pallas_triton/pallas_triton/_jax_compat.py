@@ -84,3 +84,19 @@ def xla_keeps_wide_bfloat16_reduce_precision() -> bool:
         x = jax.device_put(np.full(16, 0x7F81, np.uint16).view(jax.numpy.bfloat16), cpu)
         r = jax.jit(lambda v: lax.reduce_precision(v, 8, 23))(x)
         return bool(np.asarray(r).view(np.uint16)[0] == 0x7F81)
+
+
+@functools.cache
+def polynomial_steps_are_fmuladd() -> bool:
+    """Whether this JAX lowers ``lax.polynomial`` (for CPU) as one ``fmuladd`` per
+    Horner step (JAX 0.12.1 on: float32/float64 one fma; 16-bit floats an fma in
+    float32 rounded to the type each step) rather than a multiply and an add, which
+    XLA may fuse or not (host_floats). Asked once, of a bfloat16 polynomial jitted for
+    CPU (jax.export would not do: it lowers fmuladd as a multiply and an add)."""
+    import jax
+    from jax import lax
+    if not hasattr(lax, "polynomial"):
+        return False
+    fn = jax.jit(lambda v: lax.polynomial(v, [0.5, 2.0, 3.0]))
+    arg = jax.ShapeDtypeStruct((2,), jax.numpy.bfloat16)
+    return "stablehlo.fma" in fn.trace(arg).lower(lowering_platforms=("cpu",)).as_text()

@@ -55,10 +55,23 @@ def _call(fn):
 
 for _name, _fn in {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
                    "sqrt": "tl.sqrt",
-                   "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos",
+                   "rsqrt": "tl.rsqrt", "cos": "tl.cos",
                    "floor": "tl.floor", "ceil": "tl.ceil", "erf": "tl.erf",
                    "max_contiguous": "tl.max_contiguous"}.items():
     register(_name)(_call(_fn))
+
+
+@register("sin")
+def _sin(w, eqn, ins):
+    # Under the interpreter NumPy's float64 sin returns a denormal input as it is (no
+    # arithmetic for the denormals-are-zero mode to read it as zero); XLA on CPU reads
+    # it as zero (JAX 0.12.1's XLA; 0.12.0.1's kept it, which the manifest allows too)
+    x = ins[0]
+    if w.target == "interpret" and np.dtype(in_aval(eqn).dtype) == np.float64 \
+            and not _python_number(x):
+        x = w.bind(x)
+        x = w.bind(f"tl.where(tl.abs({x}) < {np.finfo(np.float64).tiny!r}, {x} * 0.0, {x})")
+    return [f"tl.sin({x})"]
 
 
 def _bf16_sign_bit(w, eqn, ins, op: str, mask: str):
@@ -113,30 +126,34 @@ def _tan(w, eqn, ins):
 @register("polynomial")
 def _polynomial(w, eqn, ins):
     # c0 + c1*x + c2*x^2 + ... (coefficients ascending), by Horner's rule, rounded as XLA
-    # on CPU rounds it: float32/float64 steps fused (fma), float16 an fma in float32
-    # rounded to float16 per step where XLA computes float16 natively (AVX512-FP16,
+    # on CPU rounds it: float32/float64 steps fused (fma); 16-bit floats, where JAX lowers
+    # each step as fmuladd (0.12.1 on), an fma in float32 rounded to the type per step;
+    # before that float16 so where XLA computes float16 natively (AVX512-FP16,
     # host_floats.py) and otherwise, as bfloat16 always, every multiply and add rounded
-    from pallas_triton import host_floats
+    from pallas_triton import _jax_compat, host_floats
     from pallas_triton.widening import computed_dtype, rounded
     x, coeffs = w.bind(ins[0]), ins[1:]
     dt = np.dtype(out_aval(eqn).dtype)
     acc = coeffs[-1]
-    unfused16 = dt == np.float16 and not host_floats.for_target(w.target).float16_fused
-    if not is_float(dt) or dt.name == "bfloat16" or unfused16:
+    sixteen = dt.name in ("float16", "bfloat16")
+    fmuladd = _jax_compat.polynomial_steps_are_fmuladd()
+    unfused16 = dt == np.float16 and not fmuladd and \
+        not host_floats.for_target(w.target).float16_fused
+    if not is_float(dt) or (dt.name == "bfloat16" and not fmuladd) or unfused16:
         for c in reversed(coeffs[:-1]):
             acc = rounded(w, eqn, f"({rounded(w, eqn, f'({acc} * {x})')} + {c})")
         return [acc]
     wide = "tl.float64" if dt == np.float64 else "tl.float32"
-    narrow = dt == np.float16 and computed_dtype(w, eqn, dt) == dt
+    narrow = sixteen and computed_dtype(w, eqn, dt) == dt
     as_wide = lambda v: v if _python_number(v) else f"({v}).to({wide})"  # noqa: E731
     xw = w.bind(as_wide(x))
     acc = f"tl.full([], {acc}, {wide})" if _python_number(acc) else as_wide(acc)
     for c in reversed(coeffs[:-1]):
         acc = w.bind(f"tl.fma({acc}, {xw}, {as_wide(c)})")
-        if dt == np.float16:          # each step rounded to float16
-            acc = w.bind(f"{acc}.to(tl.float16).to(tl.float32)") if narrow else \
+        if sixteen:                   # each step rounded to the 16-bit type
+            acc = w.bind(f"{acc}.to({tl_dtype(dt)}).to(tl.float32)") if narrow else \
                 rounded(w, eqn, acc)
-    return [f"{acc}.to(tl.float16)" if narrow else acc]
+    return [f"{acc}.to({tl_dtype(dt)})" if narrow else acc]
 
 
 @register("one_minus_square")

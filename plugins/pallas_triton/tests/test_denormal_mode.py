@@ -61,3 +61,20 @@ def test_a_kernel_reads_denormals_as_zero_in_any_callback_mode(rng):
     # JAX 0.12.1 and newer run callbacks with denormals kept: ours must not change that
     if jax.__version_info__ >= (0, 12, 1):
         assert not xla_flushes_in_callbacks
+
+
+def test_float64_sin_reads_a_denormal_input_as_zero(rng):
+    with jax.enable_x64(True):
+        x = rng.standard_normal((8, 64))
+        x.reshape(-1)[rng.choice(x.size, 40, replace=False)] = \
+            rng.uniform(-1, 1, 40) * np.finfo(np.float64).tiny
+        x = jnp.asarray(x, jnp.float64)
+
+        def body(x_ref, o_ref):
+            o_ref[...] = jnp.sin(x_ref[...])
+        got = np.asarray(pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                        interpret=pt.InterpretParams())(x))
+    wide = np.asarray(x)
+    flushed = np.where(np.abs(wide) < np.finfo(np.float64).tiny, np.copysign(0.0, wide), wide)
+    np.testing.assert_allclose(got, np.sin(flushed), rtol=4e-16, atol=0)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(np.sin(flushed)))

@@ -1,7 +1,8 @@
 """lax.polynomial rounded as XLA on CPU rounds it, bit for bit under Triton's interpreter:
 float32/float64 Horner steps fused (fma), float16 an fma in float32 rounded to float16 per
-step, bfloat16 each multiply and add rounded. Before (issue 32) plain multiply-then-add
-steps were 11-66 ULP from XLA near the polynomial's roots."""
+step, bfloat16 each multiply and add rounded (from JAX 0.12.1, which lowers each step as
+fmuladd, bfloat16 as float16). Before (issue 32) plain multiply-then-add steps were 11-66
+ULP from XLA near the polynomial's roots."""
 
 import jax
 import jax.numpy as jnp

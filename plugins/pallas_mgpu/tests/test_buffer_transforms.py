@@ -2,7 +2,9 @@
 kernel body sees it: the transforms that undo the buffer's (tokamax's sm80
 gated linear unit reads ``out_smem.transforms[0].swizzle`` to build the
 layout of its epilogue's copy to GMEM; under ours that was an AttributeError
-on the traced Ref)."""
+on the traced Ref). JAX 0.12.1 keeps a buffer's transforms in its type and hands
+the body a plain Ref; ours still gives ``.transforms``, which there are checked
+against the transforms the buffer was allocated with."""
 
 import functools
 
@@ -28,7 +30,7 @@ def _scaled_copy(gpu, transforms, seen):
                        scratch_types=[gpu.SMEM((64, 64), jnp.float16, transforms=transforms)],
                        interpret=gpu.InterpretGPUParams())
     def k(x_ref, o_ref, buf):
-        seen.append(buf.transforms)
+        seen.append(getattr(buf, "transforms", None))
         buf[...] = x_ref[...] * 2
         o_ref[...] = buf[...]
     return k
@@ -42,14 +44,21 @@ def test_buffer_transforms_are_jaxs(which, rng):
         seen[api] = []
         got = np.asarray(_scaled_copy(gpu, TRANSFORMS[which](gpu), seen[api])(x))
         np.testing.assert_array_equal(got, (2 * x.astype(np.float64)).astype(np.float16))
-    assert seen["ours"][0] == seen["jax"][0], (seen["ours"], seen["jax"])
+    if seen["jax"][0] is not None:
+        assert seen["ours"][0] == seen["jax"][0], (seen["ours"], seen["jax"])
+    else:     # JAX 0.12.1: what each undoes, the last applied first
+        undone = [getattr(t, "swizzle", None) or getattr(t, "tiling") for t in seen["ours"][0]]
+        given = [getattr(t, "swizzle", None) or getattr(t, "tiling")
+                 for t in reversed(TRANSFORMS[which](plgpu))]
+        assert undone == given, (seen["ours"], given)
 
 
 def test_a_buffer_without_transforms_has_no_transforms_attribute():
     """As in JAX: a plain buffer's Ref is a Ref, not a transformed view."""
     for gpu in APIS.values():
-        with pytest.raises(AttributeError):
-            _scaled_copy(gpu, (), [])(np.ones((64, 64), np.float16))
+        seen = []
+        _scaled_copy(gpu, (), seen)(np.ones((64, 64), np.float16))
+        assert seen == [None], seen
 
 
 def _epilogue(gpu, interpret: bool):
@@ -65,8 +74,10 @@ def _epilogue(gpu, interpret: bool):
         compiler_params=gpu.CompilerParams(lowering_semantics=gpu.LoweringSemantics.Lane),
         interpret=gpu.InterpretGPUParams() if interpret else False)
     def k(x_ref, o_ref, out_smem):
-        layout = gpu.Layout.SMEM_GMEM_COPY(out_smem.shape, dtype,
-                                           swizzle=out_smem.transforms[0].swizzle)
+        # JAX 0.12.1's body sees no .transforms: the swizzle allocated, there
+        swizzle = out_smem.transforms[0].swizzle if hasattr(out_smem, "transforms") else \
+            transforms[1].swizzle
+        layout = gpu.Layout.SMEM_GMEM_COPY(out_smem.shape, dtype, swizzle=swizzle)
         x = gpu.load(x_ref, layout=gpu.Layout.WGMMA, optimized=False)
         out_smem[...] = (x * 3).astype(dtype)
         o_ref[...] = gpu.layout_cast(out_smem[...], layout)

@@ -3,12 +3,13 @@
 A concrete scalar (a Python or NumPy number) stays a constant of the kernel
 jaxpr. A value of the surrounding program (a tracer, e.g. ``i`` in
 ``jax.jit(lambda x, i: ...)``) cannot be lowered as a constant:
-``pallas_call`` refuses it, as JAX's does. ``pl.kernel`` (JAX's
-``core_map``) accepts traced scalars, as JAX's does: while it traces its
-body (``accepting``), each becomes one more input of shape ``(1,)`` after
-the user's, in the memory space the mesh names (``scalar_memory_space``:
-SMEM on a TPU, where JAX passes them), and the body reads its element 0.
-Arrays of more than one element are refused either way: they must be inputs.
+``pallas_call`` refuses it, as JAX's does. ``pl.kernel`` and ``core_map``
+accept traced scalars, as JAX's core_map does: while they trace the body
+(``accepting``), each becomes one more input of shape ``(1,)`` after the
+user's, in the memory space the mesh names (``scalar_memory_space``: SMEM on
+a TPU, where JAX passes them), and the body reads its element 0. Arrays
+are refused (pl.kernel: of more than one element; core_map, as JAX's: of
+rank > 0, ``core_map_refs``): they must be inputs, or Refs for core_map.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def refuse_unpassable(jaxpr, name: str) -> None:
            and (np.size(c) > 1 or isinstance(c, jc.Tracer)) and not (kernel and _hoisted(c))]
     if not bad:
         return
-    types = ", ".join(jax.typeof(c).str_short(short_dtypes=True) for c in bad)
+    types = _types(bad)
     if kernel:
         raise ValueError(
             f"The kernel function {name} of pl.kernel captures non-Ref constants [{types}]. "
@@ -65,6 +66,26 @@ def refuse_unpassable(jaxpr, name: str) -> None:
         "inputs (add them to the pallas_call arguments with a BlockSpec"
         + (", or prefetch a traced scalar with a scalar-prefetch grid spec)."
            if any(isinstance(c, jc.Tracer) for c in bad) else ")."))
+
+
+def _types(values) -> str:
+    return ", ".join(jax.typeof(c).str_short(short_dtypes=True) for c in values)
+
+
+def core_map_refs(consts, body) -> list[bool]:
+    """Which of ``consts`` (what the core_map body ``body`` closes over) are
+    Refs; raises if one is neither a Ref nor a scalar (JAX's core_map takes
+    only those)."""
+    from pallas_frontend.index_maps import source_of
+    is_ref = [_is_ref(c) for c in consts]
+    bad = [c for c, r in zip(consts, is_ref) if not r and np.ndim(c) > 0]
+    if bad:
+        raise ValueError(
+            f"The kernel function in core_map {getattr(body, '__name__', 'body')} at "
+            f"{source_of(body)} captures non-scalar array constants "
+            f"[{_types(bad)}]. A core_map body may close over scalars and Refs only: put "
+            "each array in a Ref (jax.new_ref(x)) outside the body and close over that.")
+    return is_ref
 
 
 def hoist(ir: KernelIR, block_mapping) -> tuple[KernelIR, list]:

@@ -369,8 +369,8 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
              debug: bool = False, cost_estimate=None, name: str | None = None, metadata=None,
              scratch_shapes: Any = ()):
     """Deprecated: use ``pl.kernel``. Runs a zero-argument stateful function on
-    every point of ``mesh``; it communicates only through closed-over Refs
-    (``jax.new_ref``), which are updated in place."""
+    every point of ``mesh``; it communicates through closed-over Refs
+    (``jax.new_ref``, updated in place) and may read closed-over scalars."""
     # A backend's mesh that maps *inside* a kernel body (e.g. Mosaic GPU's warps)
     # records the map itself.
     if callable(getattr(mesh, "core_map", None)):
@@ -384,10 +384,10 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
         with jc.extend_axis_env(list(grid)):      # the body may ask lax.axis_index(name)
             jaxpr, _ = jc.trace_kernel_jaxpr(lambda: (f(), [])[1], [],
                                              traced_for="pallas core_map")
-        refs = list(jaxpr.consts)
-        if not all(isinstance(jax.typeof(r), jc.AbstractRef) for r in refs):
-            raise ValueError("core_map bodies may close over Refs only (jax.new_ref); "
-                             "pass array values in Refs.")
+        # scalars (a traced grid size) go in the mesh's scalar space, as JAX's (hoist)
+        consts = list(jaxpr.consts)
+        is_ref = captured_scalars.core_map_refs(consts, f)
+        refs = [c for c, r in zip(consts, is_ref) if r]
         if not refs:
             _refuse_empty_core_map(f)
         values = [r[...] for r in refs]
@@ -400,17 +400,19 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
 
         def body(*all_refs):
             # inputs come first, then the aliased outputs the body updates in place
-            jc.eval_jaxpr(jc.with_consts(jaxpr, ()), *all_refs[n:2 * n])
+            updated = iter(all_refs[n:2 * n])
+            jc.eval_jaxpr(jc.with_consts(jaxpr, ()),
+                          *[next(updated) if r else c for c, r in zip(consts, is_ref)])
 
         body.__wrapped__ = f       # source_of() reports the user's body's file:line
-        outs = pallas_call(
-            body, [_core_map_out_shape(mesh, v, s) for v, s in
-                   zip(values, specs if isinstance(specs, list) else [None] * n)],
-            grid=grid, scratch_shapes=scratch_shapes,
-            in_specs=specs, out_specs=specs,
-            input_output_aliases={i: i for i in range(n)}, compiler_params=compiler_params,
-            interpret=interpret, debug=debug, cost_estimate=cost_estimate,
-            name=name or getattr(f, "__name__", None), metadata=metadata)(*values)
+        with captured_scalars.accepting(_scalar_space(mesh)):
+            outs = pallas_call(
+                body, [_core_map_out_shape(mesh, v, s) for v, s in
+                       zip(values, specs if isinstance(specs, list) else [None] * n)],
+                grid=grid, scratch_shapes=scratch_shapes, in_specs=specs, out_specs=specs,
+                input_output_aliases={i: i for i in range(n)}, compiler_params=compiler_params,
+                interpret=interpret, debug=debug, cost_estimate=cost_estimate,
+                name=name or getattr(f, "__name__", None), metadata=metadata)(*values)
         for r, v in zip(refs, outs):
             r[...] = v
     return decorator

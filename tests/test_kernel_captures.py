@@ -102,3 +102,39 @@ def test_core_map_over_no_ref_is_refused():
     with pytest.raises(ValueError, match=r"closes over no Ref.*Attempted to lower core_map "
                                          r"without discharging\."):
         jax.jit(f)(jnp.zeros(8, jnp.float32))
+
+
+def test_core_map_body_may_close_over_traced_scalars(rng):
+    """JAX 0.10.2's test_can_partition_grid: a grid size passed to the jitted
+    function reaches the core_map body (was 'may close over Refs only')."""
+    x = rng.standard_normal((6, 8, 16)).astype(np.float32)
+
+    @jax.jit
+    def rows(x, i, scale):
+        x_ref, o_ref = jax.new_ref(x), jax.new_ref(jnp.zeros((2, 8, 16), jnp.float32))
+
+        @pl.core_map(CoreMesh({"c": 2}), interpret=True)
+        def _():
+            c = jax.lax.axis_index("c")
+            o_ref[c] = x_ref[i + c] * scale + np.float32(1.5)
+        return o_ref[...]
+
+    for i in rng.permutation(5)[:3]:
+        scale = np.float32(rng.standard_normal())
+        np.testing.assert_allclose(np.asarray(rows(x, np.int32(i), scale)),
+                                   x[i:i + 2].astype(np.float64) * float(scale) + 1.5,
+                                   rtol=1e-6)
+
+
+def test_core_map_body_closing_over_an_array_is_refused():
+    @jax.jit
+    def f(x):
+        o_ref, y = jax.new_ref(jnp.zeros_like(x)), x * 2
+
+        @pl.core_map(CoreMesh({"c": 1}), interpret=True)
+        def body():
+            o_ref[...] = o_ref[...] + y
+        return o_ref[...]
+    with pytest.raises(ValueError, match=r"core_map body at .*test_kernel_captures.py:\d+ "
+                                         r"captures non-scalar array constants \[f32\[8\]\]"):
+        f(jnp.zeros(8, jnp.float32))

@@ -59,11 +59,16 @@ def unchecked_reason(kernel: KernelIR, avals_in, interpret=None) -> str | None:
     shapes += [m.block_shape for m in kernel.mappings]
     if any(not isinstance(d, (int, np.integer)) for s in shapes for d in s):
         return "symbolic (jax.export) shapes are sized only at run time"
-    if any(getattr(kernel.out_mappings[o], "array_memory_space", None) is MemorySpace.SMEM
-           for _, o in kernel.input_output_aliases):
-        # libtpu 0.0.42.1 aborts the process compiling such a call on its own (a Ref
-        # in SMEM that core_map passes) when the output is not the call's first
-        return "an aliased output placed in SMEM is compiled only inside its program"
+    aliased = {o for _, o in kernel.input_output_aliases}
+    for o, mapping in enumerate(kernel.out_mappings):
+        placed = getattr(mapping, "array_memory_space", None)
+        # libtpu 0.0.42.1 aborts the whole process (SIGABRT, no exception) compiling
+        # such a call on its own: XLA cannot copy a semaphore result out ('Unsupported
+        # source memory space ... sflag'), nor an aliased SMEM one (a Ref in SMEM that
+        # core_map passes) that is not the call's first output
+        if placed is MemorySpace.SEMAPHORE or (placed is MemorySpace.SMEM and o in aliased):
+            return (f"an output placed in {placed.name} is compiled only inside its "
+                    "program")
     needs = required_capabilities(kernel)
     if tag := next((t for t in _MULTI_DEVICE_TAGS if t in needs), None):
         return f"it needs {tag!r}, which a one-chip program has not"

@@ -114,3 +114,29 @@ def test_the_chip_is_named_or_refused():
     assert chip_compile.topology_of("v6e:2x2") == "v6e:2x2"
     with pytest.raises(ValueError, match="chip_checks='v9x'"):
         pltpu.InterpretParams(chip_checks="v9x")
+
+
+_SEMAPHORE_OUTPUT = """
+import jax, jax.numpy as jnp, numpy as np
+import pallas_frontend as pl, pallas_tpu as pltpu
+mesh = pltpu.create_tensorcore_mesh("x", num_cores=1)
+x = jnp.asarray(np.random.default_rng().integers(-99, 99, (8, 128)), jnp.int32)
+kernel = pl.kernel(lambda x_ref, o_ref: pltpu.sync_copy(x_ref, o_ref),
+                   out_type=pltpu.SEMAPHORE(x.shape, x.dtype), mesh=mesh)
+with pltpu.force_tpu_interpret_mode():
+    jax.jit(kernel).lower(x)
+print("survived")
+"""
+
+
+def test_a_call_libtpu_aborts_on_is_not_compiled_alone():
+    # a semaphore-typed output: libtpu 0.0.42.1 aborts the process (SIGABRT) compiling
+    # the call on its own (JAX 0.10.2's test_kernel_with_output_memory_space_SEMAPHORE,
+    # forced into TPU interpret mode); the check must leave the user's process alive
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PALLAS_TPU_CHIP_CHECKS="1", JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", _SEMAPHORE_OUTPUT], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "survived" in r.stdout, r.stderr[-2000:]

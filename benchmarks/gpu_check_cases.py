@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 import jax_ops_cases  # noqa: E402
-from jax_ops_copy import jax_ops, ours_ops  # noqa: E402
+from jax_ops_copy import jax_ops, ours_ops, shipped  # noqa: E402
 
 import pallas_frontend as pl  # noqa: E402
 from pallas_frontend import registry  # noqa: E402
@@ -178,8 +178,8 @@ def ops_reference(name: str) -> Callable:
 
 
 def ops_cases():
-    """(case, backend) for JAX's Triton-style and Mosaic GPU ops."""
-    return ([(c, "triton") for c in jax_ops_cases.GPU_CASES]
+    """(case, backend) for JAX's Triton-style and Mosaic GPU ops the installed JAX ships."""
+    return ([(c, "triton") for c in jax_ops_cases.GPU_CASES if shipped(c.module)]
             + [(c, "mgpu") for c in jax_ops_cases.MGPU_CASES])
 
 

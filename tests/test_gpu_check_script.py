@@ -16,6 +16,11 @@ pytest.importorskip("pallas_triton")
 pytest.importorskip("pallas_mgpu")
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+sys.path.insert(0, str(SCRIPT.parents[1] / "tools"))
+from jax_ops_copy import shipped  # noqa: E402
+
+# JAX's Triton-style GPU ops files (JAX 0.12.1 ships none of them)
+TRITON_OPS = shipped("gpu.softmax") and shipped("gpu.layer_norm") and shipped("gpu.attention")
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
 
@@ -43,13 +48,17 @@ def test_dry_run_quick(tmp_path):
     assert all(r[2] == "ok" for r in conformance), conformance
     # JAX's Triton-style ops through ours on Triton's interpreter, forward and grad
     ops = {r[0][2:]: r[2] for r in numeric if r[0].startswith("| gpu.") and r[1] == "triton"}
-    assert ops == {"gpu.softmax": "ok", "gpu.layer_norm": "ok", "gpu.layer_norm grad": "ok"}, ops
+    assert ops == ({"gpu.softmax": "ok", "gpu.layer_norm": "ok", "gpu.layer_norm grad": "ok"}
+                   if TRITON_OPS else {}), ops
     # every benchmark lists every implementation, each traced or with its error
     timed = [r for r in rows if len(r) == 7 and r[0] != "| benchmark"]
     benches = {r[0] for r in timed}
     assert len(benches) == 7
     impls = {b: {r[1] for r in timed if r[0] == b} for b in benches}
-    assert all({"ours-Triton", "JAX-Triton", "XLA"} <= i for i in impls.values()), impls
+    for b, i in impls.items():    # without JAX's Triton ops files: their rows left out
+        need = {"ours-Triton", "JAX-Triton", "XLA"} if TRITON_OPS or "matmul" in b \
+            else {"XLA"} if "flash attn" in b else {"ours-Triton", "XLA"}
+        assert need <= i, (b, i)
     assert sum("ours-MGPU" in i for i in impls.values()) == 5, impls
     ours_triton = [r for r in timed if r[1] == "ours-Triton"]
     assert all("traced at full size" in r[6] for r in ours_triton), ours_triton

@@ -65,6 +65,16 @@ def ours_ops() -> OursOps:
     return _made
 
 
+def shipped(name: str) -> bool:
+    """Whether the installed JAX ships ops module ``name`` (JAX 0.12.1 no longer ships
+    its Triton-style GPU ops: gpu.attention, gpu.softmax, gpu.layer_norm, ...)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec(f"{JAX_OPS}.{name}") is not None
+    except ModuleNotFoundError:       # a package on the way is missing
+        return False
+
+
 def jax_ops(name: str):
     """JAX's own module ``name``, as installed."""
     return importlib.import_module(f"{JAX_OPS}.{name}")

@@ -51,7 +51,9 @@ UNARY = [_u(n, getattr(lax, n)) for n in (
     "cbrt", "ceil", "clz", "cos", "cosh", "digamma", "erf", "erf_inv", "erfc", "exp", "exp2",
     "expm1", "floor", "is_finite", "lgamma", "log", "log1p", "logistic", "neg",
     "population_count", "rsqrt", "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh",
-    "one_minus_square") if hasattr(lax, n)] + [    # one_minus_square: JAX 0.11+
+    "one_minus_square",                             # JAX 0.11+
+    "acospi", "asinpi", "atanpi", "cospi", "sinpi", "tanpi", "exp2m1", "log2p1",  # 0.12.1+
+    ) if hasattr(lax, n)] + [
     _u("not", lax.bitwise_not),
     _u("copy", lambda x: lax.copy_p.bind(x)),
     Case("round[away]", "round", "unary",
@@ -81,6 +83,7 @@ BINARY = [_b(n, getattr(lax, n)) for n in (
     _b("lt_to", lambda x, y: lax.lt_to_p.bind(x, y)),
     # the order m of polygamma is a whole number; b's integer part, kept small
     _b("polygamma", lambda x, y: lax.polygamma(jnp.clip(jnp.floor(jnp.abs(y)), 0, 4), x)),
+    *([_b("atan2pi", lax.atan2pi)] if hasattr(lax, "atan2pi") else []),      # JAX 0.12.1+
 ]
 
 TERNARY = [
@@ -96,6 +99,8 @@ TERNARY = [
          lambda x: lax.select_n(x["which"], x["a"], x["b"], x["c"])),
     Case("regularized_incomplete_beta", "regularized_incomplete_beta", "ternary",
          lambda x: lax.betainc(x["a"], x["b"], x["c"])),
+    *([Case(n, n, "ternary", (lambda f: lambda x: f(x["a"], x["b"], x["c"]))(getattr(lax, n)))
+       for n in ("fma", "fmuladd")] if hasattr(lax, "fma") else []),           # JAX 0.12.1+
 ]
 
 
@@ -161,7 +166,7 @@ FLOAT32_ONLY = {"lgamma", "digamma", "erf_inv", "erfc", "igammac", "igamma_grad_
 # compile of them on 8-bit floats costs a minute per interpreter.
 FLOAT8_MATH = {c.primitive for c in UNARY} - {
     "abs", "neg", "sign", "copy", "floor", "ceil", "round", "is_finite", "square",
-    "integer_pow", "reduce_precision"} | {"pow", "atan2", "nextafter"}
+    "integer_pow", "reduce_precision"} | {"pow", "atan2", "atan2pi", "nextafter", "fma", "fmuladd"}
 
 # The public primitives no case covers, with the reason.
 _STRUCTURAL = "moves or reshapes data, computes nothing per element (the conformance suite)"

@@ -68,11 +68,13 @@ def context_mesh_devices() -> tuple:
 
 
 @functools.cache
-def xla_keeps_wide_bfloat16_reduce_precision() -> bool:
-    """Whether XLA on the CPU takes a bfloat16 ``reduce_precision`` to a format at
-    least float32's as the identity (jaxlib 0.10: a signalling NaN keeps its bits)
-    rather than computing it in float32 (0.11 on: the NaN comes out quiet). Asked
-    once per process; False without a CPU device."""
+def xla_keeps_wide_bfloat16_reduce_precision(exponent_bits: int = 8,
+                                             mantissa_bits: int = 23) -> bool:
+    """Whether XLA on the CPU takes a bfloat16 ``reduce_precision`` to this format (one
+    at least bfloat16's own) as the identity (a signalling NaN keeps its bits) rather
+    than computing it in float32 (the NaN comes out quiet): to float32's format jaxlib
+    0.10 keeps it, 0.11 on quiets it; to bfloat16's own (8, 7) 0.12.1 keeps it. Asked
+    once per process and format; False without a CPU device."""
     import jax
     import numpy as np
     from jax import lax
@@ -82,7 +84,7 @@ def xla_keeps_wide_bfloat16_reduce_precision() -> bool:
         return False
     with jax.ensure_compile_time_eval():
         x = jax.device_put(np.full(16, 0x7F81, np.uint16).view(jax.numpy.bfloat16), cpu)
-        r = jax.jit(lambda v: lax.reduce_precision(v, 8, 23))(x)
+        r = jax.jit(lambda v: lax.reduce_precision(v, exponent_bits, mantissa_bits))(x)
         return bool(np.asarray(r).view(np.uint16)[0] == 0x7F81)
 
 

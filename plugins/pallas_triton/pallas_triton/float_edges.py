@@ -236,9 +236,10 @@ def _reduce_precision(w, eqn, ins):
     dt = np.dtype(in_aval(eqn).dtype)
     e, m = int(eqn.params["exponent_bits"]), int(eqn.params["mantissa_bits"])
     x = _tensor(w, ins[0], dt)
-    if dt.name == "bfloat16" and e >= 8 and m >= 23 and w.target == "interpret" \
-            and _jax_compat.xla_keeps_wide_bfloat16_reduce_precision():
-        return [x]     # as XLA on this CPU (jaxlib 0.10): nothing to reduce
+    if dt.name == "bfloat16" and e >= 8 and m >= 7 and w.target == "interpret" \
+            and _jax_compat.xla_keeps_wide_bfloat16_reduce_precision(e, m):
+        return [x]     # as XLA on this CPU (jaxlib 0.10 to float32's format, 0.12.1 to
+        #                any at least bfloat16's own): nothing to reduce
     if dt.name == "bfloat16":
         wide = w.bind(to_float32(w, x, dt))
         u = w.bind(f"{wide}.to(tl.uint32, bitcast=True)")

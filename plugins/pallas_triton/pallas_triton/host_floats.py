@@ -15,7 +15,9 @@ each path on one machine):
 - bfloat16 ``max``/``min``: with AVX512-BF16 (Cooper Lake, Sapphire Rapids, AMD
   Zen 4) a NaN operand gives the quiet NaN 0x7FC0 and a denormal operand is kept;
   without it they are computed as float32 max/min are (the NaN operand kept as for
-  float16 above, denormals read as zero) and narrowed (0x7FC0 / 0xFFC0, ±0).
+  float16 above, denormals read as zero) and narrowed (0x7FC0 / 0xFFC0, ±0); JAX
+  0.12.1's XLA computes them as with AVX512-BF16 there too (measured with
+  ``--xla_cpu_max_isa=AVX2``), and its float16 ``polynomial`` is fused on every host.
 
 These are XLA's results for arrays of two or more elements; a one-element array is
 computed by other code (its NaN keeps its sign on every processor).

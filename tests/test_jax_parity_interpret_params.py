@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import jax_ops  # noqa: E402
 import jax_ops_cases  # noqa: E402
+from jax_ops_copy import shipped  # noqa: E402
 
 pallas_triton = pytest.importorskip("pallas_triton")
 import pallas_frontend as pl  # noqa: E402
@@ -26,6 +27,9 @@ CASES = {c.name: c for c in jax_ops_cases.GPU_CASES}
                                        ("gpu.softmax", False),
                                        ("gpu.decode_attention.mqa(start_idx)", False)])
 def test_jax_gpu_kernel_with_compiler_params_interprets(name, grad):
+    if not shipped(CASES[name].module):     # JAX 0.12.1 dropped its Triton-style GPU ops
+        pytest.skip(f"JAX {jax.__version__} does not ship "
+                    f"jax.experimental.pallas.ops.{CASES[name].module}")
     row = jax_ops.run_case(CASES[name], "small", grad,
                            seed=np.random.SeedSequence().entropy % 2**32, repeats=0)
     assert row["jax"] == "ok", row["jax_error"]

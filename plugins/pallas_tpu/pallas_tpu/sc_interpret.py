@@ -69,6 +69,13 @@ class Machine:
         return self.programs[(core, subcore)]
 
 
+def _poison_for(ref_aval) -> np.ndarray:
+    """A scratch buffer for ``ref_aval``, of its stored type: a semaphore
+    Ref's ``dtype`` is JAX's semaphore dtype, its ``inner_aval`` int32."""
+    inner = getattr(ref_aval, "inner_aval", ref_aval)
+    return poison(inner.shape, inner.dtype)
+
+
 def run_on_host(kernel, *arrays):
     """Runs ``kernel`` on NumPy ``arrays`` (its operands); returns its outputs."""
     if kernel.dynamic_grid_axes if hasattr(kernel, "dynamic_grid_axes") else False:
@@ -83,13 +90,13 @@ def run_on_host(kernel, *arrays):
         outs.append(Buf(data))
     shared = []            # per core: VMEM_SHARED scratch by scratch index
     for _ in range(machine.num_cores):
-        shared.append({j: Buf(poison(s.shape, s.dtype), MemorySpace.VMEM_SHARED, j)
+        shared.append({j: Buf(_poison_for(s), MemorySpace.VMEM_SHARED, j)
                        for j, s in enumerate(kernel.scratch_avals) if _space(s) is MemorySpace.VMEM_SHARED})
     for c in range(machine.num_cores):
         for s in range(machine.num_subcores):
             prog = machine.programs[(c, s)] = Program(machine, c, s)
             prog.scratch = [shared[c][j] if j in shared[c] else
-                            Buf(poison(a.shape, a.dtype), _space(a), j)
+                            Buf(_poison_for(a), _space(a), j)
                             for j, a in enumerate(kernel.scratch_avals)]
     errors = []
 

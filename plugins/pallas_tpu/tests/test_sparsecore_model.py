@@ -168,3 +168,22 @@ def test_bitcast_view_store(dtype):
             vb[r] = pv[r]
         pltpu.sync_copy(v, o_hbm)
     np.testing.assert_array_equal(np.asarray(k(parts)), x)
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_dma_semaphore_scratch(vector):
+    """A DMA semaphore in scratch_types: the model stores it as its int32 inner
+    type (its Ref's dtype is JAX's semaphore dtype, no NumPy type); each
+    program copies by async DMA and waits, as JAX's test_dma_memory_space."""
+    mesh = (plsc.VectorSubcoreMesh(core_axis_name="c", subcore_axis_name="s", num_cores=1)
+            if vector else plsc.ScalarSubcoreMesh(axis_name="c", num_cores=1))
+    n = NS if vector else 1
+    x = RNG.standard_normal((n, L)).astype(np.float32)
+
+    @functools.partial(pl.kernel, out_type=jax.ShapeDtypeStruct((n, L), jnp.float32), mesh=mesh,
+                       scratch_types=(pltpu.SemaphoreType.DMA,),
+                       interpret=pltpu.InterpretParams())
+    def k(x_hbm, o_hbm, sem):
+        s = jax.lax.axis_index("s") if vector else 0
+        pltpu.async_copy(x_hbm.at[s], o_hbm.at[s], sem).wait()
+    np.testing.assert_array_equal(np.asarray(k(x), np.float64), x.astype(np.float64))

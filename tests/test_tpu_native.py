@@ -113,7 +113,7 @@ def test_a_rerun_of_selected_tests_replaces_only_their_outcomes(tmp_path):
     assert (merged["passed"], merged["failed"]) == (4, 2)
     assert sorted(merged["not_passed"]) == ["ours-a_test::C::both_fail",
                                             "ours-a_test::C::lost_two"]
-    assert "2 re-run later: 1 now pass" in merged["note"]
+    assert "2 re-run later: 1 no longer fail (0 of them skip), 0 newly fail" in merged["note"]
     assert tpu_native.failed_ids([tmp_path / "one", tmp_path / "two"]) == {
         "a_test.py": ["a_test.py::C::both_fail", "a_test.py::C::lost_two"]}
     ids = tmp_path / "ids.txt"

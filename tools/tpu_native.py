@@ -258,21 +258,24 @@ def merge(folders) -> dict:
 
 
 def _rerun(earlier: dict, rerun: dict) -> dict:
-    """``earlier`` with the selected tests' new outcomes (a selected test that does not
-    fail again passes now; JUnit ids carry the report's name first)."""
+    """``earlier`` with the selected tests' new outcomes (JUnit ids carry the
+    report's name first). Selected tests are taken to have passed or failed
+    before, not skipped: a re-run picks failures."""
     def bare(test_id: str) -> str:
         return test_id.split("::", 1)[1]
     selected = {bare(s) for s in rerun["selected"]}
     failed_before = {bare(t) for t in earlier["not_passed"]}
     failed_now = {bare(t) for t in rerun["not_passed"]}
     fixed = len((failed_before & selected) - failed_now)
-    regressed = len(failed_now - failed_before)
+    passed_before = len(selected - failed_before)
     not_passed = {t: why for t, why in earlier["not_passed"].items() if bare(t) not in selected}
     not_passed.update(rerun["not_passed"])
-    return dict(earlier, passed=earlier["passed"] + fixed - regressed, failed=len(not_passed),
+    return dict(earlier, passed=earlier["passed"] - passed_before + rerun["passed"],
+                failed=len(not_passed), skipped=earlier["skipped"] + rerun["skipped"],
                 not_passed=not_passed,
-                note=(earlier["note"] + f"; {len(selected)} re-run later: {fixed} now pass, "
-                      f"{regressed} newly fail").lstrip("; "))
+                note=(earlier["note"] + f"; {len(selected)} re-run later: {fixed} no longer "
+                      f"fail ({rerun['skipped']} of them skip), "
+                      f"{len(failed_now - failed_before)} newly fail").lstrip("; "))
 
 
 def failed_ids(folders) -> dict[str, list[str]]:

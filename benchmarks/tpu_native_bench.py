@@ -359,6 +359,7 @@ def run(out_dir: Path, size: str, dry_run: bool, budget: float, only=None) -> di
             + f"; bits equal: {row.get('ours_equals_jax')}")
         spec = tuned.get(case.name)
         if spec is not None:
+            path.write_text(json.dumps(results, indent=1))   # the timed sides, before tuning
             base = row["sides"].get("ours", {})
             tune = {"name": case.name, "cache": str(out_dir / "autotune.json"),
                     "baseline": {"label": spec["baseline_label"], "kind": spec["baseline_kind"],

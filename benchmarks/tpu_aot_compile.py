@@ -11,6 +11,7 @@ the per-pair ratios (ours / JAX) and an A/A control (JAX against itself).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -30,29 +31,13 @@ import pallas_frontend as pl  # noqa: E402
 import pallas_tpu as pltpu  # noqa: E402
 from pallas_tpu import aot  # noqa: E402
 
+import tpu_check_cases  # noqa: E402  (this folder: the matmul both sides compile)
+
 
 def matmul_program(P, T, n: int, bk: int = 128):
-    """A fresh jit-able blocked matmul (k on the grid, f32 accumulator)."""
-    def kernel(x_ref, y_ref, o_ref, acc_ref):
-        @P.when(P.program_id(2) == 0)
-        def _():
-            acc_ref[...] = jnp.zeros_like(acc_ref)
-        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
-
-        @P.when(P.program_id(2) == P.num_programs(2) - 1)
-        def _():
-            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
-
-    def f(x, y):
-        return P.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((n, n), x.dtype), grid=(n // 128, n // 128, n // bk),
-            in_specs=[P.BlockSpec((128, bk), lambda i, j, k: (i, k)),
-                      P.BlockSpec((bk, 128), lambda i, j, k: (k, j))],
-            out_specs=P.BlockSpec((128, 128), lambda i, j, k: (i, j)),
-            scratch_shapes=[T.VMEM((128, 128), jnp.float32)],
-            compiler_params=T.CompilerParams(
-                dimension_semantics=("parallel", "parallel", "arbitrary")))(x, y)
-    return f
+    """A fresh jit-able blocked matmul (k on the grid, f32 accumulator), 128-blocks."""
+    return functools.partial(tpu_check_cases.blocked_matmul(P, T), block_shape=(128, 128),
+                             block_k=bk)
 
 
 def compile_seconds(P, T, n: int) -> float:

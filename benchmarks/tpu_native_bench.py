@@ -133,7 +133,7 @@ def tuned_kernels(cases, size):
     raised = cases.RAISED_VMEM
     block = (1024, 1024, 512) if full else (128, 128, 128)
     out[f"matmul {n}^3 bf16, VMEM limit {raised >> 20} MiB, block {'x'.join(map(str, block))}"] = dict(
-        fn=cases.raised_vmem_matmul(*cases.pallas_modules("ours")),
+        fn=cases.blocked_matmul(*cases.pallas_modules("ours")),
         wide=functools.partial(mm_wide, vmem_limit_bytes=raised),
         space=lambda limit, fwd=None: tuning_spaces.matmul(n, n, n, jnp.bfloat16, limit=limit,
                                                            smallest=small,

@@ -15,6 +15,8 @@ import functools
 
 import jax
 
+from pallas_frontend import _jax_compat as jc
+
 
 class JittedCall:
     """``fn`` (the launch) with a jitted function's AOT methods; it unwraps
@@ -26,6 +28,7 @@ class JittedCall:
         functools.update_wrapper(self, fn, updated=())
         self.__wrapped__ = kernel
 
+    @jc.api_boundary     # this frame too leaves the tracebacks (the user's line stays)
     def __call__(self, *args):
         return self._fn(*args)
 

@@ -18,10 +18,13 @@ class AllButOne(backend_api.Backend):
     def __init__(self, missing):
         self.name = f"all_but_{missing}"
         self.capabilities = frozenset(backend_api.CAPABILITY_TAGS) - {missing}
+        self.missing = missing
         self.lowered = 0
+        self.lowered_needing = 0      # kernels lowered that need the missing tag
 
     def lower(self, kernel, ctx, *args):
         self.lowered += 1
+        self.lowered_needing += self.missing in backend_api.required_capabilities(kernel)
         return registry.get_backend("interpret").lower(kernel, ctx, *args)
 
 
@@ -39,7 +42,9 @@ def test_missing_tag_is_refused_before_lowering(tag):
             with pytest.raises(backend_api.BackendCapabilityError,
                                match=f"lacks capability '{tag}'") as info:
                 jax.jit(fn).lower(*operands)
-        assert b.name in str(info.value) and b.lowered == 0
+        # (other kernels of the program may lower first: under JAX 0.10/0.11 a jvp's
+        # unused primal launch stays in the jaxpr, as JAX keeps its own)
+        assert b.name in str(info.value) and b.lowered_needing == 0
         # with the tag declared, the same kernel lowers and matches NumPy
         b.capabilities = frozenset(backend_api.CAPABILITY_TAGS)
         with x64_for(tag):

@@ -39,7 +39,7 @@ def test_skips_without_a_tpu():
 def test_dry_run(tmp_path):
     saved = tmp_path / "results.json"
     r = _run(SCRIPT, "--dry-run", "--json", saved, "--only", "conformance.softmax",
-             "paged_attention", "matmul 256")
+             "paged_attention", "ops.tpu.matmul 256")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     results = json.loads(saved.read_text())
     names = [row["name"] for row in results["cases"]]

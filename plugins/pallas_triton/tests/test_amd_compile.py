@@ -66,11 +66,14 @@ def test_jax_gpu_ops_compile_to_hsaco():
     import jax_ops_cases
     import jax_ops_copy
 
+    cases = [c for c in jax_ops_cases.GPU_CASES if jax_ops_copy.shipped(c.module)]
+    if not cases:        # JAX 0.12.1 dropped its Triton-style GPU ops from the wheel
+        pytest.skip(f"JAX {jax.__version__} ships none of the GPU kernels this test compiles")
     archs = amd.requested_archs()
     ops = jax_ops_copy.ours_ops()
     rng = np.random.default_rng()
     rows, failures = [], {}
-    for case in jax_ops_cases.GPU_CASES:
+    for case in cases:
         mod = ops.load(case.module)
         args = case.inputs(rng, "small")
         fns = {"fwd": lambda *a, case=case, mod=mod: case.call(mod, a)}
@@ -86,4 +89,4 @@ def test_jax_gpu_ops_compile_to_hsaco():
                 failures[f"{case.name} {how}"] = f"{type(e).__name__}: {e}"[:600]
     print("\n" + _table(rows))
     assert not failures, failures
-    assert len({r["case"] for r in rows}) == sum(1 + c.grad for c in jax_ops_cases.GPU_CASES)
+    assert len({r["case"] for r in rows}) == sum(1 + c.grad for c in cases)

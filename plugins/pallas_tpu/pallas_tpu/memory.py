@@ -79,8 +79,9 @@ class SemaphoreType(enum.Enum):
         return self(()).get_ref_aval()
 
     # As an out_shape, ``SemaphoreType.DMA`` is one semaphore, as ``DMA(())`` (as in JAX).
-    shape = property(lambda self: ())
-    dtype = property(lambda self: np.dtype(np.int32))
+    shape = property(lambda self: (), doc="``()``: as an out_shape, one semaphore.")
+    dtype = property(lambda self: np.dtype(np.int32),
+                     doc="int32, the type every interpreter stores a semaphore as.")
 
 
 class SemaphoreArray:

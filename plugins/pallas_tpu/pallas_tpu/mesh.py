@@ -71,6 +71,7 @@ class TensorCoreMesh:
 
     @property
     def axis_names(self) -> tuple[str]:
+        """``(axis_name,)``, the mesh's one axis (JAX's mesh attribute)."""
         return (self.axis_name,)
 
     def operand_memory_space(self, aval):

@@ -46,19 +46,28 @@ def check_ref_accesses(jaxpr: jc.Jaxpr, ref_names: Sequence[str | None], *,
     ``checks_static_bounds``) checks only what nothing survives: a ``pl.ds``
     stride below 1."""
     names = {v: n for v, n in zip(jaxpr.invars, ref_names) if n}
-    try:
+    with interpreted_bounds_note(compiler_params):
         dynamic = _check_static(jaxpr, names, bounds)
+    if not (bounds and debug_checks and dynamic):
+        return jaxpr
+    return _with_runtime_checks(jaxpr, names)
+
+
+@contextlib.contextmanager
+def interpreted_bounds_note(compiler_params, bounds: bool = True):
+    """A ``RefIndexError`` raised inside says why ``disable_bounds_checks=True``
+    did not let the access through. ``bounds`` (``checks_static_bounds``) is
+    False for a compiled kernel, which the flag does reach."""
+    try:
+        yield
     except RefIndexError as e:
-        if not compiled_without_bounds_checks(compiler_params):
+        if not (bounds and compiled_without_bounds_checks(compiler_params)):
             raise
         raise RefIndexError(
             f"{e} (compiler_params disable_bounds_checks=True lets the compiled kernel read "
             "and write past its Refs, as JAX's does on the chip; this kernel is interpreted, "
             "and an interpreter has no memory past a Ref: it refuses the access rather than "
             "return other data.)") from None
-    if not (bounds and debug_checks and dynamic):
-        return jaxpr
-    return _with_runtime_checks(jaxpr, names)
 
 
 def compiled_without_bounds_checks(compiler_params) -> bool:

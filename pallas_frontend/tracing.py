@@ -21,7 +21,7 @@ from pallas_frontend.frames import traced_as
 from pallas_frontend.primitives import (
     GridSizeInIndexMap, enable_debug_checks, grid_context, ref_aval_of)
 from pallas_frontend.ref_checks import (
-    check_ref_accesses, normalize_negative_indices, static_slice_errors)
+    check_ref_accesses, interpreted_bounds_note, normalize_negative_indices, static_slice_errors)
 from pallas_frontend.export import is_runtime_size, symbolic_blocked
 from pallas_frontend.specs import (
     BlockSpec, Blocked, GridSpec, MemoryRef, MemorySpace, PallasTypeError,
@@ -177,7 +177,7 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
         # and lax.axis_index(name) the program id (substituted below).
         named = [(n, g) for n, g in zip(grid_names or (), grid) if g is not None]
         with grid_context(idx, sizes, grid_names), jc.extend_axis_env(named), \
-                jc.mutable_array_checks(False):
+                axis_binding.kernel_axes(n for n, _ in named), jc.mutable_array_checks(False):
             out = kernel(*args, **kwargs)
         if out is not None:
             raise ValueError(
@@ -325,7 +325,9 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
     ref_avals = [*prefetch_avals, *([grid_sizes_aval(grid)] if sizes_ref else []),
                  *(kernel_ref_aval(m) for m in in_maps),
                  *(kernel_ref_aval(m) for m in out_maps), *scratch_avals]
-    jaxpr = trace_kernel_body(kernel, kname, grid, grid_names, ref_avals, arg_builder)
+    # JAX 0.12 refuses a static pl.ds past a Ref while this traces, before our check
+    with interpreted_bounds_note(compiler_params, check_refs):
+        jaxpr = trace_kernel_body(kernel, kname, grid, grid_names, ref_avals, arg_builder)
     num_index = num_grid + sum(g is None for g in grid)     # program ids, dynamic sizes
     ref_names = ([None] * num_index + [f"scalar prefetch {k}" for k in range(n_pf)]
                  + ["the grid sizes"] * sizes_ref

@@ -6,13 +6,31 @@ trace replaces those at its top level and in nested ``jit`` calls
 (``tracing.py``); a body that a backend traces inside a kernel (a software
 pipeline's, ``backend_helpers.trace_body``) closes over the value taken in
 the enclosing trace, so the backend's own primitive carries none either.
+Only the axes the kernel trace binds (``kernel_axes``) are closed over: an
+axis a backend binds for the body itself (a Mosaic GPU warp map's) or one
+whose ``axis_index`` the backend lowers in place stays in the body.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from pallas_frontend import _jax_compat as jc
 
 _CALLS = ("jit", "pjit", "closed_call")
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def kernel_axes(names):
+    """Inside, ``names`` are the axes of the kernel being traced (its grid's or mesh's)."""
+    prev = getattr(_local, "names", frozenset())
+    _local.names = frozenset(names)
+    try:
+        yield
+    finally:
+        _local.names = prev
 
 
 def iter_eqns(jaxpr):
@@ -61,8 +79,11 @@ def eval_binding_axis_index(jaxpr, consts, args, index_of, kernel_name):
 def close_over_outer_axes(jaxpr, consts, in_avals, *, traced_for: str):
     """``(jaxpr, consts)`` of a body traced by ``trace_with_explicit_consts``,
     retraced so that ``axis_index`` of an axis the enclosing trace binds is
-    that trace's value (a new leading const); unchanged if it reads none."""
-    outer = {n: None for n in axis_names_read(jaxpr) if n in jc.bound_axis_names()}
+    that trace's value (a new leading const); unchanged if it reads none.
+    Only the kernel's axes count: the enclosing trace binds those, where a
+    name bound just around this body (a warp map's axis) has no value."""
+    kernel = getattr(_local, "names", frozenset()) & jc.bound_axis_names()
+    outer = {n: None for n in axis_names_read(jaxpr) if n in kernel}
     if not outer:
         return jaxpr, consts
     import jax

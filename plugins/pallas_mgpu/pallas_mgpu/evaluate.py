@@ -112,19 +112,35 @@ def _replay_equation(eqn, invals):
 def _open_scope(jaxpr, k: int, env: dict):
     from jax.experimental import pallas as pl
     eqn = jaxpr.eqns[k]
-    ty = eqn.params["ty"]
     space = eqn.params.get("memory_space")
     collective = ()
     from pallas_frontend.backend_api import ScopedAllocation
     if isinstance(space, ScopedAllocation):       # run_scoped(..., collective_axes=...)
-        space, collective = space.memory_space, space.collective_axes
-    buffer_type = scratch_to_jax(space, ty.shape, ty.dtype)
+        collective = space.collective_axes
+    # A collective run_scoped of several buffers traces to one allocation each,
+    # back to back: they share one JAX run_scoped, whose lowering synchronises
+    # the warpgroups once per scope (JAX 0.12.1 lowers each scope's buffers
+    # where it opens, so one scope per buffer cost a barrier each).
+    allocs = [eqn]
+    while collective and k + len(allocs) < len(jaxpr.eqns):
+        nxt = jaxpr.eqns[k + len(allocs)]
+        nxt_space = nxt.params.get("memory_space")
+        if nxt.primitive is not eqn.primitive or not isinstance(nxt_space, ScopedAllocation) \
+                or nxt_space.collective_axes != collective:
+            break
+        allocs.append(nxt)
+    types = []
+    for e in allocs:
+        ty, where = e.params["ty"], e.params.get("memory_space")
+        where = where.memory_space if isinstance(where, ScopedAllocation) else where
+        types.append(scratch_to_jax(where, ty.shape, ty.dtype))
 
-    def body(ref):
-        env[eqn.outvars[0]] = ref
-        return _eval_from(jaxpr, k + 1, env)
+    def body(*refs):
+        for e, ref in zip(allocs, refs):
+            env[e.outvars[0]] = ref
+        return _eval_from(jaxpr, k + len(allocs), env)
     kw = {"collective_axes": collective} if collective else {}
-    return pl.run_scoped(body, buffer_type, **kw)
+    return pl.run_scoped(body, *types, **kw)
 
 
 # --- Ref reads and writes, through the rebuilt kernel's Ref methods -----------------

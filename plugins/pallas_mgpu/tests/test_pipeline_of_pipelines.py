@@ -5,7 +5,6 @@ JAX's API and with ours in GPU interpret mode, against NumPy; the stage given
 as the enum (static) and as an int32 known only at run time."""
 
 import functools
-from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -76,10 +75,9 @@ def _h100_ops(api, traced_state):
 @pytest.mark.parametrize("traced_state", [False, True])
 def test_lowers_for_h100_to_jaxs_operations(traced_state):
     ours, jaxs = _h100_ops("ours", traced_state), _h100_ops("jax", traced_state)
-    # the rebuilt kernel has one block-wide gpu.barrier more than JAX's, with or
-    # without pipeline_state (three plain pipelines show the same): not the stages'
-    assert ours - jaxs == Counter({"gpu.barrier": 1}) and not jaxs - ours, (ours - jaxs,
-                                                                           jaxs - ours)
+    # the shared allocations are one collective run_scoped of several buffers:
+    # one block-wide gpu.barrier, as JAX's (one scope per buffer had one more)
+    assert ours == jaxs, (ours - jaxs, jaxs - ours)
     assert ours["nvvm.mbarrier.try_wait.parity"] > 0     # the pipelines' barrier waits
 
 

@@ -257,18 +257,21 @@ def merge(folders) -> dict:
     return merged
 
 
+def _test_of(test_id: str) -> str:
+    """``Class::test`` of an id that starts with a file's or a JUnit report's name."""
+    return test_id.split("::", 1)[1]
+
+
 def _rerun(earlier: dict, rerun: dict) -> dict:
     """``earlier`` with the selected tests' new outcomes (JUnit ids carry the
     report's name first). Selected tests are taken to have passed or failed
     before, not skipped: a re-run picks failures."""
-    def bare(test_id: str) -> str:
-        return test_id.split("::", 1)[1]
-    selected = {bare(s) for s in rerun["selected"]}
-    failed_before = {bare(t) for t in earlier["not_passed"]}
-    failed_now = {bare(t) for t in rerun["not_passed"]}
+    selected = {_test_of(s) for s in rerun["selected"]}
+    failed_before = {_test_of(t) for t in earlier["not_passed"]}
+    failed_now = {_test_of(t) for t in rerun["not_passed"]}
     fixed = len((failed_before & selected) - failed_now)
     passed_before = len(selected - failed_before)
-    not_passed = {t: why for t, why in earlier["not_passed"].items() if bare(t) not in selected}
+    not_passed = {t: why for t, why in earlier["not_passed"].items() if _test_of(t) not in selected}
     not_passed.update(rerun["not_passed"])
     return dict(earlier, passed=earlier["passed"] - passed_before + rerun["passed"],
                 failed=len(not_passed), skipped=earlier["skipped"] + rerun["skipped"],
@@ -284,7 +287,7 @@ def failed_ids(folders) -> dict[str, list[str]]:
     for key, run_ in merge(folders)["runs"].items():
         side, _, name = key.partition("/")
         if side == "ours":
-            ids[name] = sorted(f"{name}::{t.split('::', 1)[1]}" for t in run_["not_passed"])
+            ids[name] = sorted(f"{name}::{_test_of(t)}" for t in run_["not_passed"])
     return {name: tests for name, tests in ids.items() if tests}
 
 
@@ -330,9 +333,9 @@ def _lost(theirs, ours):
     """Tests failed under ours whose JAX run did not fail them (None: a side missing)."""
     if theirs is None or ours is None:
         return None
-    failed_theirs = {t.split("::", 1)[1] for t in theirs["not_passed"]}
+    failed_theirs = {_test_of(t) for t in theirs["not_passed"]}
     return {t: why for t, why in ours["not_passed"].items()
-            if t.split("::", 1)[1] not in failed_theirs}
+            if _test_of(t) not in failed_theirs}
 
 
 def write(text: str, path: Path = DOC) -> None:

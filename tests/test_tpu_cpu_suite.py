@@ -97,17 +97,17 @@ class ChipTest(jtu.JaxTestCase):
 def test_plugin_runs_a_tpu_only_kernel_in_interpret_mode(side, tmp_path):
     """On CPU a pallas_call without interpret= fails under JAX ("Only interpret
     mode is supported on CPU backend"); under the plugin it runs in TPU
-    interpret mode, and only the tests of PALLAS_TPU_CPU_ONLY run."""
+    interpret mode, and (suite_log_plugin) only the tests of PALLAS_SUITE_ONLY run."""
     pytest.importorskip("absl.testing", reason="JAX's test utilities need absl-py")
     pallas = ("import pallas_frontend as pl" if side == "ours"
               else "from jax.experimental import pallas as pl")
     (tmp_path / "chip_test.py").write_text(textwrap.dedent(TEST_FILE.format(pallas=pallas)))
     (tmp_path / "only").write_text("ChipTest::test_kernel_without_interpret\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TOOLS), os.environ.get(
-        "PYTHONPATH", "")]), PALLAS_JAX_SUITE_TARGET=side, PALLAS_TPU_CPU_ONLY=str(
+        "PYTHONPATH", "")]), PALLAS_JAX_SUITE_TARGET=side, PALLAS_SUITE_ONLY=str(
         tmp_path / "only"), PALLAS_TPU_CHIP_CHECKS="0", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", "tpu_cpu_plugin", "chip_test.py"], cwd=tmp_path, env=env,
+                           "-p", "tpu_cpu_plugin", "-p", "suite_log_plugin", "chip_test.py"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert "1 passed, 1 deselected" in proc.stdout, proc.stdout[-3000:]
 

@@ -120,3 +120,38 @@ def test_a_rerun_of_selected_tests_replaces_only_their_outcomes(tmp_path):
     ids.write_text("a_test.py::C::x\nb_test.py::D::y\na_test.py::C::z\n")
     assert tpu_native._read_select(ids) == {"a_test.py": ["a_test.py::C::x", "a_test.py::C::z"],
                                            "b_test.py": ["b_test.py::D::y"]}
+
+
+CUT_FILE = '''
+import time
+
+
+def test_a():
+    pass
+
+
+def test_b():
+    assert 1 == 2
+
+
+def test_c():
+    time.sleep(120)     # past the limit: the run is killed here
+
+
+def test_d():
+    pass
+'''
+
+
+def test_a_file_cut_at_its_limit_keeps_the_outcomes_it_reached(tmp_path):
+    # JUnit is written only when pytest ends: on the chip (2026-12-06) a file whose
+    # compile ignored SIGINT was killed and all its outcomes were lost
+    (tmp_path / "cut_test.py").write_text(CUT_FILE)
+    result = tpu_native.pytest_run(["cut_test.py"], tmp_path / "ours-cut_test",
+                                   dict(__import__("os").environ), tmp_path, timeout=10.0)
+    assert (result["passed"], result["failed"], result["skipped"]) == (1, 1, 0)
+    assert result["note"] == "cut at the 10 s limit" and result["seconds"] < 60
+    assert list(result["not_passed"]) == ["ours-cut_test::test_b"]
+    assert result["not_passed"]["ours-cut_test::test_b"].startswith("assert 1 == 2")
+    run_ = dict(result, per_test=2)
+    assert tpu_native._scope(run_) == " (cut; first 2 case(s) of each test)"

@@ -276,6 +276,64 @@ def run_copy(directory: Path, name: str, timeout: float, target: str):
     return parse_junit(report, name), note, seconds
 
 
+def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, *,
+               only: list[str] | None = None, per_test: int = 0):
+    """Runs pytest with ``suite_log_plugin`` and ``args`` (other plugins, the
+    tests): ({``Class::test``: (outcome, first line)}, note,
+    seconds). Each test's outcome is logged as it ends (``stem``.jsonl), so a
+    process killed at ``limit`` keeps what it ran; one that dies in a test (a
+    crash in native code) fails that test, and pytest runs again on the tests
+    not yet run. ``only``/``per_test``: which tests (see suite_log_plugin)."""
+    log, skip = stem.with_name(stem.name + ".jsonl"), stem.with_name(stem.name + ".skip")
+    log.unlink(missing_ok=True)
+    env = {**env, "PYTHONPATH": os.pathsep.join(
+               p for p in (env.get("PYTHONPATH"), str(HERE)) if p),
+           "PALLAS_SUITE_LOG": str(log), "PALLAS_SUITE_SKIP": str(skip),
+           "PALLAS_SUITE_PER_TEST": str(per_test)}
+    if only is not None:
+        chosen = stem.with_name(stem.name + ".only")
+        chosen.write_text("\n".join(only))
+        env["PALLAS_SUITE_ONLY"] = str(chosen)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+           "-p", "suite_log_plugin", *args]
+    results: dict[str, tuple[str, str]] = {}
+    start, note = time.monotonic(), ""
+    while True:
+        skip.write_text("\n".join(results))
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=max(1.0, limit - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            # SIGKILL at once: SIGINT waits out a compile in native code, and the
+            # log already holds every finished test
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc, note = None, f"cut at the {limit:.0f} s limit"
+        running = read_outcome_log(log, results)
+        if rc is None or rc in (0, 1, 5) or running is None:
+            break     # done, cut, or failed outside any test: the log says what ran
+        results[running] = ("failed", f"the test process died (exit status {rc}) in this test")
+    return results, note, time.monotonic() - start
+
+
+def read_outcome_log(log: Path, results: dict) -> str | None:
+    """Outcomes of a ``suite_log_plugin`` log into ``results``; the test that
+    started last and has none (the one a dying process was in), or None."""
+    running = None
+    for line in log.read_text().splitlines() if log.exists() else []:
+        r = json.loads(line)
+        if r["outcome"] == "started":
+            running = r["test"]
+            continue
+        why = r["message"] if r["outcome"] == "skipped" else first_line(
+            r["message"] or r["text"], r["text"])
+        results[r["test"]] = (r["outcome"], why)
+        if running == r["test"]:
+            running = None
+    return running if running not in results else None
+
+
 def parse_junit(report: Path, name: str) -> dict[str, tuple[str, str]]:
     results: dict[str, tuple[str, str]] = {}
     for case in ET.parse(report).getroot().iter("testcase"):

@@ -15,13 +15,8 @@ What changes is only how the file runs, never a kernel or an expected value:
   copy of a file, pallas-tpu's ``InterpretParams()`` for ours (which also
   compiles each kernel device-less for the chip unless
   ``PALLAS_TPU_CHIP_CHECKS=0``);
-- ``PALLAS_TPU_CPU_ONLY`` / ``PALLAS_TPU_CPU_SKIP`` (files of ``Class::test``
-  ids, one a line) keep only those tests / leave those out;
-  ``PALLAS_TPU_CPU_PER_TEST=N`` keeps the first N cases of each parameterized
-  test (a sample of a file too long to run whole);
-- ``PALLAS_TPU_CPU_LOG`` gets one JSON line as each test starts and one with
-  its outcome, written at once: a process the time limit or a crash ends
-  leaves what it ran;
+- which tests run and the per-test log: ``suite_log_plugin`` (loaded beside
+  this one);
 - ``PALLAS_TPU_CPU_MEMORY_GB`` (default 6) caps the process's data memory: a
   test whose arrays are sized for a chip's HBM fails with an out-of-memory
   error instead of drawing the machine into the kernel's OOM killer.
@@ -31,11 +26,8 @@ What changes is only how the file runs, never a kernel or an expected value:
 
 from __future__ import annotations
 
-import collections
-import json
 import os
 import resource
-from pathlib import Path
 
 for _k, _v in (("TPU_ACCELERATOR_TYPE", "v5litepod-4"), ("TPU_WORKER_HOSTNAMES", "localhost"),
                ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"), ("JAX_PLATFORMS", "cpu")):
@@ -105,59 +97,3 @@ def pytest_configure(config):
     answer_as_chip(chip)
     answer_tpu_info(chip)
     interpret_everything(os.environ.get("PALLAS_JAX_SUITE_TARGET", "jax"))
-
-
-def _ids(var: str) -> set[str] | None:
-    path = os.environ.get(var)
-    return set(Path(path).read_text().split("\n")) if path else None
-
-
-def pytest_collection_modifyitems(config, items):
-    only, skip = _ids("PALLAS_TPU_CPU_ONLY"), _ids("PALLAS_TPU_CPU_SKIP") or set()
-    chosen = [i for i in items if (only is None or test_id(i.nodeid) in only)
-              and test_id(i.nodeid) not in skip]
-    if per_test := int(os.environ.get("PALLAS_TPU_CPU_PER_TEST", "0")):
-        seen = collections.Counter()
-        for i in list(chosen):
-            # absl's parameterized cases wrap the test method they were made from
-            fn = getattr(i, "function", None)
-            key = (getattr(i.cls, "__name__", ""), getattr(getattr(fn, "__wrapped__", fn),
-                                                           "__name__", i.name))
-            seen[key] += 1
-            if seen[key] > per_test:
-                chosen.remove(i)
-    if len(chosen) < len(items):
-        kept = set(map(id, chosen))
-        config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
-        items[:] = chosen
-
-
-def test_id(nodeid: str) -> str:
-    """``Class::test`` (as tools/jax_suite.parse_junit names it, less the file)."""
-    return nodeid.split("::", 1)[1] if "::" in nodeid else nodeid
-
-
-def _log(record: dict) -> None:
-    if path := os.environ.get("PALLAS_TPU_CPU_LOG"):
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-def pytest_runtest_logstart(nodeid, location):
-    _log(dict(test=test_id(nodeid), outcome="started"))
-
-
-def pytest_runtest_logreport(report):
-    # the call's outcome; setup's when it did not pass (a skip, a failed fixture);
-    # teardown's when it failed
-    if not (report.when == "call" or report.outcome != "passed"):
-        return
-    if report.outcome == "skipped":
-        why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _log(dict(test=test_id(report.nodeid), outcome="skipped",
-                  message=why.removeprefix("Skipped: "), text=""))
-        return
-    crash = getattr(report.longrepr, "reprcrash", None)
-    _log(dict(test=test_id(report.nodeid), outcome=report.outcome,
-              message=getattr(crash, "message", "") or "",
-              text=report.longreprtext[-20000:] if report.outcome == "failed" else ""))

@@ -34,8 +34,6 @@ import os
 import platform
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,58 +69,15 @@ def copy_suite(suite: Path, work: Path, files) -> dict[str, Path]:
 
 def forced_run(directory: Path, name: str, side: str, limit: float, chip: str,
                chip_checks: bool, only: list[str] | None, per_test: int = 0, tag: str = ""):
-    """({``Class::test``: (outcome, first line)}, note, seconds). pytest runs
-    again after a process dies in a test (that test failed), on the tests not
-    yet run, until all ran or ``limit`` seconds passed (then it is killed)."""
-    log = directory / (name + tag + ".forced.jsonl")
-    log.unlink(missing_ok=True)
-    skip = directory / (name + tag + ".skip")
+    """({``Class::test``: (outcome, first line)}, note, seconds): the file under
+    ``tpu_cpu_plugin``, through ``jax_suite.run_logged`` (a process that dies in a
+    test fails that test; the rest run in a new one)."""
     env = {**jax_suite.file_env(name, side, directory),
            "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), str(directory),
                                                     os.environ.get("PYTHONPATH")) if p),
-           "PALLAS_TPU_CPU_CHIP": chip, "PALLAS_TPU_CHIP_CHECKS": "1" if chip_checks else "0",
-           "PALLAS_TPU_CPU_LOG": str(log), "PALLAS_TPU_CPU_SKIP": str(skip),
-           "PALLAS_TPU_CPU_PER_TEST": str(per_test)}
-    if only is not None:
-        (directory / (name + tag + ".only")).write_text("\n".join(only))
-        env["PALLAS_TPU_CPU_ONLY"] = str(directory / (name + tag + ".only"))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-           "-p", "tpu_cpu_plugin", name]
-    results: dict[str, tuple[str, str]] = {}
-    start, note = time.monotonic(), ""
-    while True:
-        skip.write_text("\n".join(results))
-        proc = subprocess.Popen(cmd, cwd=directory, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=max(1.0, limit - (time.monotonic() - start)))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc, note = None, f"cut at the {limit:.0f} s limit"
-        running = _read_log(log, results)
-        if rc is None or rc in (0, 1, 5) or running is None:
-            break     # done, cut, or failed outside any test: the log says what ran
-        results[running] = ("failed", f"the test process died (exit status {rc}): "
-                            "see the file's own run")
-    return results, note, time.monotonic() - start
-
-
-def _read_log(log: Path, results: dict) -> str | None:
-    """Outcomes of the log into ``results``; the test that started last and
-    has none (the one a dying process was in), or None."""
-    running = None
-    for line in log.read_text().splitlines() if log.exists() else []:
-        r = json.loads(line)
-        if r["outcome"] == "started":
-            running = r["test"]
-            continue
-        why = r["message"] if r["outcome"] == "skipped" else jax_suite.first_line(
-            r["message"] or r["text"], r["text"])
-        results[r["test"]] = (r["outcome"], why)
-        if running == r["test"]:
-            running = None
-    return running if running not in results else None
+           "PALLAS_TPU_CPU_CHIP": chip, "PALLAS_TPU_CHIP_CHECKS": "1" if chip_checks else "0"}
+    return jax_suite.run_logged(["-p", "tpu_cpu_plugin", name], directory, env, directory / (name + tag), limit,
+                                only=only, per_test=per_test)
 
 
 def error_group(line: str) -> str:

@@ -15,8 +15,9 @@ ours ("ours"). Run it under the JAX the host has (a Python 3.11 venv of jax
 
 ``run`` installs the wheels into ``--site`` (no index, no dependencies: the
 host's JAX stays the one used), then runs, each with pytest in a process of its
-own that holds the chip alone, and writes JUnit reports and ``native.json``
-into ``--out``:
+own that holds the chip alone, and writes ``native.json`` into ``--out``
+(after each file, from per-test logs: a file cut at ``--timeout`` keeps every
+outcome it reached):
 - ``project``: the conformance suite against pallas_tpu and the plugin's tests,
   compiled for the chip (``plugins/pallas_tpu/tests/test_on_chip.py`` compares
   ours with NumPy float64 and with JAX's Pallas on the same device arrays);
@@ -27,7 +28,8 @@ into ``--out``:
   (``--side``), one file at a time, each within ``--timeout`` seconds;
   ``--select IDS`` (a file of ``name.py::Class::test`` lines, as ``failed``
   writes them) runs only those tests: the chip's time goes to re-running what
-  failed, not whole files again.
+  failed, not whole files again; ``--per-test N`` runs the first N cases of
+  each parameterized test (a sample of a file too long for the session).
 ``report`` reads one or more such folders and writes the "TPU v5e" table of
 ``docs/jax-suite.md``; a later folder's selected tests replace those tests'
 earlier outcomes, a later whole-file run replaces the file's.
@@ -138,35 +140,25 @@ def chip_env(site: Path, extra_path: Path | None = None,
     return env
 
 
-def pytest_run(args, report: Path, env, cwd: Path, timeout: float) -> dict:
-    """One pytest process (it holds the chip alone); cut with SIGINT at ``timeout``."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-           f"--junitxml={report}", "-o", "junit_family=xunit1", *args]
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True)
-    note = ""
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        note = f"cut at the {timeout:.0f} s limit"
-        proc.send_signal(2)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    seconds = round(time.monotonic() - start, 1)
-    results = jax_suite.parse_junit(report, report.stem) if report.exists() else {}
+def pytest_run(args, stem: Path, env, cwd: Path, timeout: float, per_test: int = 0) -> dict:
+    """One pytest process at a time (it holds the chip alone), through
+    ``jax_suite.run_logged``: each test's outcome is logged as it ends, so a
+    file cut at ``timeout`` (SIGKILL: a compile in native code ignores SIGINT)
+    or a crash keeps what it ran; ``stem``.jsonl is that log."""
+    results, note, seconds = jax_suite.run_logged(args, cwd, env, stem, timeout,
+                                                  per_test=per_test)
+    results = {f"{stem.name}::{t}": r for t, r in results.items()}
     passed, failed, skipped = jax_suite.tally(results)
-    print(f"  {report.stem}: {passed} passed, {failed} failed, {skipped} skipped "
+    seconds = round(seconds, 1)
+    print(f"  {stem.name}: {passed} passed, {failed} failed, {skipped} skipped "
           f"in {seconds} s {note}", flush=True)
     return {"passed": passed, "failed": failed, "skipped": skipped, "seconds": seconds,
-            "note": note, "exit": proc.returncode,
+            "note": note, "per_test": per_test or None,
             "not_passed": {t: why for t, (o, why) in results.items() if o == "failed"}}
 
 
 def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: float,
-        select: dict[str, list[str]] | None = None, bench_only=None) -> dict:
+        select: dict[str, list[str]] | None = None, bench_only=None, per_test: int = 0) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     install(pack_dir, site)
     env = chip_env(site)
@@ -186,7 +178,7 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
                                              "test_on_chip.py")]}
         for name, args in suites.items():
             record["runs"][f"project/{name}"] = pytest_run(
-                args, out / f"project-{name.split()[0]}.xml", env, ROOT, timeout)
+                args, out / f"project-{name.split()[0]}", env, ROOT, timeout)
             save(record, out)
     if "bench" in parts:
         record["bench"] = bench_run(out / "bench", env, timeout, bench_only)
@@ -196,8 +188,8 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
             ids = select[name] if select else [name]
             for side in sides:
                 folder = pack_dir / "suite" / side
-                result = pytest_run(ids, out / f"{side}-{name.removesuffix('.py')}.xml",
-                                    chip_env(site, folder, side), folder, timeout)
+                result = pytest_run(ids, out / f"{side}-{name.removesuffix('.py')}",
+                                    chip_env(site, folder, side), folder, timeout, per_test)
                 if select:
                     result["selected"] = ids
                 record["runs"][f"{side}/{name}"] = result
@@ -297,7 +289,7 @@ def render(record: dict) -> str:
              f"{record['python']}, jax {record['jax']}, jaxlib {record['jaxlib']}, libtpu "
              f"{record['libtpu']}; JAX's files at {record['manifest']['rev']} "
              f"({record['manifest']['jax_revision']}), ours at {record['manifest']['ours']}. "
-             "Written by `tools/tpu_native.py report` from the run's JUnit reports."]
+             "Written by `tools/tpu_native.py report` from the runs' per-test logs."]
     for later in record.get("later_runs", []):
         lines[0] += (f" Then ({later['date']} UTC, jax {later['jax']}, libtpu {later['libtpu']}, "
                      f"ours at {later['ours']}) further runs; a later run of a file, or of some "
@@ -318,7 +310,7 @@ def render(record: dict) -> str:
         for name in names:
             theirs, ours = runs.get(f"jax/{name}"), runs.get(f"ours/{name}")
             cell = (lambda r: "–" if r is None else
-                    f"{r['passed']}/{r['failed']}/{r['skipped']}" + (" (cut)" if "cut at" in r["note"] else ""))
+                    f"{r['passed']}/{r['failed']}/{r['skipped']}" + _scope(r))
             lost = _lost(theirs, ours)
             lines.append(f"| {name} | {cell(theirs)} | {cell(ours)} | "
                          f"{'–' if lost is None else len(lost)} |")
@@ -327,6 +319,16 @@ def render(record: dict) -> str:
         if lost_rows:
             lines += ["Tests that pass under JAX on the chip and not under ours:", ""] + lost_rows
     return "\n".join(lines)
+
+
+def _scope(run_: dict) -> str:
+    """What part of the file a run covers, when not all of it."""
+    marks = ["cut"] if "cut at" in run_["note"] else []
+    if run_.get("selected"):
+        marks.append("only selected tests")
+    if run_.get("per_test"):
+        marks.append(f"first {run_['per_test']} case(s) of each test")
+    return f" ({'; '.join(marks)})" if marks else ""
 
 
 def _lost(theirs, ours):
@@ -381,13 +383,16 @@ def main(argv=None) -> int:
     r.add_argument("--select", type=Path, help="a file of name.py::Class::test lines to run")
     r.add_argument("--bench-only", nargs="*",
                    help="bench: only the cases whose name contains one of these words")
+    r.add_argument("--per-test", type=int, default=0,
+                   help="jax-suite: only the first N cases of each parameterized test")
     args = parser.parse_args(argv)
     if args.command == "pack":
         pack(args.jax_src, args.rev, args.out, args.files)
     elif args.command == "run":
         record = run(args.pack, args.out, args.site, args.parts.split(","),
                      args.side.split(","), args.files, args.timeout,
-                     _read_select(args.select) if args.select else None, args.bench_only)
+                     _read_select(args.select) if args.select else None, args.bench_only,
+                     args.per_test)
         if record["platform"] != "tpu":
             print(f"note: JAX's default device here is {record['platform']}, not a TPU")
     elif args.command == "failed":

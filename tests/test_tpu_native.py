@@ -122,6 +122,35 @@ def test_a_rerun_of_selected_tests_replaces_only_their_outcomes(tmp_path):
                                            "b_test.py": ["b_test.py::D::y"]}
 
 
+def test_runs_with_per_test_outcomes_merge_test_by_test(tmp_path):
+    import json
+
+    def run_(outcomes, note=""):
+        failed = [f"ours-a_test::{t}" for t, o in outcomes.items() if o == "failed"]
+        counts = [list(outcomes.values()).count(o) for o in ("passed", "failed", "skipped")]
+        return dict(_run(*counts, failed), outcomes=outcomes, note=note)
+    # a class re-run alone, then the whole file cut before reaching that class
+    first = run_({"M::a": "passed", "M::b": "failed"})
+    later = run_({"P::x": "passed", "P::y": "failed", "P::z": "skipped"},
+                 note="cut at the 165 s limit")
+    for name, run in (("one", first), ("two", later)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "native.json").write_text(json.dumps(
+            dict(RECORD, runs={"ours/a_test.py": run})))
+    merged = tpu_native.merge([tmp_path / "one", tmp_path / "two"])["runs"]["ours/a_test.py"]
+    assert (merged["passed"], merged["failed"], merged["skipped"]) == (2, 2, 1)
+    assert sorted(merged["not_passed"]) == ["ours-a_test::M::b", "ours-a_test::P::y"]
+    assert tpu_native._scope(merged) == " (cut)"
+    # the class's failure fixed in a third run: only its outcome changes
+    (tmp_path / "three").mkdir()
+    (tmp_path / "three" / "native.json").write_text(json.dumps(
+        dict(RECORD, runs={"ours/a_test.py": run_({"M::b": "passed"})})))
+    merged = tpu_native.merge([tmp_path / n for n in ("one", "two", "three")])
+    assert tpu_native.failed_ids([tmp_path / n for n in ("one", "two", "three")]) == {
+        "a_test.py": ["a_test.py::P::y"]}
+    assert merged["runs"]["ours/a_test.py"]["passed"] == 3
+
+
 CUT_FILE = '''
 import time
 

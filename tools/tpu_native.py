@@ -147,13 +147,14 @@ def pytest_run(args, stem: Path, env, cwd: Path, timeout: float, per_test: int =
     or a crash keeps what it ran; ``stem``.jsonl is that log."""
     results, note, seconds = jax_suite.run_logged(args, cwd, env, stem, timeout,
                                                   per_test=per_test)
+    outcomes = {t: outcome for t, (outcome, _) in results.items()}
     results = {f"{stem.name}::{t}": r for t, r in results.items()}
     passed, failed, skipped = jax_suite.tally(results)
     seconds = round(seconds, 1)
     print(f"  {stem.name}: {passed} passed, {failed} failed, {skipped} skipped "
           f"in {seconds} s {note}", flush=True)
     return {"passed": passed, "failed": failed, "skipped": skipped, "seconds": seconds,
-            "note": note, "per_test": per_test or None,
+            "note": note, "per_test": per_test or None, "outcomes": outcomes,
             "not_passed": {t: why for t, (o, why) in results.items() if o == "failed"}}
 
 
@@ -241,9 +242,7 @@ def merge(folders) -> dict:
             merged = record
             continue
         for key, run_ in record["runs"].items():
-            earlier = merged["runs"].get(key)
-            merged["runs"][key] = (_rerun(earlier, run_) if "selected" in run_ and earlier
-                                   else run_)
+            merged["runs"][key] = _combine(merged["runs"].get(key), run_)
         merged.setdefault("later_runs", []).append(
             {k: record[k] for k in ("date", "jax", "libtpu")} | {"ours": record["manifest"]["ours"]})
     return merged
@@ -252,6 +251,26 @@ def merge(folders) -> dict:
 def _test_of(test_id: str) -> str:
     """``Class::test`` of an id that starts with a file's or a JUnit report's name."""
     return test_id.split("::", 1)[1]
+
+
+def _combine(earlier: dict | None, later: dict) -> dict:
+    """One file's outcomes from an earlier and a later run. Runs that list each
+    test's outcome merge test by test (a cut or selected later run replaces only
+    the tests it reached); older records, with failures and counts only, merge
+    as ``_rerun`` says (selected tests) or are replaced (a whole-file run)."""
+    if earlier is None:
+        return later
+    if "outcomes" in earlier and "outcomes" in later:
+        outcomes = earlier["outcomes"] | later["outcomes"]
+        not_passed = {t: why for t, why in earlier["not_passed"].items()
+                      if _test_of(t) not in later["outcomes"]} | later["not_passed"]
+        counts = {o: list(outcomes.values()).count(o) for o in ("passed", "failed", "skipped")}
+        merged = dict(later, **counts, outcomes=outcomes, not_passed=not_passed,
+                      note="; ".join(n for n in (earlier["note"], later["note"]) if n))
+        if "selected" in earlier or "selected" in later:
+            merged["selected"] = earlier.get("selected", []) + later.get("selected", [])
+        return merged
+    return _rerun(earlier, later) if "selected" in later else later
 
 
 def _rerun(earlier: dict, rerun: dict) -> dict:

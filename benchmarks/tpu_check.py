@@ -36,6 +36,7 @@ import tpu_remote  # noqa: E402
 
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 START, END = "<!-- tpu_check:start -->", "<!-- tpu_check:end -->"
+NATIVE_START, NATIVE_END = "<!-- tpu_native_bench:start -->", "<!-- tpu_native_bench:end -->"
 
 
 def _ms(cell):
@@ -98,11 +99,28 @@ def best_candidate(row):
     return label, row["tune"][label]
 
 
+def merge_results(runs: list[dict]) -> dict:
+    """Several runs on one chip as one: the latest row of each kernel, in the
+    order the kernels first appear; the header names each run's date."""
+    merged = dict(runs[-1], cases=[])
+    rows: dict[str, dict] = {}
+    for run_ in runs:
+        for row in run_["cases"]:
+            if "error" in row and row["name"] in rows:
+                continue            # a later run that did not reach this kernel
+            rows[row["name"]] = dict(row, run_date=run_["date"])
+    merged["cases"] = list(rows.values())
+    merged["dates"] = [r["date"] for r in runs]
+    return merged
+
+
 def render(results) -> str:
     """The Markdown tables of a run's results."""
     rows = results["cases"]
     peaks = chip_peaks(results)
-    when = f"Run {results['date'][:16].replace('T', ' ')} UTC on one **{results['device_kind']}** "
+    dates = [d[:16].replace("T", " ") for d in results.get("dates", [results["date"]])]
+    when = (f"Run{'s' if len(dates) > 1 else ''} {', '.join(dates)} UTC on one "
+            f"**{results['device_kind']}** ")
     if results.get("route") == "native":
         how = (f"({results['platform']}), natively: Python {results['python']}, JAX "
                f"{results['jax']}, jaxlib {results['jaxlib']}, libtpu {results['libtpu']}, the "
@@ -258,12 +276,17 @@ def summary(results) -> str:
     return " ".join(text)
 
 
-def write(table: str, path: Path = BENCHMARKS) -> None:
+def write(table: str, path: Path = BENCHMARKS, native: bool = False) -> None:
+    """The table between its markers: the export route's (``tpu_check``) or,
+    for a native run's results, ``tpu_native_bench``'s."""
     text = path.read_text()
-    block = f"{START}\n{table}\n{END}"
-    if START in text:
-        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: block, text,
+    start, end = (NATIVE_START, NATIVE_END) if native else (START, END)
+    block = f"{start}\n{table}\n{end}"
+    if start in text:
+        text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text,
                       flags=re.S)
+    elif native:
+        raise SystemExit(f"{path.name} has no {start} block to write the native run into")
     else:
         text = text.rstrip("\n") + "\n\n## TPU check on a real chip\n\n" + block + "\n"
     path.write_text(text)
@@ -283,7 +306,10 @@ def run_here(size: str, platform: str, timing: dict | None = None, only=None):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", help="render a results file of tools/tpu_remote.py run")
+    parser.add_argument("--results", nargs="+",
+                        help="render results files of tools/tpu_remote.py run or of "
+                             "benchmarks/tpu_native_bench.py, oldest first: a later file's "
+                             "row of a kernel replaces the earlier one's")
     parser.add_argument("--dry-run", action="store_true",
                         help="run the logic on CPU at small sizes (interpret modes)")
     parser.add_argument("--write", action="store_true",
@@ -293,7 +319,7 @@ def main(argv=None) -> int:
                         help="only the cases whose name contains one of these words")
     args = parser.parse_args(argv)
     if args.results:
-        results = json.loads(Path(args.results).read_text())
+        results = merge_results([json.loads(Path(f).read_text()) for f in args.results])
     elif args.dry_run:
         results = run_here("small", "cpu", timing=DRY_RUN_TIMING, only=args.only)
     else:
@@ -311,7 +337,7 @@ def main(argv=None) -> int:
     if args.write:
         if args.dry_run:
             parser.error("--write takes a chip's results, not a dry run's")
-        write(table)
+        write(table, native=results.get("route") == "native")
     return 0
 
 

@@ -61,3 +61,25 @@ def test_bandwidth_only_beyond_vmem():
         f"{rate / 1e9:.0f} GB/s ({100 * rate / 8.2e11:.0f}% of 820)"
     mm = {"flops": 2.0 * 8192 ** 3, "bytes": 0}
     assert tpu_check._speed(mm, {"seconds": 5.7e-3}, peaks).endswith("% of 197)")
+
+
+def test_runs_merge_by_kernel_and_write_into_the_native_block(tmp_path):
+    import tpu_check
+
+    def row(name, ms, **extra):
+        return {"name": name, "sides": {"ours": {"seconds": ms / 1e3}}, **extra}
+    first = {"date": "2026-12-06T05:45:00+00:00", "route": "native",
+             "cases": [row("a", 2.0), row("b", 1.0)]}
+    later = {"date": "2026-12-06T11:25:00+00:00", "route": "native",
+             "cases": [row("a", 1.5), row("b", 0, error="not run: the time budget was spent"),
+                       row("c", 3.0)]}
+    merged = tpu_check.merge_results([first, later])
+    assert [(r["name"], r["sides"]["ours"]["seconds"] * 1e3) for r in merged["cases"]] == [
+        ("a", 1.5), ("b", 1.0), ("c", 3.0)]     # b: the later run did not reach it
+    assert merged["dates"] == [first["date"], later["date"]]
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text(f"x\n{tpu_check.START}\nexport\n{tpu_check.END}\n"
+                   f"{tpu_check.NATIVE_START}\nold\n{tpu_check.NATIVE_END}\n")
+    tpu_check.write("new table", doc, native=True)
+    assert doc.read_text() == (f"x\n{tpu_check.START}\nexport\n{tpu_check.END}\n"
+                               f"{tpu_check.NATIVE_START}\nnew table\n{tpu_check.NATIVE_END}\n")

@@ -135,8 +135,11 @@ def tuned_kernels(cases, size):
     out[f"matmul {n}^3 bf16, VMEM limit {raised >> 20} MiB, block {'x'.join(map(str, block))}"] = dict(
         fn=cases.blocked_matmul(*cases.pallas_modules("ours")),
         wide=functools.partial(mm_wide, vmem_limit_bytes=raised),
+        # at 8192^3 a block edge under 512 is 4x the grid steps (512^3 blocks already
+        # take 1.27x XLA's time on v5e): the floor keeps the space to what a chip
+        # session can time (53 candidates)
         space=lambda limit, fwd=None: tuning_spaces.matmul(n, n, n, jnp.bfloat16, limit=limit,
-                                                           smallest=small,
+                                                           smallest=512 if full else small,
                                                            vmem_limit_bytes=raised),
         baseline={"block_shape": block[:2], "block_k": block[2], "vmem_limit_bytes": raised},
         baseline_label="x".join(map(str, block)),

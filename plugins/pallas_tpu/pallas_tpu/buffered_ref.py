@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import pallas_frontend as pf
+from pallas_tpu import key_operands
 from pallas_tpu.memory import ANY, HBM, SMEM, VMEM, MemorySpace, SemaphoreType
 
 
@@ -85,6 +86,10 @@ def _check_bounded(index):
                          f"dimension (its start and size), got {index!r}.")
 
 
+# the frontend's spaces for checkify errors, prefetched indices and PRNG keys: SMEM, as in JAX
+_SMEM_PLACED = {pf.MemorySpace.ERROR: SMEM, pf.MemorySpace.INDEX: SMEM, pf.MemorySpace.KEY: SMEM}
+
+
 def _space_of(ref):
     # a view (ref.at[...]) carries its base Ref's space; a traced Ref only on its type
     base = getattr(ref, "ref", None)
@@ -131,8 +136,11 @@ class BufferedRef:
         """A BufferedRef for ``spec``'s blocks of dtype ``dtype_or_type`` (or an
         array type's dtype), or an unbuffered view when the operand already
         lives where the blocks go (``source_memory_space``)."""
-        dtype = np.dtype(getattr(dtype_or_type, "dtype", dtype_or_type))
+        dtype = getattr(dtype_or_type, "dtype", dtype_or_type)
+        if not key_operands.is_key(dtype):    # a key dtype stays one: its Ref loads keys
+            dtype = np.dtype(dtype)
         space = VMEM if spec.memory_space is None else spec.memory_space
+        space = _SMEM_PLACED.get(space, space)
         if not isinstance(space, MemorySpace) or space not in (VMEM, SMEM, HBM):
             raise ValueError(f"BufferedRef: blocks can be buffered in VMEM, SMEM or HBM, "
                              f"not {space}.")

@@ -93,8 +93,7 @@ def _replay_equation(eqn, invals):
         if name in _REF_ACCESS:                  # a Ref of PRNG keys in interpret mode
             return key_operands.key_access(eqn, invals)
         if eqn.primitive in _RULES:              # a copy of keys (a DMA) moves their data
-            return _RULES[eqn.primitive](eqn, [x.ref if isinstance(x, key_operands.KeyRefView)
-                                               else x for x in invals])
+            return _RULES[eqn.primitive](*key_operands.as_key_data(eqn, invals))
         return _replay_control_flow(eqn, invals)
     if eqn.primitive in _RULES:
         return _RULES[eqn.primitive](eqn, invals)

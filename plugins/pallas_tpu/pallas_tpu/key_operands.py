@@ -17,12 +17,15 @@ through it (``key_access``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+import pallas_frontend as pf
 
 
 def is_key(dtype) -> bool:
@@ -169,3 +172,34 @@ def key_access(eqn, invals):
                                   "PRNG keys (write the whole Ref).")
     view.write(invals[1])
     return keys
+
+
+def _data_transforms(transforms, dtype):
+    """A view's ``ref.at[...]`` indexers over keys, extended to their key data:
+    each also takes every word of the key's trailing dims."""
+    trailing = key_shape(dtype)
+    out = []
+    for t in transforms:
+        if not (hasattr(t, "indices") and hasattr(t, "shape")) or any(
+                np.shape(i) != () and not hasattr(i, "size") for i in t.indices):
+            raise NotImplementedError(f"pallas_tpu interpret mode: a copy of PRNG keys "
+                                      f"through {type(t).__name__} (slice the keys instead).")
+        out.append(dataclasses.replace(
+            t, indices=(*t.indices, *(pf.ds(0, k) for k in trailing)),
+            shape=(*t.shape, *trailing)))
+    return tuple(out)
+
+
+def as_key_data(eqn, invals):
+    """(eqn, invals) of a copy (a DMA) between Refs of keys, with each
+    ``KeyRefView`` and view of one replaced by its key data and the view's
+    indexers extended to it; the equation's ``tree`` param is rebuilt."""
+    def data(part):
+        if isinstance(part, KeyRefView):
+            return part.ref
+        if isinstance(part, tuple) and len(part) == 2 and isinstance(part[0], KeyRefView):
+            return (part[0].ref, _data_transforms(part[1], part[0].dtype))
+        return part
+    parts = jax.tree.unflatten(eqn.params["tree"], invals)
+    flat, tree = jax.tree.flatten([data(p) for p in parts])
+    return eqn.replace(params={**eqn.params, "tree": tree}), flat

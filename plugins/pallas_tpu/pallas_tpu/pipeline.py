@@ -4,7 +4,10 @@ The user's body is traced *here*, at kernel-trace time, into a jaxpr over
 VMEM block Refs; index maps become jaxprs over the pipeline's grid indices.
 The kernel jaxpr then holds one ``tpu_emit_pipeline`` equation carrying them,
 so the backend rebuilds the pipeline from the KernelIR alone (JAX's
-``pltpu.emit_pipeline`` with a body that replays the traced one).
+``pltpu.emit_pipeline`` with a body that replays the traced one). Inside a
+TensorCore kernel, ours' own schedule is traced in place instead; inside a
+SparseCore kernel the equation is recorded (JAX's pipeline when compiled) and
+carries ours' traced schedule too, which the SparseCore CPU model runs.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import pallas_frontend as pf
 from pallas_frontend.backend_api import KernelIR, kernel_primitive, tracing_kernel
 
 from pallas_frontend import backend_api
-from pallas_tpu import _jax_private, pipeline_cores, pipeline_schedule
+from pallas_tpu import _jax_private, pipeline_cores, pipeline_schedule, sc_mesh
 from pallas_tpu.buffered_ref import source_space
 from pallas_tpu.memory import VMEM, MemorySpace
 from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
+from pallas_tpu.spaces import block_memory_space
 
 emit_pipeline_p = kernel_primitive("tpu_emit_pipeline", owner=OWNER, multiple_results=True)
 emit_pipeline_p.def_effectful_abstract_eval(
@@ -182,6 +186,7 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
         if len(refs) != len(specs):
             raise TypeError(f"emit_pipeline: {len(specs)} BlockSpecs but {len(refs)} Refs given.")
         dims = [_block_dims(s, r) for s, r in zip(specs, refs)]
+        schedule = None
         if core_axis is None and core_axis_name is None and tracing_kernel() and all(
                 _schedulable(d, r, sp) for d, r, sp in zip(dims, refs, specs)):
             # traced here (pipeline_schedule.py): runs in every interpreter and
@@ -189,7 +194,14 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
             # e.g. make_jaxpr of a kernel function, the equation below is recorded:
             # its effects are the operands' alone, as JAX's primitive gives.)
             full = [_explicit_spec(s, d) for s, d in zip(specs, dims)]
-            return _with_allocations(refs, None, None, full[:n_in], full[n_in:])
+            if not sc_mesh.tracing_sparsecore_kernel():
+                return _with_allocations(refs, None, None, full[:n_in], full[n_in:])
+            # a SparseCore kernel records the equation for JAX's emit_pipeline
+            # (sc_rebuild); the CPU model (sc_eval) runs this traced schedule
+            def scheduled():
+                _with_allocations(refs, None, None, full[:n_in], full[n_in:])
+                return []
+            schedule = backend_api.trace_body(scheduled, [], traced_for="emit_pipeline schedule")
         shapes = [_block_shape(d) for d in dims]
         block_avals = [jax.ref.AbstractRef(jax.core.ShapedArray(sh, r.dtype), memory_space=VMEM)
                        for sh, r in zip(shapes, refs)]
@@ -211,25 +223,29 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
         index_avals = [jax.core.ShapedArray((), jnp.int32)] * n_index
         body_jaxpr, consts = backend_api.trace_body(flat_body, index_avals + block_avals,
                                                        traced_for="emit_pipeline body")
-        traced_maps = [_trace_index_map(s, len(static_grid), d) for s, d in zip(specs, dims)]
+        traced_maps = [_trace_index_map(_explicit_spec(s, d), len(static_grid), d)
+                       for s, d in zip(specs, dims)]
         index_maps = tuple(j for j, _ in traced_maps)
         map_consts = [c for _, cs in traced_maps for c in cs]
         _, traced_sizes = _static_or_traced(grid)
         # Views (x_ref.at[1]) travel as their Ref plus indexer leaves.
         flat_refs, ref_tree, ref_spec = _flatten_with_effects(
             refs, ["r"] * n_in + ["w"] * (len(refs) - n_in))
-        operands = [*flat_refs, *traced_sizes, *map_consts, *consts]
+        sched_jaxpr, sched_consts = schedule if schedule is not None else (None, [])
+        operands = [*flat_refs, *traced_sizes, *map_consts, *consts, *sched_consts]
         base = len(flat_refs) + len(traced_sizes)
-        # index maps only read the Refs they close over; the body may write its
+        # index maps only read the Refs they close over; the body (and schedule) may write its
         effect_spec = ref_spec + tuple((base + i, "r") for i, c in enumerate(map_consts)
                                        if _is_ref(c)) + tuple(
-            (base + len(map_consts) + i, "w") for i, c in enumerate(consts) if _is_ref(c))
+            (base + len(map_consts) + i, "w") for i, c in enumerate([*consts, *sched_consts])
+            if _is_ref(c))
         emit_pipeline_p.bind(
             *operands, effect_spec=effect_spec, body=body_jaxpr, index_maps=index_maps,
             index_map_consts=tuple(len(cs) for _, cs in traced_maps),
             block_dims=tuple(dims), grid=static_grid, num_inputs=n_in,
             ref_tree=ref_tree, num_ref_leaves=len(flat_refs), num_traced_sizes=len(traced_sizes),
-            options=options,
+            options=options, memory_spaces=tuple(sp.memory_space for sp in specs),
+            schedule=sched_jaxpr, num_schedule_consts=len(sched_consts),
             dimension_semantics=None if dimension_semantics is None else tuple(
                 str(getattr(d, "value", d)).lower() for d in dimension_semantics))
 
@@ -305,6 +321,7 @@ def replay_emit_pipeline(eqn, invals):
     rest = iter(invals[n_leaves + n_sizes:])
     map_consts = [[next(rest) for _ in range(n)] for n in p["index_map_consts"]]
     consts = list(rest)
+    consts = consts[:len(consts) - p.get("num_schedule_consts", 0)]   # ours' schedule's
     grid = tuple(g if g is not None else next(sizes) for g in p["grid"])
 
     from pallas_tpu import rebuild
@@ -315,8 +332,11 @@ def replay_emit_pipeline(eqn, invals):
             return tuple(pl.ds(next(flat), next(flat)) if isinstance(d, pf.BoundedSlice)
                          else next(flat) for d in dims)
         return index_map
-    specs = [pl.BlockSpec(tuple(rebuild.block_dim(d) for d in dims), index_fn(im, dims, mc))
-             for dims, im, mc in zip(p["block_dims"], p["index_maps"], map_consts)]
+    spaces = p.get("memory_spaces") or (None,) * len(p["block_dims"])
+    specs = [pl.BlockSpec(tuple(rebuild.block_dim(d) for d in dims), index_fn(im, dims, mc),
+                          # a spec in HBM (or SMEM) is not copied: JAX's pipeline keeps it
+                          **({} if s is None else {"memory_space": block_memory_space(s)}))
+             for dims, im, mc, s in zip(p["block_dims"], p["index_maps"], map_consts, spaces)]
 
     def inner(*blocks):
         if dict(p["options"]).get("_explicit_indices"):

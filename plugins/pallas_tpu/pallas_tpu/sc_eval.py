@@ -165,6 +165,15 @@ class Evaluator:
             carry = self.eval_jaxpr(body, [*consts, np.int32(i), *carry])
         return carry
 
+    def _p_tpu_emit_pipeline(self, invals, schedule=None, num_schedule_consts=0, **params):
+        # a SparseCore kernel's pipeline carries ours' traced schedule (pipeline.py);
+        # its operands are the equation's last ones
+        if schedule is None:
+            raise NotImplementedError(
+                "The SparseCore CPU model runs an emit_pipeline traced inside a kernel over "
+                "whole blocks (no core_axis, no ragged or Indirect blocks); this one was not.")
+        return self.eval_jaxpr(schedule, list(invals[len(invals) - num_schedule_consts:]))
+
     # --- SparseCore memory ops -----------------------------------------------------------
 
     def _p_sc_load_expanded(self, invals, tree, effect_spec, shape, dtype):

@@ -245,7 +245,31 @@ def scalar_subcore_copy(api):
     return f, [((16, 8), i32)]
 
 
-KERNELS = [add_one_per_subcore, embedding_gather_scatter_add, vector_gather_scatter,
+def pipelined_scale(api):
+    """Each subcore pipelines its row's blocks through VMEM (emit_pipeline:
+    JAX's own schedule in both modules); the index Ref stays in HBM."""
+    pl_, pltpu_, plsc_ = api
+
+    def f(x, idx):
+        @functools.partial(pl_.kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           mesh=_mesh(plsc_, num_subcores=4),
+                           compiler_params=pltpu_.CompilerParams(use_tc_tiling_on_sc=False))
+        def scale(x_hbm, i_hbm, o_hbm):
+            s = lax.axis_index("subcore")
+
+            def body(x_v, o_v):
+                o_v[...] = x_v[...] * 2.0 + 1.0
+            row = lambda j: (s, j)
+            pltpu_.emit_pipeline(body, grid=(4,), in_specs=[pl_.BlockSpec((None, 16), row)],
+                                 out_specs=[pl_.BlockSpec((None, 16), row)])(x_hbm, o_hbm)
+            pltpu_.emit_pipeline(
+                lambda i_h: None, grid=(1,),
+                in_specs=[pl_.BlockSpec(memory_space=pltpu_.HBM)])(i_hbm)
+        return scale(x, idx)
+    return f, [((4, 64), f32), ((16,), i32)]
+
+
+KERNELS = [add_one_per_subcore, pipelined_scale, embedding_gather_scatter_add, vector_gather_scatter,
            scans_and_sort, pack_unpack_bitcast, parallel_loop_with_carry, fetch_and_add_in_smem,
            shared_vmem_slice, scalar_subcore_copy]
 NEEDS = {shared_vmem_slice: ("0.12", _jax_private.jax_has_shared_slice(),

@@ -187,3 +187,22 @@ def test_dma_semaphore_scratch(vector):
         s = jax.lax.axis_index("s") if vector else 0
         pltpu.async_copy(x_hbm.at[s], o_hbm.at[s], sem).wait()
     np.testing.assert_array_equal(np.asarray(k(x), np.float64), x.astype(np.float64))
+
+
+@pytest.mark.parametrize("grid", [1, 4])
+def test_emit_pipeline_in_a_subcore(grid):
+    """A SparseCore kernel's emit_pipeline (recorded for JAX's own pipeline when
+    compiled) runs ours' schedule in the model: each subcore's row, block by block."""
+    x = RNG.standard_normal((NS, 4 * L)).astype(np.float32)
+    width = 4 * L // grid
+
+    @sc_kernel(jax.ShapeDtypeStruct(x.shape, x.dtype), [])
+    def kernel(x_hbm, o_hbm):
+        s = jax.lax.axis_index("s")
+
+        def body(x_v, o_v):
+            o_v[...] = x_v[...] * 3.0 - 1.0
+        spec = pl.BlockSpec((None, width), lambda j: (s, j))
+        pltpu.emit_pipeline(body, grid=(grid,), in_specs=[spec], out_specs=[spec])(x_hbm, o_hbm)
+    want = x.astype(np.float64) * 3.0 - 1.0
+    np.testing.assert_allclose(np.asarray(kernel(x)), want, rtol=1e-6, atol=1e-5)

@@ -71,13 +71,19 @@ debug_checks_state = _config.jax_pallas_enable_debug_checks
 mutable_array_checks = _config.mutable_array_checks
 
 
-def register_discharge_rule(prim):
+def register_discharge_rule(prim, *, partial: bool = False):
     """Registers ``rule(ctx, *args, **params)`` as ``prim``'s state-discharge
     rule (JAX 0.11+'s form; ``ctx.in_avals``/``ctx.out_avals`` hold the types).
-    JAX 0.10 calls ``rule(in_avals, out_avals, *args, **params)``: adapted here."""
+    JAX 0.10 calls ``rule(in_avals, out_avals, *args, **params)``: adapted here.
+    ``partial``: the rule honours ``ctx.should_discharge`` (JAX 0.10 keeps those apart)."""
     def register(rule):
         if _DISCHARGE_RULES_TAKE_CONTEXT:
             return state_discharge.register_discharge_rule(prim)(rule)
+        if partial:
+            state_discharge.register_partial_discharge_rule(prim)(
+                lambda should, i, o, *args, **params: rule(
+                    _DischargeContext(i, o, tuple(should), False), *args, **params))
+            return rule
 
         def positional(in_avals, out_avals, *args, **params):
             ctx = _DischargeContext(in_avals, out_avals, (True,) * len(in_avals), False)
@@ -96,6 +102,7 @@ class _DischargeContext(typing.NamedTuple):
     should_discharge: tuple
     strip_memory_space: bool
 internal_ref_effect = core.internal_mutable_array_effect   # a Ref allocated inside a jaxpr
+JaxprInputEffect = _effects.JaxprInputEffect   # an effect on one input (a Var)
 # Host-callback effects of an interpreter's launch (pallas_frontend.launch_effects).
 io_callback_effects = (_callback._IOEffect, _callback._OrderedIOEffect)
 ordered_io_effect = _callback._OrderedIOEffect

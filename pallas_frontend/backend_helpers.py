@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend import axis_binding, frames
+from pallas_frontend import axis_binding, frames, scopes
 from pallas_frontend import grid_context as _grid
 from pallas_frontend.contract import FRONTEND_OWNER, KernelIR
 
@@ -72,6 +72,8 @@ def trace_body(fun: Callable, in_avals, *, traced_for: str = "pallas sub-kernel"
     primitives carry a body traced inside a kernel (e.g. a software pipeline):
     what the body closes over becomes explicit operands of the primitive."""
     jaxpr, consts = jc.trace_with_explicit_consts(fun, in_avals, traced_for=traced_for)
+    # a pl.run_scoped in the body: in its flat form, the one backends know
+    jaxpr, consts = scopes.inline_scopes_explicit(jaxpr, consts, in_avals, traced_for=traced_for)
     # lax.axis_index of the kernel's axes: the body closes over the kernel's value
     return axis_binding.close_over_outer_axes(jaxpr, consts, in_avals, traced_for=traced_for)
 

@@ -181,7 +181,7 @@ def select_ref(idx, *refs):
         aval = jax.typeof(_underlying_ref(ref))
         if not isinstance(aval, jax.ref.AbstractRef):
             raise TypeError(f"pl.select_ref: refs[{i}] is a {aval}, not a Ref or a view of one.")
-        types.append((tuple(ref.shape), jnp.dtype(ref.dtype)))
+        types.append((tuple(ref.shape), ref.dtype))   # a semaphore's dtype is no NumPy dtype
     if len(set(types)) > 1:
         raise TypeError(f"pl.select_ref: the Refs must have one shape and dtype, got "
                         f"{[f'{d}{list(s)}' for s, d in types]}.")

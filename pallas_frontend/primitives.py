@@ -8,6 +8,7 @@ state discharge).
 
 from __future__ import annotations
 
+import functools
 import string
 from typing import Any
 
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend import pretty_equations
+from pallas_frontend import pretty_equations, scopes
 from pallas_frontend.backend_api import (
     FRONTEND_OWNER, def_pure_primitive, kernel_primitive, ref_effects)
 from pallas_frontend.specs import MemoryRef, check_dims
@@ -216,32 +217,29 @@ def run_scoped(f, *types, collective_axes=(), **kw_types):
     if not all(isinstance(a, str) for a in axes):
         raise TypeError(f"run_scoped: collective_axes must be axis names, got {collective_axes!r}.")
 
-    def new_ref(t, what):
+    def scoped_aval(t, what):
         aval = ref_aval_of(t, what)
         if axes:
             aval = jc.AbstractRef(aval.inner_aval,
                                   memory_space=ScopedAllocation(aval.memory_space, axes))
-        return _new_scoped_ref(aval)
+        return aval
     leaves, tree = jax.tree_util.tree_flatten_with_path((types, kw_types))
-    flat_refs = []
+    avals = []
     for path, t in leaves:     # path: (which of types / kw_types, the position in it)
         where = ("types" if path[0].idx == 0 else "kw_types") + jax.tree_util.keystr(path[1:])
-        flat_refs.append(new_ref(t, f"run_scoped {where}"))
-    refs, kw_refs = jax.tree.unflatten(tree, flat_refs)
-    out = f(*refs, **kw_refs)
-    # JAX 0.12's free_ref fails JAX's own jaxpr check (jax_enable_checks) in a
-    # cond branch (its abstract eval gives {} where the equation has set()):
-    # under checks the scope's end goes unmarked; no backend relies on it.
-    if not jax.config.jax_enable_checks:
-        for r in flat_refs:
-            jax.free_ref(r)
-    return out
+        avals.append(scoped_aval(t, f"run_scoped {where}"))
+    out_tree = []
 
-
-def _new_scoped_ref(aval: jc.AbstractRef):
-    inner = aval.inner_aval
-    return jax.empty_ref(jax.ShapeDtypeStruct(inner.shape, inner.dtype),
-                         memory_space=aval.memory_space)
+    @functools.wraps(f)     # errors of the trace name the kernel author's function
+    def body(*flat_refs):
+        refs, kw_refs = jax.tree.unflatten(tree, flat_refs)
+        flat_out, treedef = jax.tree.flatten(f(*refs, **kw_refs))
+        out_tree.append(treedef)
+        return flat_out
+    # one equation holding the body's jaxpr, as JAX's (scopes.py expands it
+    # before a backend sees the kernel)
+    out = scopes.bind_scoped(body, avals, axes, traced_for="pallas run_scoped")
+    return jax.tree.unflatten(out_tree[0], out)
 
 
 get_global_p = kernel_primitive("get_global", owner=FRONTEND_OWNER)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_frontend import _jax_compat as jc
-from pallas_frontend import axis_binding, captured_scalars
+from pallas_frontend import axis_binding, captured_scalars, scopes
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.index_maps import _fn_name, _type_str, source_of, trace_index_map
 from pallas_frontend.frames import traced_as
@@ -194,6 +194,8 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
     with static_slice_errors(), jc.extend_axis_env(named):
         jaxpr, _ = jc.trace_kernel_jaxpr(traced_as(body, kernel, num_index, len(ref_avals)),
                                           in_avals, traced_for="pallas kernel")
+        # backends know a pl.run_scoped only in its flat form (empty_ref ... free_ref)
+        jaxpr = scopes.inline_scopes(jaxpr)
     if grid_names and axis_binding.axis_names_read(jaxpr.jaxpr):
         def with_program_ids(*flat):
             def index_of(axis):

@@ -43,8 +43,12 @@ CONTRACT_MAY_IMPORT = {
     "pallas_frontend.device_timing": set(),
     "pallas_frontend.backend_helpers": {"pallas_frontend.contract", "pallas_frontend._jax_compat",
                                         "pallas_frontend.axis_binding", "pallas_frontend.frames",
+                                        "pallas_frontend.scopes",
                                         "pallas_frontend.grid_analysis",
                                         "pallas_frontend.grid_context"},
+    # a body traced inside a kernel gets pl.run_scoped in its flat form
+    # (the state discharge rule of a run_scoped equation uses discharge.py)
+    "pallas_frontend.scopes": {"pallas_frontend._jax_compat", "pallas_frontend.discharge"},
     # a body traced inside a kernel reads the kernel's axis_index values
     "pallas_frontend.axis_binding": {"pallas_frontend._jax_compat"},
     # a plugin's frames leave tracebacks (kernel_primitive hides its package)

@@ -133,17 +133,19 @@ def inline_scopes_explicit(jaxpr, consts, in_avals, *, traced_for: str):
 
 @jc.register_discharge_rule(run_scoped_p, partial=True)
 def _discharge(ctx, *args, jaxpr, num_consts, collective_axes):
-    # The allocated Refs become values (starting at zero, as semaphores do)
-    # and the body runs in place; closed-over Refs are discharged as asked.
+    # The scope in its flat form, over the equation's operands: JAX's discharge
+    # knows empty_ref (a fresh value of the Ref's type); the closed-over Refs
+    # are discharged as asked.
     from pallas_frontend.discharge import discharge_state
+    with jc.mutable_array_checks(False):
+        flat, consts = jc.trace_with_explicit_consts(
+            lambda *a: _run_inline(a, jaxpr, num_consts), list(ctx.in_avals),
+            traced_for="pallas run_scoped (state discharge)")
     should = [bool(s) and isinstance(a, jc.AbstractRef)
               for s, a in zip(ctx.should_discharge, ctx.in_avals)]
-    allocated = [v.aval.inner_aval for v in jaxpr.invars[num_consts:]]
-    body = discharge_state(jc.with_consts(jaxpr, jc.consts_of(jaxpr)),
-                           should_discharge=should + [True] * len(allocated),
+    body = discharge_state(jc.with_consts(flat, consts), should_discharge=should,
                            strip_memory_space=ctx.strip_memory_space)
-    init = [jax.numpy.zeros(a.shape, a.dtype) for a in allocated]
-    out = jc.eval_jaxpr(body, *args, *init)
+    out = jc.eval_jaxpr(body, *args)
     n_out = len(jaxpr.outvars)
     finals = iter(out[n_out:])
     return [next(finals) if s else None for s in should], out[:n_out]

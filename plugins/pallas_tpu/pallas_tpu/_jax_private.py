@@ -428,6 +428,12 @@ def switch_unclamped(index, branches, *operands):
     return _switch_internal(index, tuple(branches), operands, branches_platforms=None)
 
 
+def fresh_var(aval):
+    """A new jaxpr variable of type ``aval`` (for an equation rewritten before replay)."""
+    from jax._src import core
+    return core.Var(aval)
+
+
 def ndindexer_type():
     """JAX's ``ref.at[...]`` view transform class (``NDIndexer``)."""
     from jax._src.state.indexing import NDIndexer

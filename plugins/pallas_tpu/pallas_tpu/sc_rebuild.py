@@ -23,12 +23,13 @@ import dataclasses
 import types
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 from pallas_frontend.backend_api import KernelIR
 
-from pallas_tpu import (_jax_private, evaluate, layout_ops, rebuild, sc_mesh, sc_primitives,
-                        sc_vector_ops)
+from pallas_tpu import (_jax_private, evaluate, layout_ops, primitives, rebuild, sc_mesh,
+                        sc_primitives, sc_vector_ops)
 from pallas_tpu.spaces import scratch_type_of_aval
 
 _SC_KINDS = ("SC_VECTOR_SUBCORE", "SC_SCALAR_SUBCORE")
@@ -120,15 +121,22 @@ def _scopes_closed_where_freed():
         allocated = {e.outvars[0] for e in eqns[k:end]}
         frees = [i for i in range(end, len(eqns)) if eqns[i].primitive.name == "free_ref"
                  and eqns[i].invars[0] in allocated]
-        if len(frees) < len(allocated):
-            return original(jaxpr, k, env)       # held to the end of the body
-        last = max(frees)
+        if len(frees) == len(allocated):
+            last, resume = max(frees), max(frees) + 1
+        else:
+            last = _copy_scope_end(eqns, end, allocated)
+            resume = last
+        if last is None:                         # held to the end of the body
+            whole = types.SimpleNamespace(
+                eqns=eqns[:end] + _hoist_view_indices(eqns[end:], env), outvars=jaxpr.outvars)
+            return original(whole, k, env)
         defined = {v for e in eqns[k:last] for v in e.outvars}
-        later = [v for e in eqns[last + 1:] for v in e.invars] + list(jaxpr.outvars)
+        later = [v for e in eqns[resume:] for v in e.invars] + list(jaxpr.outvars)
         leaving = list(dict.fromkeys(v for v in later if not _is_literal(v) and v in defined))
-        inner = types.SimpleNamespace(eqns=eqns[:last], outvars=leaving)
+        inner = types.SimpleNamespace(
+            eqns=eqns[:end] + _hoist_view_indices(eqns[end:last], env), outvars=leaving)
         env.update(zip(leaving, original(inner, k, env)))
-        return evaluate._eval_from(jaxpr, last + 1, env)
+        return evaluate._eval_from(jaxpr, resume, env)
 
     bitcast_rule = evaluate._RULES[layout_ops.bitcast_p]
     evaluate._open_scope = open_scope
@@ -138,6 +146,57 @@ def _scopes_closed_where_freed():
     finally:
         evaluate._open_scope = original
         evaluate._RULES[layout_ops.bitcast_p] = bitcast_rule
+
+
+def _copy_scope_end(eqns, start: int, allocated: set) -> int | None:
+    """Where a scope with no ``free_ref`` (the frontend leaves the end of a
+    scope unmarked under ``jax_enable_checks``, as JAX's tests run) ends, if it
+    is a ``sync_copy``'s: DMA starts and waits on its buffers, which nothing
+    after them uses. Else None (the scope is held to the end of the body)."""
+    stop = start
+    while stop < len(eqns) and eqns[stop].primitive in _DMAS:
+        stop += 1
+    def uses(e):
+        return any(v in allocated for v in e.invars if not _is_literal(v))
+    used = [i for i in range(start, stop) if uses(eqns[i])]
+    if not used or any(uses(e) for e in eqns[used[-1] + 1:]):
+        return None
+    return used[-1] + 1
+
+
+def _hoist_view_indices(eqns, env) -> list:
+    """A ``sync_copy``'s DMAs (a scope holding only DMA starts and waits) with
+    the constant integer indices of their views (``x.at[0]``) read from values
+    made here, before the scope opens: JAX's view holds such an index as a
+    value of the enclosing body, so its module makes the constant once, outside
+    the DMA's region, where ours' literal would be made at each use inside."""
+    if not eqns or any(e.primitive not in _DMAS for e in eqns):
+        return eqns
+    made = {}
+
+    def hoisted(atom):
+        key = (repr(atom.val), str(atom.aval))
+        if key not in made:
+            var = _jax_private.fresh_var(atom.aval)
+            env[var] = jnp.asarray(atom.val, atom.aval.dtype)
+            made[key] = var
+        return made[key]
+    out = []
+    for e in eqns:
+        # the operands' positions, unflattened as the DMA's parts are
+        parts = jax.tree.unflatten(e.params["tree"], list(range(len(e.invars))))
+        at = {i for t in jax.tree.leaves(parts, is_leaf=_is_ndindexer) if _is_ndindexer(t)
+              for i in t.indices if isinstance(i, int) and _is_literal(e.invars[i])}
+        out.append(e.replace(invars=[hoisted(v) if i in at else v
+                                     for i, v in enumerate(e.invars)]) if at else e)
+    return out
+
+
+_DMAS = (primitives.dma_start_p, primitives.dma_wait_p)
+
+
+def _is_ndindexer(x) -> bool:
+    return isinstance(x, _jax_private.ndindexer_type())
 
 
 def _bitcast(eqn, invals):

@@ -302,10 +302,10 @@ def test_compiles_for_sparsecore_with_jax_mosaic_module(kernel):
     assert ours == theirs, sc_mosaic_text.first_difference(theirs[0], ours[0])
 
 
-@pytest.mark.xfail(strict=True, reason="a constant index of a view inside sync_copy: JAX makes "
-                   "the constant once before the DMA's region (an operand of its run_scoped), "
-                   "ours inside it, once per use")
 def test_constant_view_index_inside_sync_copy():
+    """JAX makes a view's constant index (``x.at[0]``) once, before the DMA's
+    region (an operand of its run_scoped); ours' literal would be made inside it
+    at each use unless sc_rebuild hoists it."""
     if not _jax_private.jax_has_shared_slice():
         pytest.skip(_jax_private.needs_newer_jax("plsc.slice_subcore_vmem_from_shared", "0.12"))
     kernel = functools.partial(shared_vmem_slice, index=0)
@@ -317,3 +317,15 @@ def test_shared_slice_on_an_older_jax_fails_naming_the_release():
         pytest.skip("this JAX has plsc.slice_subcore_vmem_from_shared")
     with pytest.raises(NotImplementedError, match=r"needs JAX 0\.12 or newer; this is JAX"):
         _compile(shared_vmem_slice, OUR_API)
+
+
+@pytest.mark.parametrize("kernel", [add_one_per_subcore, pipelined_scale],
+                         ids=lambda k: k.__name__)
+def test_sync_copy_scopes_under_jax_enable_checks(kernel):
+    """Under jax_enable_checks (as JAX's tests run) the frontend leaves a scope's
+    end unmarked; a sync_copy's semaphore region still closes after its DMAs,
+    as in JAX's module, instead of enclosing the rest of the body."""
+    with jax.enable_checks(True):
+        theirs = _compile(kernel, JAX_API)
+        ours = _compile(kernel, OUR_API)
+    assert ours == theirs, sc_mosaic_text.first_difference(theirs[0], ours[0])

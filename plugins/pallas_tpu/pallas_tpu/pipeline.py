@@ -133,6 +133,17 @@ def _explicit_spec(spec: pf.BlockSpec, dims) -> pf.BlockSpec:
     return dataclasses.replace(spec, block_shape=shape, index_map=index_map)
 
 
+def _block_space(spec: pf.BlockSpec, ref):
+    """Where the body's block Ref lives: VMEM by default; an operand left in
+    HBM (or ANY) is handed over as it is, in its own space."""
+    space = spec.memory_space
+    if space is None:
+        return VMEM
+    if space in (MemorySpace.HBM, MemorySpace.ANY, pf.MemorySpace.ANY):
+        return source_space(ref) or space
+    return space
+
+
 def _block_shape(dims) -> tuple[int, ...]:
     """What the body's block Ref looks like: squeezed dims dropped."""
     return tuple(d.block_size for d in dims if not isinstance(d, pf.Squeezed))
@@ -203,8 +214,9 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
                 return []
             schedule = backend_api.trace_body(scheduled, [], traced_for="emit_pipeline schedule")
         shapes = [_block_shape(d) for d in dims]
-        block_avals = [jax.ref.AbstractRef(jax.core.ShapedArray(sh, r.dtype), memory_space=VMEM)
-                       for sh, r in zip(shapes, refs)]
+        block_avals = [jax.ref.AbstractRef(jax.core.ShapedArray(sh, r.dtype),
+                                           memory_space=_block_space(sp, r))
+                       for sh, r, sp in zip(shapes, refs, specs)]
 
         n_grid = len(static_grid)
 

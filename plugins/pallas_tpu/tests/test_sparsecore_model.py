@@ -206,3 +206,24 @@ def test_emit_pipeline_in_a_subcore(grid):
         pltpu.emit_pipeline(body, grid=(grid,), in_specs=[spec], out_specs=[spec])(x_hbm, o_hbm)
     want = x.astype(np.float64) * 3.0 - 1.0
     np.testing.assert_allclose(np.asarray(kernel(x)), want, rtol=1e-6, atol=1e-5)
+
+
+def test_emit_pipeline_operand_left_in_hbm():
+    """A pipeline operand whose spec is in HBM reaches the body as the HBM Ref
+    itself: a scatter DMA into it by a block of indices (JAX's test_scatter_1d_array)."""
+    x = RNG.integers(-1000, 1000, L, dtype=np.int32)
+    idx = RNG.permutation(L).astype(np.int32)
+
+    @sc_kernel(jax.ShapeDtypeStruct((L,), jnp.int32), [])
+    def kernel(x_hbm, i_hbm, o_hbm):
+        def body(x_v, i_v, o_h):
+            pltpu.sync_copy(x_v, o_h.at[i_v[...]])
+
+        @pl.when(jax.lax.axis_index("s") == 0)
+        def _():
+            pltpu.emit_pipeline(body, grid=(1,), in_specs=[pl.BlockSpec(), pl.BlockSpec()],
+                                out_specs=[pl.BlockSpec(memory_space=pltpu.HBM)])(
+                                    x_hbm, i_hbm, o_hbm)
+    want = np.zeros(L, np.int64)
+    want[idx] = x
+    np.testing.assert_array_equal(np.asarray(kernel(x, idx)), want)

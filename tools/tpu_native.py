@@ -277,7 +277,9 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
     """``earlier`` with the selected tests' new outcomes (JUnit ids carry the
     report's name first). Selected tests are taken to have passed or failed
     before, not skipped: a re-run picks failures."""
-    selected = {_test_of(s) for s in rerun["selected"]}
+    # the tests the re-run reached (a selected class is its tests), where it lists them
+    selected = (set(rerun["outcomes"]) if "outcomes" in rerun
+                else {_test_of(s) for s in rerun["selected"]})
     failed_before = {_test_of(t) for t in earlier["not_passed"]}
     failed_now = {_test_of(t) for t in rerun["not_passed"]}
     fixed = len((failed_before & selected) - failed_now)

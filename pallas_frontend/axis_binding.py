@@ -33,6 +33,16 @@ def kernel_axes(names):
         _local.names = prev
 
 
+@contextlib.contextmanager
+def bound_kernel_axes(named):
+    """``named`` ((name, size) pairs) bound as the kernel's axes: ``lax.axis_index``
+    of them works, and a body a backend traces inside closes over it (a
+    ``core_map`` body is traced so before its kernel is)."""
+    named = list(named)
+    with jc.extend_axis_env(named), kernel_axes(n for n, _ in named):
+        yield
+
+
 def iter_eqns(jaxpr):
     """Every equation of ``jaxpr`` and of the jaxprs nested in it."""
     for eqn in jaxpr.eqns:

@@ -8,8 +8,8 @@ from typing import Any
 
 import jax
 
-from pallas_frontend import (captured_scalars, closed_refs, foreign_params, frames,
-                             pinned_buffers, ref_checks, registry)
+from pallas_frontend import (axis_binding, captured_scalars, closed_refs, foreign_params,
+                             frames, pinned_buffers, ref_checks, registry)
 from pallas_frontend.call_primitive import declares_side_effects, pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.jitted_call import JittedCall
@@ -381,7 +381,7 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
     compiler_params = _mesh_compiler_params(mesh, compiler_params)
 
     def decorator(f):
-        with jc.extend_axis_env(list(grid)):      # the body may ask lax.axis_index(name)
+        with axis_binding.bound_kernel_axes(grid):   # the body may ask lax.axis_index(name)
             jaxpr, _ = jc.trace_kernel_jaxpr(lambda: (f(), [])[1], [],
                                              traced_for="pallas core_map")
         # scalars (a traced grid size) go in the mesh's scalar space, as JAX's (hoist)

@@ -219,6 +219,9 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
                        for sh, r, sp in zip(shapes, refs, specs)]
 
         n_grid = len(static_grid)
+        # the body's pl.num_programs is its core's share of a split grid, as in JAX
+        body_grid, _ = pipeline_cores.partition_grid(
+            grid, dimension_semantics, *pipeline_cores.core_info(core_axis, core_axis_name))
 
         n_index = n_grid + int(_explicit_indices)
 
@@ -229,7 +232,7 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
                 body(pipeline_schedule.PipelineStep(tuple(args[:n_grid]), args[n_grid]),
                      *args[n_index:])
             else:
-                with backend_api.nested_grid(args[:n_grid], tuple(grid)):
+                with backend_api.nested_grid(args[:n_grid], tuple(body_grid)):
                     body(*args[n_grid:])
             return []
         index_avals = [jax.core.ShapedArray((), jnp.int32)] * n_index

@@ -243,6 +243,18 @@ def grid_sizes_operand(ir: KernelIR) -> int | None:
     return None if pos is None else int(pos)
 
 
+def _dict_key_order(mapping) -> list:
+    """The order JAX gives a dict's scratch buffers (its pytree order: a plain
+    dict's keys sorted, another mapping's as they are), so that the kernel's
+    operands come in JAX's order."""
+    if type(mapping) is dict:
+        try:
+            return sorted(mapping)
+        except TypeError:
+            pass
+    return list(mapping)
+
+
 def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, aliases,
                     compiler_params, cost_estimate, metadata, debug, check_refs: bool = True):
     """Returns ``(KernelIR, out_tree)``."""
@@ -302,9 +314,9 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
 
     scratch = gs.scratch_shapes
     scratch_is_dict = isinstance(scratch, Mapping)
-    scratch_keys = list(scratch.keys()) if scratch_is_dict else None
+    scratch_keys = _dict_key_order(scratch) if scratch_is_dict else None
     scratch_leaves, scratch_tree = jax.tree.flatten(
-        list(scratch.values()) if scratch_is_dict else scratch,
+        [scratch[k] for k in scratch_keys] if scratch_is_dict else scratch,
         is_leaf=lambda x: hasattr(x, "shape") or hasattr(x, "get_ref_aval"))
     scratch_avals = tuple(ref_aval_of(t, f"scratch_shapes[{i}]") for i, t in enumerate(scratch_leaves))
 

@@ -269,7 +269,29 @@ def pipelined_scale(api):
     return f, [((4, 64), f32), ((16,), i32)]
 
 
-KERNELS = [add_one_per_subcore, pipelined_scale, embedding_gather_scatter_add, vector_gather_scatter,
+def dict_scratch(api):
+    """Scratch given as a dict (reaching the body by keyword): the kernel's
+    operands in JAX's pytree order of the dict (keys sorted), not as written."""
+    pl_, pltpu_, plsc_ = api
+
+    def f(x):
+        @functools.partial(
+            pl_.kernel, out_type=jax.ShapeDtypeStruct(x.shape[1:], x.dtype), mesh=_mesh(plsc_),
+            scratch_types=dict(shared=pltpu_.VMEM_SHARED(x.shape[1:], x.dtype),
+                               buf=pltpu_.VMEM(x.shape[1:], x.dtype)))
+        def copy(x_hbm, o_hbm, *, shared, buf):
+            s = lax.axis_index("subcore")
+            pltpu_.sync_copy(x_hbm.at[s], buf)
+
+            @pl_.when(s == 0)
+            def _():
+                pltpu_.sync_copy(buf, shared)
+                pltpu_.sync_copy(shared, o_hbm)
+        return copy(x)
+    return f, [((16, 8), f32)]
+
+
+KERNELS = [add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add, vector_gather_scatter,
            scans_and_sort, pack_unpack_bitcast, parallel_loop_with_carry, fetch_and_add_in_smem,
            shared_vmem_slice, scalar_subcore_copy]
 NEEDS = {shared_vmem_slice: ("0.12", _jax_private.jax_has_shared_slice(),

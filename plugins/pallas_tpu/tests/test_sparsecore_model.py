@@ -227,3 +227,24 @@ def test_emit_pipeline_operand_left_in_hbm():
     want = np.zeros(L, np.int64)
     want[idx] = x
     np.testing.assert_array_equal(np.asarray(kernel(x, idx)), want)
+
+
+def test_sparsecore_trace_is_told_from_a_tensorcore_one():
+    """Only a SparseCore kernel's trace records its emit_pipeline for JAX's: a
+    TensorCore kernel traced after one (same thread) keeps ours' schedule."""
+    from pallas_tpu import sc_mesh
+    x = RNG.standard_normal((8, 128)).astype(np.float32)
+    seen = []
+
+    @sc_kernel(jax.ShapeDtypeStruct((L,), jnp.float32), [])
+    def sc(o_hbm):
+        seen.append(sc_mesh.tracing_sparsecore_kernel())
+
+    def tc(x_ref, o_ref):
+        seen.append(sc_mesh.tracing_sparsecore_kernel())
+        o_ref[...] = x_ref[...]
+    sc()
+    out = pl.pallas_call(tc, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                         interpret=True)(x)
+    np.testing.assert_array_equal(np.asarray(out), x)
+    assert seen == [True, False]

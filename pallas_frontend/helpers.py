@@ -152,11 +152,11 @@ def _trip_count(lower, upper, step, static_step=None):
     if all(isinstance(v, int) for v in (lower, upper, step)):
         return len(range(lower, upper, step))
     if static_step is not None and static_step > 0:
-        # the common case without neg or floor division: Mosaic GPU's warp-level
-        # lowering (a loop in plgpu.warp_map) has neither
-        span = jnp.maximum(upper - lower, 0)
-        return span if static_step == 1 else \
-            lax.div(span + (static_step - 1), jnp.asarray(static_step, span.dtype))
+        # ceil((upper - lower) / step) by truncating division, the ops JAX's pl.loop
+        # emits (so the kernels' Mosaic match); an empty range gives a count <= 0,
+        # for which fori_loop runs nothing. No neg or floor division: Mosaic GPU's
+        # warp-level lowering (a loop in plgpu.warp_map) has neither
+        return lax.div(upper - lower + (step - 1), step)
     # ceil((upper - lower) / step) == -floor((lower - upper) / step), for both signs
     return jnp.maximum(0, -((lower - upper) // step))
 

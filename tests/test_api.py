@@ -101,6 +101,38 @@ def test_loop_with_traced_bounds_and_negative_step(rng):
     np.testing.assert_allclose(out, [x.astype(np.float64).sum(), back], rtol=1e-5)
 
 
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_loop_traced_bounds_static_step_runs_range_and_matches_jax_jaxpr(rng, step):
+    """A static positive step with traced bounds: the trip count is JAX's own
+    (ceil by truncating division, no max with 0), so ours' jaxpr is JAX's; a
+    zero or negative span still runs nothing."""
+    from jax.experimental import pallas as jax_pl
+    x = rand(rng, 16)
+    bounds = [(int(a), int(b)) for a, b in rng.integers(-4, 17, (6, 2))] + [(5, 5), (9, 2)]
+
+    def kernel(x_ref, o_ref):
+        for k, (a, b) in enumerate(bounds):
+            lo, hi = pl.program_id(0) + a, pl.program_id(0) + b
+            o_ref[k] = pl.loop(lo, hi, step=step, init_carry=jnp.float32(0))(
+                lambda i, acc: acc * 0.5 + x_ref[jnp.clip(i, 0, 15)] + i.astype(jnp.float32))
+
+    out = np.asarray(pl.pallas_call(kernel, out_shape=SDS((len(bounds),), jnp.float32),
+                                    grid=(1,))(x))
+    want = []
+    for a, b in bounds:
+        acc = 0.0
+        for i in range(a, b, step):
+            acc = acc * 0.5 + float(x[min(max(i, 0), 15)]) + i
+        want.append(acc)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+    def loop_of(loop_fn):
+        def f(lo, hi):
+            return loop_fn(lo, hi, step=step, init_carry=jnp.int32(0))(lambda i, c: c + i)
+        return str(jax.make_jaxpr(f)(jnp.int32(1), jnp.int32(9)))
+    assert loop_of(pl.loop) == loop_of(jax_pl.loop)
+
+
 def test_when_python_bool_and_traced(rng):
     x = rand(rng, 4, 8)
 

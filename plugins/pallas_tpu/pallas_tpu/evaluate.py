@@ -19,6 +19,8 @@ import weakref
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.extend import core as jex
 
@@ -262,6 +264,10 @@ def _replay_while(eqn, invals):
     p = eqn.params
     nc, nb = p["cond_nconsts"], p["body_nconsts"]
     cconsts, bconsts, init = invals[:nc], invals[nc:nc + nb], invals[nc + nb:]
+    # a literal operand (a NumPy value) closed over by the bodies would be inlined
+    # in them; as a JAX array it stays an operand of the loop, where it was
+    cconsts, bconsts = ([jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x
+                         for x in xs] for xs in (cconsts, bconsts))
     if any(_is_ref(x) for x in init):
         raise NotImplementedError("pallas_tpu: Refs as while-loop carries are not supported.")
 

@@ -291,9 +291,29 @@ def dict_scratch(api):
     return f, [((16, 8), f32)]
 
 
+def loop_to_subcore_id(api):
+    """pl.loop with a traced bound: JAX's trip count, and the loop's constant
+    lower bound and step stay operands of the loop (made before it), as in
+    JAX's module, not constants inside its body."""
+    pl_, pltpu_, plsc_ = api
+
+    def f(x):
+        @functools.partial(pl_.kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           mesh=_mesh(plsc_), scratch_types=[pltpu_.VMEM(x.shape, x.dtype)])
+        def rows(x_hbm, o_hbm, buf):
+            s = lax.axis_index("subcore")
+
+            @pl_.loop(0, 2 * s + 1)
+            def _(i):
+                buf[s] = jnp.full(x.shape[1:], i, x.dtype)
+                pltpu_.sync_copy(buf.at[s], o_hbm.at[s])
+        return rows(x)
+    return f, [((16, 8), i32)]
+
+
 KERNELS = [add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add, vector_gather_scatter,
            scans_and_sort, pack_unpack_bitcast, parallel_loop_with_carry, fetch_and_add_in_smem,
-           shared_vmem_slice, scalar_subcore_copy]
+           shared_vmem_slice, scalar_subcore_copy, loop_to_subcore_id]
 NEEDS = {shared_vmem_slice: ("0.12", _jax_private.jax_has_shared_slice(),
                              "plsc.slice_subcore_vmem_from_shared")}
 

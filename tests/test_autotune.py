@@ -302,6 +302,33 @@ def test_tolerance_follows_the_dtype():
     assert "structure" in _mismatch((np.ones(2),), [np.ones(2)], None)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int32", "bool"])
+def test_device_arrays_are_judged_on_device_as_on_the_host(rng, dtype):
+    """pl.autotune compares candidates' outputs where they were computed (a large
+    output no longer comes to the host); each verdict equals the host's float64 one."""
+    from pallas_frontend import output_agreement
+    base = rng.standard_normal((64, 96)) * 3
+    cases = {"equal": lambda w: w.copy(), "within": lambda w: w * (1 + 1e-6),
+             "beyond": lambda w: w * 1.05}
+    want = base.astype(dtype)
+    for name, change in cases.items():
+        got = change(base).astype(dtype)
+        for where, value in (("nan", np.nan), ("inf", np.inf)):
+            if np.issubdtype(want.dtype, np.floating):
+                odd = got.copy()
+                odd[rng.integers(64), rng.integers(96)] = value
+                host = output_agreement.mismatch(odd, want)
+                device = output_agreement.mismatch(jnp.asarray(odd), jnp.asarray(want))
+                assert bool(host) == bool(device) and device.split(" ")[:3] == \
+                    host.split(" ")[:3], (name, where, host, device)
+                assert output_agreement.nan_count(jnp.asarray(odd)) == \
+                    output_agreement.nan_count(odd)
+        host = output_agreement.mismatch(got, want)
+        device = output_agreement.mismatch(jnp.asarray(got), jnp.asarray(want))
+        assert bool(host) == bool(device), (name, host, device)
+        assert device.split(" by ")[0] == host.split(" by ")[0], (name, host, device)
+
+
 # --- off device: nothing timed -----------------------------------------------------------
 
 class NeverTime(backend_api.Backend):

@@ -113,11 +113,15 @@ def _bitcast_abstract_eval(x, *, dtype, dim):
 
 
 def _bitcast_batch(args, dims, *, dtype, dim):
-    # Each example is bitcast along its own dim `dim`: a batch axis after it
-    # moves to the front first. (JAX 0.10-0.11 bitcast the batched array's
-    # second minor, which mixes examples when the batch axis is there; JAX 0.12
-    # batches as here.)
+    # As the installed JAX batches its own bitcast, which kernels and tests rely
+    # on. JAX 0.12 bitcasts each example along its own dim `dim` (a batch axis
+    # after it moves to the front first). JAX 0.10-0.11 (whose bitcast has no
+    # `dim`) bitcast the batched array's second minor, the batch axis left where
+    # it is: when that axis is one of the last two, examples are mixed, and
+    # JAX 0.10's test_bitcast_vmap(1) expects exactly that.
     [x], [b] = args, dims
+    if not _jax_private.bitcast_takes_dim() and dim == x.ndim - 3:
+        return bitcast_p.bind(x, dtype=dtype, dim=x.ndim - 2), b
     if b > dim:
         x, b = jnp.moveaxis(x, b, 0), 0
     return bitcast_p.bind(x, dtype=dtype, dim=dim + 1), b

@@ -31,7 +31,7 @@ from pallas_frontend.backend_helpers import (def_pure_primitive, gathered_ref_ac
                                              nested_grid,
                                              parallel_grid_axes, primitive_owner, ref_effects,
                                              register_interpret_rule, source_line,
-                                             trace_body, tracing_kernel)
+                                             trace_body, tracing_kernel, tracing_kernel_params)
 from pallas_frontend.contract import (_iter_equations, BackendCapabilityError,  # noqa: F401
                                       BackendUnavailableError, BlockMapping, KernelIR,
                                       ScopedAllocation, scoped_allocation_of)
@@ -48,7 +48,7 @@ from pallas_frontend.run_gate import RunGate
 #: KernelIR.function_name / name_and_src_info; 1.6: replay_equations; 1.7:
 #: Backend.adopt_foreign_params; 1.8: nested_grid, tracing_kernel, source_line;
 #: 1.9: Backend.seconds_per_call, default_seconds_per_call; 1.10: RunGate;
-#: 1.11: lowering_kernel.
+#: 1.11: lowering_kernel; 1.12: tracing_kernel_params.
 API_VERSION = _contract.API_VERSION
 #: The pluggy project name that hook markers and the plugin manager share.
 PROJECT_NAME = _contract.PROJECT_NAME
@@ -88,4 +88,5 @@ __all__ = [
     "primitive_owner", "ref_effects",
     "register_interpret_rule", "replay_equations", "required_capabilities",
     "scoped_allocation_of", "scratch_structs", "source_line", "trace_body", "tracing_kernel",
+    "tracing_kernel_params",
 ]

@@ -149,6 +149,14 @@ def tracing_kernel() -> bool:
     return _grid.current_grid() is not None
 
 
+def tracing_kernel_params():
+    """The compiler params of the kernel whose body is being traced on this thread
+    (as given to ``pallas_call`` / ``pl.kernel``, completed by its mesh), or None
+    outside a kernel trace: a backend's public function can tell which kind of
+    kernel it is called in (e.g. a TPU SparseCore kernel from a TensorCore one)."""
+    return _grid.current_kernel_params() if tracing_kernel() else None
+
+
 _lowering = threading.local()
 
 

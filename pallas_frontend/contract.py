@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 # 1.9: Backend.seconds_per_call (the timing hook of pl.autotune); 1.10: RunGate (interpreted
 # kernel runs one at a time, for interpreters that keep a run's state in module globals)
 # 1.11: lowering_kernel (whether a kernel is being lowered on this thread)
-API_VERSION: tuple[int, int] = (1, 11)
+# 1.12: tracing_kernel_params (the params of the kernel being traced on this thread)
+API_VERSION: tuple[int, int] = (1, 12)
 PROJECT_NAME = "pallas_frontend"     # pluggy project name (see hookspecs.py)
 ENTRY_POINT_GROUP = "pallas_frontend.backends"
 

@@ -38,3 +38,21 @@ def grid_context(indices, sizes, names):
 def current_grid() -> GridContext | None:
     """The innermost grid installed on this thread, or None outside every kernel body."""
     return getattr(_local, "grid", None)
+
+
+@contextlib.contextmanager
+def kernel_params(params):
+    """Inside, ``current_kernel_params()`` is ``params``: the compiler params of
+    the kernel whose body the tracer is tracing."""
+    prev = getattr(_local, "params", None)
+    _local.params = params
+    try:
+        yield
+    finally:
+        _local.params = prev
+
+
+def current_kernel_params():
+    """The compiler params of the innermost kernel being traced on this thread
+    (None outside a kernel trace, or for a kernel given none)."""
+    return getattr(_local, "params", None)

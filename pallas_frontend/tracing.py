@@ -18,6 +18,7 @@ from pallas_frontend import axis_binding, captured_scalars, scopes
 from pallas_frontend.backend_api import BlockMapping, KernelIR
 from pallas_frontend.index_maps import _fn_name, _type_str, source_of, trace_index_map
 from pallas_frontend.frames import traced_as
+from pallas_frontend.grid_context import kernel_params
 from pallas_frontend.primitives import (
     GridSizeInIndexMap, enable_debug_checks, grid_context, ref_aval_of)
 from pallas_frontend.ref_checks import (
@@ -340,7 +341,8 @@ def build_kernel_ir(kernel: Callable, args, out_shape, gs: GridSpec, *, name, al
                  *(kernel_ref_aval(m) for m in in_maps),
                  *(kernel_ref_aval(m) for m in out_maps), *scratch_avals]
     # JAX 0.12 refuses a static pl.ds past a Ref while this traces, before our check
-    with interpreted_bounds_note(compiler_params, check_refs):
+    with interpreted_bounds_note(compiler_params, check_refs), \
+            kernel_params(compiler_params):
         jaxpr = trace_kernel_body(kernel, kname, grid, grid_names, ref_avals, arg_builder)
     num_index = num_grid + sum(g is None for g in grid)     # program ids, dynamic sizes
     ref_names = ([None] * num_index + [f"scalar prefetch {k}" for k in range(n_pf)]

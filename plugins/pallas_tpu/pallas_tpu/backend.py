@@ -20,7 +20,7 @@ class TpuBackend(Backend):
     name = "tpu"
     distribution = "pallas-tpu"
     version = __version__
-    api_version = (1, 11)     # lowering_kernel (1.10: RunGate, 1.8: nested_grid)
+    api_version = (1, 12)     # tracing_kernel_params (1.11: lowering_kernel, 1.10: RunGate)
     platforms = ("tpu",)
     priority = 10
     compiler_params_type = CompilerParams

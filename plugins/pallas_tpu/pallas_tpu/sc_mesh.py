@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -78,29 +77,14 @@ def get_sparse_core_info():
     return sc
 
 
-_last_kernel = threading.local()
-
-
-def _noted(mesh, params: CompilerParams) -> CompilerParams:
-    """Notes the axes of the SparseCore kernel about to be traced on this
-    thread (the frontend asks the mesh for its params just before the trace)."""
-    _last_kernel.axes = tuple(mesh.shape.items())
-    return params
-
-
 def tracing_sparsecore_kernel() -> bool:
-    """Whether the kernel body traced on this thread runs on SparseCores: its
-    bound axes are those of the last SparseCore mesh launched here. (The
-    frontend's contract tells a backend that a kernel is being traced, not
-    which params it has; an emit_pipeline there is recorded for JAX's own.)"""
-    from pallas_frontend.backend_api import tracing_kernel
-    axes = getattr(_last_kernel, "axes", None)
-    if not axes or not tracing_kernel():
-        return False
-    try:
-        return all(jax.lax.axis_size(name) == size for name, size in axes)
-    except NameError:      # an axis of the noted mesh is not bound: another kernel
-        return False
+    """Whether the kernel body traced on this thread runs on SparseCores (its
+    compiler params name a SparseCore kernel type): an emit_pipeline there is
+    recorded for JAX's own."""
+    from pallas_frontend.backend_api import tracing_kernel_params
+    params = tracing_kernel_params()
+    return isinstance(params, CompilerParams) and params.kernel_type in (
+        CoreType.SC_SCALAR_SUBCORE, CoreType.SC_VECTOR_SUBCORE)
 
 
 def _check_count(mesh: str, field: str, value, limit: int, what: str):
@@ -156,7 +140,7 @@ class ScalarSubcoreMesh:
 
     def complete_compiler_params(self, params):
         """The user's params with this mesh's kernel type and axis semantics."""
-        return _noted(self, _sc_params(params, CoreType.SC_SCALAR_SUBCORE, (CORE_PARALLEL,)))
+        return _sc_params(params, CoreType.SC_SCALAR_SUBCORE, (CORE_PARALLEL,))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -204,8 +188,8 @@ class VectorSubcoreMesh:
 
     def complete_compiler_params(self, params):
         """The user's params with this mesh's kernel type and axis semantics."""
-        return _noted(self, _sc_params(params, CoreType.SC_VECTOR_SUBCORE,
-                                       (CORE_PARALLEL, SUBCORE_PARALLEL)))
+        return _sc_params(params, CoreType.SC_VECTOR_SUBCORE,
+                          (CORE_PARALLEL, SUBCORE_PARALLEL))
 
 
 @jax.tree_util.register_dataclass

@@ -248,3 +248,31 @@ def test_sparsecore_trace_is_told_from_a_tensorcore_one():
                          interpret=True)(x)
     np.testing.assert_array_equal(np.asarray(out), x)
     assert seen == [True, False]
+
+
+def test_a_tensorcore_kernel_with_the_sparsecore_meshs_axes_is_not_taken_for_one():
+    """A TensorCore core_map whose axis has the name and size of the last
+    SparseCore mesh's (here "core", 1) is still a TensorCore kernel: the kind is
+    read off the traced kernel's compiler params (backend API 1.12), not guessed
+    from its axes (the guess failed test_async_prefetch under xdist)."""
+    from pallas_tpu import sc_mesh
+    seen = []
+    mesh = plsc.ScalarSubcoreMesh(axis_name="core", num_cores=1)
+
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((8,), jnp.int32), mesh=mesh,
+               interpret=pltpu.InterpretParams())
+    def sc(o_ref):
+        seen.append(sc_mesh.tracing_sparsecore_kernel())
+
+    sc()
+    x = RNG.integers(-100, 100, (8, 128)).astype(np.int32)
+
+    @pl.kernel(out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+               mesh=pltpu.create_tensorcore_mesh("core", num_cores=1),
+               interpret=pltpu.InterpretParams())
+    def tc(x_ref, o_ref):
+        seen.append(sc_mesh.tracing_sparsecore_kernel())
+        pltpu.sync_copy(x_ref, o_ref)
+
+    np.testing.assert_array_equal(np.asarray(tc(x)), x)
+    assert seen == [True, False]

@@ -25,14 +25,19 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
-def grid_context(indices, sizes, names):
-    """Inside, ``pl.program_id(a)`` is ``indices[a]`` and ``pl.num_programs(a)`` ``sizes[a]``."""
-    prev = getattr(_local, "grid", None)
-    _local.grid = GridContext(tuple(indices), tuple(sizes), names)
+def _thread_state(name: str, value):
+    """``_local.<name>`` is ``value`` inside; the outer value returns after."""
+    prev = getattr(_local, name, None)
+    setattr(_local, name, value)
     try:
         yield
     finally:
-        _local.grid = prev
+        setattr(_local, name, prev)
+
+
+def grid_context(indices, sizes, names):
+    """Inside, ``pl.program_id(a)`` is ``indices[a]`` and ``pl.num_programs(a)`` ``sizes[a]``."""
+    return _thread_state("grid", GridContext(tuple(indices), tuple(sizes), names))
 
 
 def current_grid() -> GridContext | None:
@@ -40,16 +45,10 @@ def current_grid() -> GridContext | None:
     return getattr(_local, "grid", None)
 
 
-@contextlib.contextmanager
 def kernel_params(params):
     """Inside, ``current_kernel_params()`` is ``params``: the compiler params of
     the kernel whose body the tracer is tracing."""
-    prev = getattr(_local, "params", None)
-    _local.params = params
-    try:
-        yield
-    finally:
-        _local.params = prev
+    return _thread_state("params", params)
 
 
 def current_kernel_params():

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import pallas_frontend as pf
-from pallas_tpu import key_operands
+from pallas_tpu import key_operands, spaces
 from pallas_tpu.memory import ANY, HBM, SMEM, VMEM, MemorySpace, SemaphoreType
 
 
@@ -86,10 +86,6 @@ def _check_bounded(index):
                          f"dimension (its start and size), got {index!r}.")
 
 
-# the frontend's spaces for checkify errors, prefetched indices and PRNG keys: SMEM, as in JAX
-_SMEM_PLACED = {pf.MemorySpace.ERROR: SMEM, pf.MemorySpace.INDEX: SMEM, pf.MemorySpace.KEY: SMEM}
-
-
 def _space_of(ref):
     # a view (ref.at[...]) carries its base Ref's space; a traced Ref only on its type
     base = getattr(ref, "ref", None)
@@ -140,7 +136,7 @@ class BufferedRef:
         if not key_operands.is_key(dtype):    # a key dtype stays one: its Ref loads keys
             dtype = np.dtype(dtype)
         space = VMEM if spec.memory_space is None else spec.memory_space
-        space = _SMEM_PLACED.get(space, space)
+        space = spaces.tpu_space(space)     # e.g. a PRNG key's space: SMEM, as in JAX
         if not isinstance(space, MemorySpace) or space not in (VMEM, SMEM, HBM):
             raise ValueError(f"BufferedRef: blocks can be buffered in VMEM, SMEM or HBM, "
                              f"not {space}.")

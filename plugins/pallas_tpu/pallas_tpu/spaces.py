@@ -10,12 +10,23 @@ from pallas_tpu import _jax_private, key_operands
 from pallas_tpu.memory import MemorySpace, SemaphoreKind
 
 
+# JAX places checkify errors, prefetched indices and PRNG keys in SMEM
+_SMEM_PLACED = frozenset({pf.MemorySpace.ERROR, pf.MemorySpace.INDEX, pf.MemorySpace.KEY})
+
+
+def tpu_space(space):
+    """A frontend space the TPU keeps in a memory of its own as that memory
+    (SMEM for the ``ERROR``/``INDEX``/``KEY`` spaces); any other unchanged."""
+    return MemorySpace.SMEM if space in _SMEM_PLACED else space
+
+
 def block_memory_space(space):
     """The ``pl.BlockSpec(memory_space=...)`` value for a BlockMapping's space."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
     if space is None or space is pf.MemorySpace.DEFAULT:
         return None
+    space = tpu_space(space)
     if isinstance(space, SemaphoreKind):    # a semaphore Ref's type (pl.empty_ref_like)
         return pltpu.SEMAPHORE
     table = {
@@ -24,9 +35,6 @@ def block_memory_space(space):
         MemorySpace.VMEM_SHARED: pltpu.VMEM_SHARED, MemorySpace.SMEM: pltpu.SMEM,
         MemorySpace.CMEM: pltpu.CMEM, MemorySpace.HBM: pltpu.HBM,
         MemorySpace.SEMAPHORE: pltpu.SEMAPHORE,
-        # JAX places checkify errors, prefetched indices and PRNG keys in SMEM
-        pf.MemorySpace.ERROR: pltpu.SMEM, pf.MemorySpace.INDEX: pltpu.SMEM,
-        pf.MemorySpace.KEY: pltpu.SMEM,
     }
     if space not in table:
         raise NotImplementedError(f"memory space {space!r} has no TPU counterpart")

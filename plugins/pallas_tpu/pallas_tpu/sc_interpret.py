@@ -34,6 +34,7 @@ import threading
 import jax
 import numpy as np
 
+from pallas_tpu import sc_mesh
 from pallas_tpu.memory import MemorySpace
 from pallas_tpu.sc_eval import Evaluator
 from pallas_tpu.sc_views import Buf, poison
@@ -42,8 +43,7 @@ from pallas_tpu.sc_views import Buf, poison
 
 def is_sparsecore_kernel(kernel) -> bool:
     """Whether ``kernel`` was launched over a SparseCore mesh."""
-    kind = getattr(kernel.compiler_params, "kernel_type", None)
-    return getattr(kind, "name", "").startswith("SC_")
+    return sc_mesh.sparsecore_kind(kernel.compiler_params) is not None
 
 
 class Program:

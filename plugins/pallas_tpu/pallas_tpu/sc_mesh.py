@@ -77,14 +77,19 @@ def get_sparse_core_info():
     return sc
 
 
+def sparsecore_kind(compiler_params) -> str | None:
+    """``"SC_VECTOR_SUBCORE"`` / ``"SC_SCALAR_SUBCORE"`` when a kernel's compiler
+    params name a SparseCore kernel type (its mesh completed them so), else None."""
+    name = getattr(getattr(compiler_params, "kernel_type", None), "name", None)
+    return name if name in (CoreType.SC_VECTOR_SUBCORE.name,
+                            CoreType.SC_SCALAR_SUBCORE.name) else None
+
+
 def tracing_sparsecore_kernel() -> bool:
-    """Whether the kernel body traced on this thread runs on SparseCores (its
-    compiler params name a SparseCore kernel type): an emit_pipeline there is
-    recorded for JAX's own."""
+    """Whether the kernel body traced on this thread runs on SparseCores: an
+    emit_pipeline there is recorded for JAX's own."""
     from pallas_frontend.backend_api import tracing_kernel_params
-    params = tracing_kernel_params()
-    return isinstance(params, CompilerParams) and params.kernel_type in (
-        CoreType.SC_SCALAR_SUBCORE, CoreType.SC_VECTOR_SUBCORE)
+    return sparsecore_kind(tracing_kernel_params()) is not None
 
 
 def _check_count(mesh: str, field: str, value, limit: int, what: str):

@@ -32,14 +32,9 @@ from pallas_tpu import (_jax_private, evaluate, layout_ops, primitives, rebuild,
                         sc_primitives, sc_vector_ops)
 from pallas_tpu.spaces import scratch_type_of_aval
 
-_SC_KINDS = ("SC_VECTOR_SUBCORE", "SC_SCALAR_SUBCORE")
-
-
 def kernel_kind(kernel: KernelIR) -> str | None:
     """``"SC_VECTOR_SUBCORE"`` / ``"SC_SCALAR_SUBCORE"`` for a SparseCore kernel, else None."""
-    kind = getattr(kernel.compiler_params, "kernel_type", None)
-    name = getattr(kind, "name", None)
-    return name if name in _SC_KINDS else None
+    return sc_mesh.sparsecore_kind(kernel.compiler_params)
 
 
 def is_sparsecore(kernel: KernelIR) -> bool:

@@ -177,8 +177,8 @@ def trace_kernel_body(kernel: Callable, name: str, grid, grid_names, ref_avals, 
         # Named axes are bound as in JAX: lax.axis_size(name) is the grid size
         # and lax.axis_index(name) the program id (substituted below).
         named = [(n, g) for n, g in zip(grid_names or (), grid) if g is not None]
-        with grid_context(idx, sizes, grid_names), jc.extend_axis_env(named), \
-                axis_binding.kernel_axes(n for n, _ in named), jc.mutable_array_checks(False):
+        with grid_context(idx, sizes, grid_names), axis_binding.bound_kernel_axes(named), \
+                jc.mutable_array_checks(False):
             out = kernel(*args, **kwargs)
         if out is not None:
             raise ValueError(

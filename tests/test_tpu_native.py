@@ -184,3 +184,36 @@ def test_a_file_cut_at_its_limit_keeps_the_outcomes_it_reached(tmp_path):
     assert result["not_passed"]["ours-cut_test::test_b"].startswith("assert 1 == 2")
     run_ = dict(result, per_test=2)
     assert tpu_native._scope(run_) == " (cut; first 2 case(s) of each test)"
+
+
+PENDING_FILE = '''
+import unittest
+
+
+class T(unittest.TestCase):     # as JAX's test classes, collected by their base
+    def test_a(self): pass
+    def test_b(self): pass
+    def test_c(self): pass
+    def test_d(self): pass
+'''
+
+
+def test_pending_tests_are_those_no_run_reached(tmp_path):
+    import json
+    copy = tmp_path / "pack" / "suite" / "ours"
+    copy.mkdir(parents=True)
+    for name in ("listed_test.py", "counted_test.py", "unrun_test.py"):
+        (copy / name).write_text(PENDING_FILE)
+    # a run listing outcomes (a cut file: test_a and test_c reached), an older cut
+    # run with counts only (its first two in pytest's order), and a file never run
+    runs = {"ours/listed_test.py": dict(_run(1, 1, 0), outcomes={"T::test_a": "passed",
+                                                                 "T::test_c": "failed"}),
+            "ours/counted_test.py": _run(1, 0, 1)}
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "native.json").write_text(json.dumps(dict(RECORD, runs=runs)))
+    ids = tpu_native.pending_ids([tmp_path / "one"], tmp_path / "pack",
+                                 ["listed_test.py", "counted_test.py", "unrun_test.py"])
+    assert ids == ["listed_test.py::T::test_b", "listed_test.py::T::test_d",
+                   "counted_test.py::T::test_c", "counted_test.py::T::test_d",
+                   "unrun_test.py::T::test_a", "unrun_test.py::T::test_b",
+                   "unrun_test.py::T::test_c", "unrun_test.py::T::test_d"]

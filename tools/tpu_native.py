@@ -33,7 +33,9 @@ outcome it reached):
 ``report`` reads one or more such folders and writes the "TPU v5e" table of
 ``docs/jax-suite.md``; a later folder's selected tests replace those tests'
 earlier outcomes, a later whole-file run replaces the file's.
-``failed --results DIR...`` prints the ids of the tests ours failed there.
+``failed --results DIR...`` prints the ids of the tests ours failed there;
+``pending --results DIR... --files NAME...`` those of the files' tests that no
+run has reached (collected here, under the host's JAX, from the pack's copy).
 Python 3.11 syntax throughout.
 """
 
@@ -304,6 +306,30 @@ def failed_ids(folders) -> dict[str, list[str]]:
     return {name: tests for name, tests in ids.items() if tests}
 
 
+def pending_ids(folders, pack_dir: Path, files) -> list[str]:
+    """``file::Class::test`` ids of ``files`` that ours' runs have not reached,
+    collected here from the pack's "ours" copy (pytest's order is the chip's). A
+    run that lists each outcome names what it reached; an older cut run without
+    them reached its first passed + failed + skipped tests, in that order."""
+    runs = merge(folders)["runs"]
+    folder = pack_dir / "suite" / "ours"
+    ids = []
+    for name in files:
+        collected = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+             name], cwd=folder, env=jax_suite.file_env(name, "ours", folder),
+            capture_output=True, text=True, timeout=600).stdout
+        # node ids are relative to pytest's rootdir, which may lie above the copy
+        tests = [line.split(name + "::", 1)[1] for line in collected.splitlines()
+                 if name + "::" in line]
+        run_ = runs.get(f"ours/{name}", {})
+        reached = set(run_.get("outcomes", ()))
+        if "outcomes" not in run_ and run_ and "selected" not in run_:
+            reached = set(tests[:run_["passed"] + run_["failed"] + run_["skipped"]])
+        ids += [f"{name}::{t}" for t in tests if t not in reached]
+    return ids
+
+
 def render(record: dict) -> str:
     runs = record["runs"]
     lines = [f"Run natively on one {record['device']} ({record['date']} UTC): Python "
@@ -406,6 +432,10 @@ def main(argv=None) -> int:
                    help="bench: only the cases whose name contains one of these words")
     r.add_argument("--per-test", type=int, default=0,
                    help="jax-suite: only the first N cases of each parameterized test")
+    g = sub.add_parser("pending", help="ids of the tests no run has reached, for run --select")
+    g.add_argument("--results", nargs="+", required=True)
+    g.add_argument("--pack", type=Path, default=PACK)
+    g.add_argument("--files", nargs="+", required=True)
     args = parser.parse_args(argv)
     if args.command == "pack":
         pack(args.jax_src, args.rev, args.out, args.files)
@@ -416,6 +446,8 @@ def main(argv=None) -> int:
                      args.per_test)
         if record["platform"] != "tpu":
             print(f"note: JAX's default device here is {record['platform']}, not a TPU")
+    elif args.command == "pending":
+        print("\n".join(pending_ids(args.results, args.pack, args.files)))
     elif args.command == "failed":
         for tests in failed_ids(args.results).values():
             print("\n".join(tests))

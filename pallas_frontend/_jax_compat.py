@@ -217,13 +217,15 @@ def add_library_package(module_name: str) -> None:
 def jaxpr_source_line(eqn) -> str:
     """``file:line`` of the user code that produced a jaxpr equation, or '': the
     innermost frame outside JAX and this project's packages (else JAX's choice)."""
-    skip = tuple(_library_dirs)
     frames = list(source_info_util.user_frames(eqn.source_info.traceback))
-    frame = next((f for f in frames if not os.path.abspath(f.file_name).startswith(skip)),
-                 frames[0] if frames else None)
+    frame = next(_outside_library(frames), frames[0] if frames else None)
     if frame is None:
         return ""
     return f"{frame.file_name}:{frame.start_line}"
+
+
+def _outside_library(frames):
+    return (f for f in frames if not os.path.abspath(f.file_name).startswith(tuple(_library_dirs)))
 
 
 def sub_jaxprs(eqn):
@@ -348,13 +350,13 @@ def lowering_traces_python(prim) -> bool:
     return False
 
 
-def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):
-    """``eval_jaxpr`` that calls ``before_eqn(eqn, invals)`` ahead of every
-    equation (to bind extra checks; a list it returns replaces the equation's
-    results) and rebinds each equation with ``rewrite_param(value)`` applied
-    to its params (to rewrite nested jaxprs). Source lines are kept, so errors
-    still name the user's code."""
+def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param, inherit_line=False):
+    """``eval_jaxpr`` calling ``before_eqn(eqn, invals)`` ahead of each equation (a list
+    it returns replaces its results), rebinding each with ``rewrite_param`` on its params.
+    Source lines are kept; with ``inherit_line`` (a nested body: JAX cuts its tracebacks
+    at the body's trace) an equation with no user line takes the enclosing one's."""
     env = {}
+    outer = source_info_util.current().traceback if inherit_line else None
 
     def read(v):
         return v.val if isinstance(v, Literal) else env[v]
@@ -365,8 +367,10 @@ def eval_jaxpr_rewriting(jaxpr, args, before_eqn, rewrite_param):
         invals = [read(v) for v in eqn.invars]
         params = {k: rewrite_param(p) for k, p in eqn.primitive.get_bind_params(eqn.params).items()}
         name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
-        with source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack), \
-                eqn.ctx.manager:
+        tb = eqn.source_info.traceback
+        if outer is not None and not next(_outside_library(source_info_util.user_frames(tb)), 0):
+            tb = outer
+        with source_info_util.user_context(tb, name_stack=name_stack), eqn.ctx.manager:
             replaced = before_eqn(eqn, invals)
             ans = eqn.primitive.bind(*invals, **params) if replaced is None else None
         outs = replaced if replaced is not None else (

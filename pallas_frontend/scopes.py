@@ -69,7 +69,8 @@ def free_scoped_refs(refs) -> None:
 
 def _run_inline(args, jaxpr, num_consts):
     refs = [new_scoped_ref(v.aval) for v in jaxpr.invars[num_consts:]]
-    out = jc.eval_jaxpr_rewriting(jaxpr, [*args, *refs], _before_eqn, _rewrite_param)
+    out = jc.eval_jaxpr_rewriting(jaxpr, [*args, *refs], _before_eqn, _rewrite_param,
+                                  inherit_line=True)
     free_scoped_refs(refs)
     return out
 

@@ -136,3 +136,35 @@ def test_tpu_primitive_elsewhere_names_the_users_line_and_advice_that_works(
     x = _x()    # the advice for this machine runs the kernel
     got = pl.pallas_call(kernel, out_shape=out, interpret=pltpu.InterpretParams())(x)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(x))
+
+
+def scoped_copies(x_ref, o_ref):
+    import pallas_tpu as pltpu
+
+    def body(sem):
+        pltpu.async_copy(x_ref, o_ref, sem).wait()
+    pl.run_scoped(body, pltpu.SemaphoreType.DMA)
+
+
+def looped_copies(x_ref, o_ref):
+    import pallas_tpu as pltpu
+
+    @pl.loop(0, 2)
+    def _(i):
+        pltpu.sync_copy(x_ref, o_ref)
+
+
+@pytest.mark.parametrize("kernel,text", [
+    (scoped_copies, "async_copy(x_ref"),      # the user's own scope: its inner line
+    (looped_copies, "sync_copy(x_ref"),       # a library scope inside the user's loop
+])
+def test_a_primitive_in_a_scope_is_named_at_the_users_line(kernel, text):
+    # JAX cuts a nested body's tracebacks at its trace: sync_copy's own scope
+    # held no user frame, and the message fell back to the kernel's def line.
+    pytest.importorskip("pallas_tpu")
+    triton = pytest.importorskip("pallas_triton")
+    with pytest.raises(BackendCapabilityError) as err:
+        pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32),
+                       interpret=triton.InterpretParams())(_x())
+    assert f"'tpu_dma_start' of backend 'tpu' at {HERE}:{_line_of(kernel, text)}," \
+        in str(err.value), str(err.value)

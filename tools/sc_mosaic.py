@@ -35,13 +35,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import jax_suite  # noqa: E402
+import sc_cpu_suite  # noqa: E402
 import sc_mosaic_text  # noqa: E402
 
 FILE = "tpu_sparsecore_pallas_test.py"
 
 
 def write_copies(jax_src: Path, rev: str, work: Path) -> dict[str, Path]:
-    return jax_suite.write_side_copies(jax_src, rev, FILE, work)
+    # ours' copy reads JAX's meshes from ours' tpu_sc, as the CPU-model run's does
+    return jax_suite.write_side_copies(jax_src, rev, FILE, work,
+                                       lambda text: sc_cpu_suite.rewrite_public_attributes(text)[0])
 
 
 def run_side(side: str, directory: Path, topology: str, timeout: float, select: str | None):

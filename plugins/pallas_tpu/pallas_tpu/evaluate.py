@@ -370,14 +370,8 @@ def jax_transforms(transforms) -> tuple:
                  for t in transforms)
 
 
-def _jax_part(part):
-    if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], tuple):
-        return (part[0], jax_transforms(part[1]))     # a view, as split_view made it
-    return part
-
-
 def _unflatten(eqn, invals):
-    return [tpu_prims.join_view(_jax_part(p))
+    return [tpu_prims.join_view(p, jax_transforms)
             for p in jax.tree.unflatten(eqn.params["tree"], invals)]
 
 

@@ -198,7 +198,9 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
             raise TypeError(f"emit_pipeline: {len(specs)} BlockSpecs but {len(refs)} Refs given.")
         dims = [_block_dims(s, r) for s, r in zip(specs, refs)]
         schedule = None
-        if core_axis is None and core_axis_name is None and tracing_kernel() and all(
+        split = core_axis is not None or core_axis_name is not None
+        # (a SparseCore kernel's schedule may split the grid over its subcores too)
+        if tracing_kernel() and (not split or sc_mesh.tracing_sparsecore_kernel()) and all(
                 _schedulable(d, r, sp) for d, r, sp in zip(dims, refs, specs)):
             # traced here (pipeline_schedule.py): runs in every interpreter and
             # pl.program_id in the body is the pipeline's. (Outside a kernel trace,
@@ -221,7 +223,8 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
         n_grid = len(static_grid)
         # the body's pl.num_programs is its core's share of a split grid, as in JAX
         body_grid, _ = pipeline_cores.partition_grid(
-            grid, dimension_semantics, *pipeline_cores.core_info(core_axis, core_axis_name))
+            grid, dimension_semantics, *pipeline_cores.core_info(core_axis, core_axis_name),
+            offsets=False)
 
         n_index = n_grid + int(_explicit_indices)
 

@@ -47,8 +47,10 @@ def _static_size(g) -> int | None:
     return int(g) if isinstance(g, (int, np.integer)) else None
 
 
-def partition_grid(grid, dimension_semantics, num_cores, core_id):
-    """``(this core's grid, offsets to add to its indices)``."""
+def partition_grid(grid, dimension_semantics, num_cores, core_id, *, offsets: bool = True):
+    """``(this core's grid, offsets to add to its indices)``; with
+    ``offsets=False`` the offsets are None and not computed (no equations
+    left unused in the kernel jaxpr, which a rebuild would replay)."""
     grid = tuple(grid)
     zeros = (0,) * len(grid)
     if num_cores is None:
@@ -75,7 +77,7 @@ def partition_grid(grid, dimension_semantics, num_cores, core_id):
     if even:
         d = even[0]
         share = _static_size(grid[d]) // cores
-        return _replace(grid, d, share), _replace(zeros, d, core * share)
+        return _replace(grid, d, share), _replace(zeros, d, core * share) if offsets else None
     dynamic = [i for i in parallel if _static_size(grid[i]) is None]
     static = [i for i in parallel if _static_size(grid[i]) is not None]
     if len(dynamic) > 1:
@@ -91,6 +93,8 @@ def partition_grid(grid, dimension_semantics, num_cores, core_id):
     base, extra = size // cores, size % cores
     # the first `extra` cores take one step more
     steps = jnp.where(core < extra, base + 1, base)
+    if not offsets:
+        return _replace(grid, d, steps), None
     offset = jnp.where(core < extra, core * (base + 1), core * base + extra)
     return _replace(grid, d, steps), _replace(zeros, d, offset)
 

@@ -26,6 +26,7 @@ from pallas_frontend.backend_api import kernel_primitive
 from pallas_frontend import backend_api
 from pallas_tpu import _jax_private
 from pallas_tpu.memory import SemaphoreKind
+from pallas_tpu.view_parts import join_view, split_view  # noqa: F401 (used by other modules)
 
 OWNER = "tpu"
 
@@ -39,23 +40,6 @@ prng_random_bits_p = kernel_primitive("tpu_prng_random_bits", owner=OWNER)
 
 def _is_ref(x) -> bool:
     return isinstance(jax.typeof(x), jax.ref.AbstractRef)
-
-
-def split_view(x):
-    """A Ref or a view ``ref.at[...]`` -> ``(ref, transforms)``; anything else
-    is returned as it is. (Views are not pytrees, their parts are.)"""
-    if hasattr(x, "transforms") and hasattr(x, "ref"):
-        return (x.ref, tuple(x.transforms))
-    return x
-
-
-def join_view(part):
-    """Inverse of ``split_view`` over the kernel's actual Refs."""
-    if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], tuple):
-        ref, transforms = part
-        from pallas_tpu import _jax_private
-        return _jax_private.transformed_ref(ref, transforms)
-    return part
 
 
 def _flatten_with_effects(parts, kinds):

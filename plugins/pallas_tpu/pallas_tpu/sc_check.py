@@ -21,6 +21,7 @@ from __future__ import annotations
 import jax
 
 from pallas_tpu import sc_primitives as scp
+from pallas_tpu.view_parts import IndexView
 
 _CUMULATIVE = ("cumsum", "cummax", "cummin")
 _REMOTE = ("HBM", "VMEM_SHARED")
@@ -128,6 +129,8 @@ def _indirect(transforms):
         for i in getattr(t, "indices", ()):
             if isinstance(i, Indices):
                 return k, i.values
+            if isinstance(i, IndexView):
+                return k, i
             aval = getattr(i, "aval", None)
             if aval is not None and (isinstance(aval, jax.ref.AbstractRef) or aval.ndim):
                 return k, i
@@ -155,8 +158,12 @@ def _check_dma(eqn) -> None:
         raise NotImplementedError(f"Scatter/gather via `pltpu.async_copy` from {s_space} to "
                                   f"{d_space} is not supported")
     k, offsets = indexed
-    aval = offsets.aval
-    if len(aval.shape) != 1:
+    aval = offsets.ref.aval if isinstance(offsets, IndexView) else offsets.aval
+    if isinstance(offsets, IndexView):        # part of an index Ref: JAX checks its dtype only
+        if aval.inner_aval.dtype != jax.numpy.int32:
+            raise NotImplementedError("Only int32 indices are supported by scatter/gather via "
+                                      "`pltpu.async_copy` with a dynamically-shaped indexer")
+    elif len(aval.shape) != 1:
         raise NotImplementedError("Only 1D indices are supported by scatter/gather via "
                                   f"`pltpu.async_copy` on SparseCore, got rank {len(aval.shape)}")
     if isinstance(aval, jax.ref.AbstractRef) and _space(aval) != "VMEM":

@@ -171,7 +171,8 @@ class Evaluator:
         if schedule is None:
             raise NotImplementedError(
                 "The SparseCore CPU model runs an emit_pipeline traced inside a kernel over "
-                "whole blocks (no core_axis, no ragged or Indirect blocks); this one was not.")
+                "whole blocks (no ragged or Indirect blocks; a core axis only on a SparseCore "
+                "mesh axis); this one was not.")
         return self.eval_jaxpr(schedule, list(invals[len(invals) - num_schedule_consts:]))
 
     # --- SparseCore memory ops -----------------------------------------------------------

@@ -29,7 +29,7 @@ from jax import lax
 from pallas_frontend.backend_api import KernelIR
 
 from pallas_tpu import (_jax_private, evaluate, layout_ops, primitives, rebuild, sc_mesh,
-                        sc_primitives, sc_vector_ops)
+                        sc_primitives, sc_vector_ops, view_parts)
 from pallas_tpu.spaces import scratch_type_of_aval
 
 def kernel_kind(kernel: KernelIR) -> str | None:
@@ -180,14 +180,25 @@ def _hoist_view_indices(eqns, env) -> list:
     for e in eqns:
         # the operands' positions, unflattened as the DMA's parts are
         parts = jax.tree.unflatten(e.params["tree"], list(range(len(e.invars))))
-        at = {i for t in jax.tree.leaves(parts, is_leaf=_is_ndindexer) if _is_ndindexer(t)
-              for i in t.indices if isinstance(i, int) and _is_literal(e.invars[i])}
+        at = {i for i in _indexer_positions(parts) if _is_literal(e.invars[i])}
         out.append(e.replace(invars=[hoisted(v) if i in at else v
                                      for i, v in enumerate(e.invars)]) if at else e)
     return out
 
 
 _DMAS = (primitives.dma_start_p, primitives.dma_wait_p)
+
+
+def _indexer_positions(parts):
+    """The operand positions that are whole indices of the views' indexers,
+    those of a view used as an index (``x.at[idx.at[0]]``) included."""
+    for t in jax.tree.leaves(parts, is_leaf=_is_ndindexer):
+        if _is_ndindexer(t):
+            for i in t.indices:
+                if isinstance(i, int):
+                    yield i
+                elif isinstance(i, view_parts.IndexView):
+                    yield from _indexer_positions(i.transforms)
 
 
 def _is_ndindexer(x) -> bool:

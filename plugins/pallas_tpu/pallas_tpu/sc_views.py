@@ -13,6 +13,7 @@ import numpy as np
 
 from pallas_tpu import _jax_private
 from pallas_tpu import sc_primitives as scp
+from pallas_tpu.view_parts import IndexView
 
 # atomics (addupdate*, fetch_and_add) of every program hold it
 ATOMIC = threading.Lock()
@@ -75,7 +76,7 @@ def _index_arrays(buf: Buf, transforms, prog, op: str):
                            if size else np.zeros((0,), int))
                 sel[-1] = ("slice", sel[-1])
             else:
-                a, rows = _offsets(i)
+                a, rows = _offsets(i, prog, op)
                 if rows is not None:
                     keep = rows if keep is None else keep & rows
                 if np.any((a < 0) | (a >= shape[d])):
@@ -108,14 +109,18 @@ def _bitcast_view(data, dtype, op):
     return parts, (*grid[:-2], grid[-2] // k, grid[-2] % k, grid[-1])
 
 
-def _offsets(i):
-    """An integer index (a value, an index Ref's buffer, or ``Indices``) as an
-    array, its ignored entries replaced by 0, and which rows to keep (or None)."""
+def _offsets(i, prog, op):
+    """An integer index (a value, an index Ref's buffer or a view of one, or
+    ``Indices``) as an array, its ignored entries replaced by 0, and which
+    rows to keep (or None)."""
     from pallas_tpu.sc_mesh import Indices
     ignored = None
     if isinstance(i, Indices):
         i, ignored = i.values, i.ignored_value
-    a = np.array(i.data if isinstance(i, Buf) else i)
+    if isinstance(i, IndexView):
+        a = read(i.ref, i.transforms, prog, f"{op} (index Ref view)")
+    else:
+        a = np.array(i.data if isinstance(i, Buf) else i)
     if ignored is None:
         return a, None
     rows = a != ignored

@@ -59,12 +59,11 @@ def new_scoped_ref(aval):
 
 
 def free_scoped_refs(refs) -> None:
-    # JAX 0.12's free_ref fails JAX's own jaxpr check (jax_enable_checks) in a
-    # cond branch (its abstract eval gives {} where the equation has set()):
-    # under checks the scope's end goes unmarked; no backend relies on it.
-    if not jax.config.jax_enable_checks:
-        for r in refs:
-            jax.free_ref(r)
+    # always, jax_enable_checks or not: a free_ref is what tells a backend a
+    # scoped buffer from a body's own jax.empty_ref (JAX allocates that one in
+    # place, a scoped one in a region)
+    for r in refs:
+        jax.free_ref(r)
 
 
 def _run_inline(args, jaxpr, num_consts):

@@ -8,6 +8,7 @@ are compared with NumPy in float64 on fresh random data."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import pallas_frontend as pl
 from pallas_frontend import _jax_compat as jc
@@ -73,13 +74,15 @@ def _call(x):
                           in_specs=[spec], out_specs=spec, interpret=True)(x)
 
 
-def test_backends_see_the_flat_form_in_loop_bodies_too():
+@pytest.mark.parametrize("checks", [False, True], ids=["plain", "jax_enable_checks"])
+def test_backends_see_the_flat_form_in_loop_bodies_too(checks):
+    # the free_ref marks a scoped buffer (a body's own jax.empty_ref has none)
     x = jnp.zeros((16, 128), jnp.float32)
-    names = [e.primitive.name for e in _iter_equations(kernel_ir(_call, x).jaxpr.jaxpr)]
+    with jax.enable_checks(checks):
+        names = [e.primitive.name for e in _iter_equations(kernel_ir(_call, x).jaxpr.jaxpr)]
     assert "run_scoped" not in names
     assert names.count("empty_ref") == 2
-    if not jax.config.jax_enable_checks:
-        assert names.count("free_ref") == 2
+    assert names.count("free_ref") == 2
 
 
 def test_nested_scopes_in_a_loop_compute_as_numpy(rng):

@@ -30,7 +30,8 @@ from pallas_frontend.backend_api import KernelIR
 
 from pallas_tpu import (_jax_private, evaluate, layout_ops, primitives, rebuild, sc_mesh,
                         sc_primitives, sc_vector_ops, view_parts)
-from pallas_tpu.spaces import scratch_type_of_aval
+from pallas_tpu.memory import SemaphoreKind
+from pallas_tpu.spaces import block_memory_space, scratch_type_of_aval
 
 def kernel_kind(kernel: KernelIR) -> str | None:
     """``"SC_VECTOR_SUBCORE"`` / ``"SC_SCALAR_SUBCORE"`` for a SparseCore kernel, else None."""
@@ -104,27 +105,27 @@ def _scopes_closed_where_freed():
     it open to the end of the enclosing body. Here each scope closes where its
     buffers are freed (a ``sync_copy``'s semaphore right after the copy), as
     JAX's own kernel scopes them: Mosaic's regions then nest as in JAX's
-    module. Values made inside and read after leave through the scope. (Also
-    in force while the kernel is rebuilt: ``_bitcast``.)"""
+    module. Values made inside and read after leave through the scope. An
+    allocation never freed is the body's own ``jax.empty_ref``, made in place
+    as JAX makes it. (Also in force while the kernel is rebuilt: ``_bitcast``.)"""
     original = evaluate._open_scope
 
     def open_scope(jaxpr, k, env):
         eqns = jaxpr.eqns
+        if not _is_freed(eqns, k):
+            ref = _own_allocation(eqns[k])
+            if ref is None:                      # no TPU space of its own: ours' scope
+                return original(jaxpr, k, env)
+            env[eqns[k].outvars[0]] = ref
+            return evaluate._eval_from(jaxpr, k + 1, env)
         end = k
-        while end < len(eqns) and eqns[end].primitive.name == "empty_ref":
+        while end < len(eqns) and eqns[end].primitive.name == "empty_ref" \
+                and _is_freed(eqns, end):
             end += 1
         allocated = {e.outvars[0] for e in eqns[k:end]}
-        frees = [i for i in range(end, len(eqns)) if eqns[i].primitive.name == "free_ref"
-                 and eqns[i].invars[0] in allocated]
-        if len(frees) == len(allocated):
-            last, resume = max(frees), max(frees) + 1
-        else:
-            last = _copy_scope_end(eqns, end, allocated)
-            resume = last
-        if last is None:                         # held to the end of the body
-            whole = types.SimpleNamespace(
-                eqns=eqns[:end] + _hoist_view_indices(eqns[end:], env), outvars=jaxpr.outvars)
-            return original(whole, k, env)
+        last = max(i for i in range(end, len(eqns)) if eqns[i].primitive.name == "free_ref"
+                   and eqns[i].invars[0] in allocated)
+        resume = last + 1
         defined = {v for e in eqns[k:last] for v in e.outvars}
         later = [v for e in eqns[resume:] for v in e.invars] + list(jaxpr.outvars)
         leaving = list(dict.fromkeys(v for v in later if not _is_literal(v) and v in defined))
@@ -143,20 +144,25 @@ def _scopes_closed_where_freed():
         evaluate._RULES[layout_ops.bitcast_p] = bitcast_rule
 
 
-def _copy_scope_end(eqns, start: int, allocated: set) -> int | None:
-    """Where a scope with no ``free_ref`` (the frontend leaves the end of a
-    scope unmarked under ``jax_enable_checks``, as JAX's tests run) ends, if it
-    is a ``sync_copy``'s: DMA starts and waits on its buffers, which nothing
-    after them uses. Else None (the scope is held to the end of the body)."""
-    stop = start
-    while stop < len(eqns) and eqns[stop].primitive in _DMAS:
-        stop += 1
-    def uses(e):
-        return any(v in allocated for v in e.invars if not _is_literal(v))
-    used = [i for i in range(start, stop) if uses(eqns[i])]
-    if not used or any(uses(e) for e in eqns[used[-1] + 1:]):
+def _is_freed(eqns, k: int) -> bool:
+    """Whether the allocation ``eqns[k]`` is a ``pl.run_scoped`` buffer: the
+    frontend ends each scope with a ``free_ref``; a ``jax.empty_ref`` of the
+    body's own has none (it lives to the end of the body)."""
+    ref = eqns[k].outvars[0]
+    return any(e.primitive.name == "free_ref" and e.invars[0] is ref for e in eqns[k + 1:])
+
+
+def _own_allocation(eqn):
+    """A body's own ``jax.empty_ref`` as JAX's kernel makes it (Mosaic's
+    ``alloca`` where it stands, no region around the rest of the body); None
+    for a Ref with no memory space of JAX's VMEM/SMEM kind."""
+    ty, space = eqn.params["ty"], eqn.params.get("memory_space")
+    if space is None or isinstance(space, SemaphoreKind):
         return None
-    return used[-1] + 1
+    target = block_memory_space(space)
+    if target is None or getattr(target, "name", None) == "SEMAPHORE":
+        return None
+    return jax.empty_ref(jax.ShapeDtypeStruct(ty.shape, ty.dtype), memory_space=target)
 
 
 def _hoist_view_indices(eqns, env) -> list:

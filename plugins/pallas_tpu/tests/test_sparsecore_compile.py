@@ -311,7 +311,32 @@ def loop_to_subcore_id(api):
     return f, [((16, 8), i32)]
 
 
-KERNELS = [add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add, vector_gather_scatter,
+def own_empty_ref_and_scope(api):
+    """A body's own ``jax.empty_ref`` (JAX: allocated in place) beside a
+    ``pl.run_scoped`` buffer (JAX: a region around the scope's body)."""
+    pl_, pltpu_, plsc_ = api
+
+    def f(x):
+        @functools.partial(pl_.kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           mesh=_mesh(plsc_))
+        def own(x_hbm, o_hbm):
+            s = lax.axis_index("subcore")
+            row = jax.empty_ref(jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                                memory_space=pltpu_.VMEM)
+            count = jax.empty_ref(jax.ShapeDtypeStruct((1,), i32), memory_space=pltpu_.SMEM)
+            count[0] = s + 1
+            pltpu_.sync_copy(x_hbm.at[s], row)
+
+            def scoped(tmp):
+                tmp[...] = row[...] * count[0].astype(x.dtype)
+                pltpu_.sync_copy(tmp, o_hbm.at[s])
+            pl_.run_scoped(scoped, pltpu_.VMEM(x.shape[1:], x.dtype))
+            row[...] = row[...] + 1.0
+        return own(x)
+    return f, [((16, 8), f32)]
+
+
+KERNELS = [own_empty_ref_and_scope, add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add, vector_gather_scatter,
            scans_and_sort, pack_unpack_bitcast, parallel_loop_with_carry, fetch_and_add_in_smem,
            shared_vmem_slice, scalar_subcore_copy, loop_to_subcore_id]
 NEEDS = {shared_vmem_slice: ("0.12", _jax_private.jax_has_shared_slice(),
@@ -361,12 +386,12 @@ def test_shared_slice_on_an_older_jax_fails_naming_the_release():
         _compile(shared_vmem_slice, OUR_API)
 
 
-@pytest.mark.parametrize("kernel", [add_one_per_subcore, pipelined_scale],
-                         ids=lambda k: k.__name__)
+@pytest.mark.parametrize("kernel", [add_one_per_subcore, pipelined_scale,
+                                    own_empty_ref_and_scope], ids=lambda k: k.__name__)
 def test_sync_copy_scopes_under_jax_enable_checks(kernel):
-    """Under jax_enable_checks (as JAX's tests run) the frontend leaves a scope's
-    end unmarked; a sync_copy's semaphore region still closes after its DMAs,
-    as in JAX's module, instead of enclosing the rest of the body."""
+    """Under jax_enable_checks (as JAX's tests run) too, a scope's end is marked
+    (free_ref): a sync_copy's semaphore region closes after its DMAs, and a
+    body's own jax.empty_ref is told from a scoped buffer, as in JAX's module."""
     with jax.enable_checks(True):
         theirs = _compile(kernel, JAX_API)
         ours = _compile(kernel, OUR_API)

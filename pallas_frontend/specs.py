@@ -150,6 +150,13 @@ class MemoryRef:
         import jax
         return jax.core.ShapedArray(self.shape, self.dtype)
 
+    def __matmul__(self, mesh):
+        """``space(shape, dtype) @ mesh`` is ``(space @ mesh)(shape, dtype)``,
+        as in JAX: the space (a backend's) says what tying it to a mesh means."""
+        tie = getattr(type(self.memory_space), "__matmul__", None)
+        tied = NotImplemented if tie is None else tie(self.memory_space, mesh)
+        return tied if tied is NotImplemented else tied(self.shape, self.dtype)
+
 
 class MemorySpace(enum.Enum):
     """Device-agnostic memory spaces; backends add their own physical ones.

@@ -8,6 +8,7 @@ int32 Refs, which is what the frontend's semaphore primitives expect.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 
 import numpy as np
@@ -43,6 +44,37 @@ class MemorySpace(enum.Enum):
     def __str__(self):
         return self.name
 
+    def __matmul__(self, mesh):
+        """``VMEM @ mesh`` (JAX's): this space of the cores ``mesh`` runs on."""
+        if getattr(mesh, "supported_memory_spaces", None) is None:
+            return NotImplemented
+        return CoreMemorySpace(self, mesh)
+
+
+@dataclasses.dataclass(frozen=True)
+class CoreMemorySpace:
+    """A memory space tied to a mesh (``pltpu.VMEM @ mesh``), as JAX writes
+    the memory of one kind of core. Ours launches one kernel at a time, on
+    one mesh, so in it this is the space itself: calling it makes a plain
+    scratch type of ``memory_space``. (JAX also lets a kernel of one core
+    type name another's memory, for its multi-kernel launches, which ours
+    does not provide.)"""
+    memory_space: MemorySpace
+    mesh: object
+
+    def __post_init__(self):
+        if self.memory_space not in self.mesh.supported_memory_spaces:
+            supported = ", ".join(str(s) for s in self.mesh.supported_memory_spaces)
+            raise ValueError(f"Memory space {self.memory_space} is not supported by mesh "
+                             f"{self.mesh} (its spaces: {supported}).")
+
+    def __call__(self, shape, dtype) -> pf.MemoryRef:
+        return self.memory_space(shape, dtype)
+
+    def __str__(self):
+        core = getattr(self.mesh, "core_type", None)
+        return f"{self.memory_space}@{getattr(core, 'name', core)}"
+
 
 ANY = MemorySpace.ANY
 VMEM = MemorySpace.VMEM
@@ -77,6 +109,13 @@ class SemaphoreType(enum.Enum):
     def get_ref_aval(self):
         """The Ref type of one semaphore of this kind (JAX's scratch-type protocol)."""
         return self(()).get_ref_aval()
+
+    def __matmul__(self, mesh):
+        """``SemaphoreType.DMA @ mesh`` (JAX's): one semaphore of ``mesh``'s cores."""
+        if getattr(mesh, "supported_memory_spaces", None) is None:
+            return NotImplemented
+        CoreMemorySpace(MemorySpace.SEMAPHORE, mesh)       # JAX's check
+        return self(())
 
     # As an out_shape, ``SemaphoreType.DMA`` is one semaphore, as ``DMA(())`` (as in JAX).
     shape = property(lambda self: (), doc="``()``: as an out_shape, one semaphore.")

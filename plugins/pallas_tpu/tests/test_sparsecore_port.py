@@ -1,7 +1,7 @@
 """SparseCore kernel forms JAX's tpu_sparsecore_pallas_test.py uses that
 ours had refused: a view of an index Ref as the index of an indirect DMA
 (``x.at[idx.at[pl.ds(k, n)]]``), an emit_pipeline split over the subcores
-(``core_axis_name``). Each kernel is written once against an API triple
+(``core_axis_name``), scratch in a mesh's memory (``pltpu.VMEM(...) @ mesh``). Each kernel is written once against an API triple
 (pl, pltpu, plsc); ours runs it in the SparseCore CPU model against NumPy on
 fresh random data, and compiles it device-less for a SparseCore topology to
 JAX's Mosaic module.
@@ -114,7 +114,53 @@ def gather_pipelined_over_subcores(api, **extra):
     return f, operands, lambda x, idx: x[idx[0]]
 
 
-KERNELS = [gather_through_index_view, gather_pipelined_over_subcores]
+def scatter_add_into_mesh_vmem(api, **extra):
+    """Scratch typed ``pltpu.VMEM(shape, dtype) @ mesh`` (and ``(VMEM @ mesh)(...)``):
+    subcore s zeroes it, scatter-adds its values at random (repeated) indices,
+    and copies the sums out (JAX's test_addupdate_scatter_core_memory_space)."""
+    pl_, pltpu_, plsc_ = api
+    ns = 4
+
+    def f(x, idx):
+        mesh = _mesh(plsc_, num_subcores=ns)   # (JAX's reads the chip: made under the trace)
+
+        @_kernel(api, extra, out_type=jax.ShapeDtypeStruct((ns, 2 * L), x.dtype), mesh=mesh,
+                 scratch_types=[pltpu_.VMEM((2 * L,), x.dtype) @ mesh,
+                                (pltpu_.VMEM @ mesh)((L,), x.dtype),
+                                pltpu_.VMEM((L,), i32) @ mesh])
+        def k(x_hbm, i_hbm, o_hbm, acc, xv, iv):
+            s = lax.axis_index("subcore")
+            pltpu_.sync_copy(x_hbm.at[s], xv)
+            pltpu_.sync_copy(i_hbm.at[s], iv)
+            acc[...] = jnp.zeros_like(acc)
+            plsc_.addupdate_scatter(acc, [iv[...]], xv[...])
+            pltpu_.sync_copy(acc, o_hbm.at[s])
+        return k(x, idx)
+
+    def operands():
+        return (RNG.integers(-1000, 1000, (ns, L)).astype(np.int32),
+                RNG.integers(0, 2 * L, (ns, L)).astype(np.int32))
+
+    def reference(x, idx):
+        out = np.zeros((ns, 2 * L), np.int64)
+        for s in range(ns):
+            np.add.at(out[s], idx[s], x[s])
+        return out
+    return f, operands, reference
+
+
+KERNELS = [gather_through_index_view, gather_pipelined_over_subcores, scatter_add_into_mesh_vmem]
+
+
+def test_mesh_memory_space_is_checked_as_in_jax():
+    """A space the mesh's cores lack is refused when tied, naming the mesh."""
+    scalar = plsc.ScalarSubcoreMesh(axis_name="core", num_cores=1)
+    with pytest.raises(ValueError, match="not supported by mesh"):
+        pltpu.VMEM((L,), i32) @ scalar
+    with pytest.raises(TypeError):
+        pltpu.VMEM((L,), i32) @ "not a mesh"
+    assert pltpu.SMEM((4,), i32) @ scalar == pltpu.SMEM((4,), i32)
+    assert str(pltpu.VMEM @ _mesh(plsc)) == "VMEM@SC_VECTOR_SUBCORE"
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.__name__)

@@ -9,7 +9,7 @@ from typing import Any
 import jax
 
 from pallas_frontend import (axis_binding, captured_scalars, closed_refs, foreign_params,
-                             frames, pinned_buffers, ref_checks, registry)
+                             frames, hijax_operands, pinned_buffers, ref_checks, registry)
 from pallas_frontend.call_primitive import declares_side_effects, pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.jitted_call import JittedCall
@@ -19,8 +19,7 @@ from pallas_frontend.primitives import enable_debug_checks, take_kernel_failure
 from pallas_frontend.specs import (CompilerParams, CostEstimate, GridSpec, MemoryRef,
                                    no_block_spec)
 from pallas_frontend.tracing import (alias_mapping, block_mapping, build_kernel_ir,
-                                     grid_sizes_operand, normalize_out_shape,
-                                     resolve_grid_spec)
+                                     grid_sizes_operand, normalize_out_shape, resolve_grid_spec)
 
 frames.hide_frontend()     # our frames leave tracebacks as JAX's own do
 
@@ -50,6 +49,7 @@ def _name_kernel_error(e: Exception, kernel: Callable, name: str | None) -> None
 
 
 @_names_kernel
+@hijax_operands.takes_hijax_types      # operands of JAX's hijax types: over their arrays
 def pallas_call(
     kernel: Callable[..., None],
     out_shape: Any,

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import pallas_frontend as pf
-from pallas_tpu import key_operands, spaces
+from pallas_tpu import hijax_refs, key_operands, spaces
 from pallas_tpu.memory import ANY, HBM, SMEM, VMEM, MemorySpace, SemaphoreType
 
 
@@ -160,7 +160,10 @@ class BufferedRef:
             block = _kernel_block_shape(spec)
             # a 1-D block's slots lie end to end, as in JAX
             shape = (total * block[0],) if len(block) == 1 else (total, *block)
-        window = None if prefetched_count > 0 else space(shape, dtype)
+        # an operand of a hijax type: its blocks in a buffer of that type
+        window = (None if prefetched_count > 0 else
+                  hijax_refs.HijaxBuffer(dtype_or_type.update(shape=shape), space)
+                  if hijax_refs.is_hijax_type(dtype_or_type) else space(shape, dtype))
         if prefetched_count > n_in and not is_trivial_windowing:
             raise ValueError(f"BufferedRef: prefetched_count={prefetched_count} exceeds the "
                              f"{n_in} input buffers.")
@@ -378,7 +381,9 @@ class BufferedRef:
         return tuple(out)
 
     def _to_window_slice(self, dma_slice):
-        return tuple(pf.ds(0, s.size) for s, d in zip(dma_slice, self.block_shape)
+        # an Indirect dim's DMA index is its indices: the whole block dim
+        return tuple(pf.ds(0, d.block_size if isinstance(d, pf.Indirect) else s.size)
+                     for s, d in zip(dma_slice, self.block_shape)
                      if not (d is None or isinstance(d, pf.Squeezed)))
 
     def bind_existing_ref(self, window_ref, indices):

@@ -32,6 +32,7 @@ import numpy as np
 
 import pallas_frontend as pf
 from pallas_frontend.backend_api import nested_grid
+from pallas_tpu import hijax_refs
 from pallas_tpu.buffered_ref import BufferedRef, BufferType, source_space
 
 _SLOTS = ("copy_in_slot", "wait_in_slot", "copy_out_slot", "wait_out_slot", "next_fetch")
@@ -309,8 +310,9 @@ def make_allocations(*refs, in_specs=(), out_specs=(), grid=(), tiling=None):
         count = (1 if trivial else 2) if mode is None else mode.buffer_count
         if kind is BufferType.OUTPUT and mode is not None and mode.use_lookahead:
             raise ValueError("make_allocations: outputs do not take use_lookahead.")
+        ty = hijax_refs.operand_type(ref) or jax.ShapeDtypeStruct(tuple(ref.shape), ref.dtype)
         return BufferedRef.create(
-            spec, jax.ShapeDtypeStruct(tuple(ref.shape), ref.dtype), kind, count,
+            spec, ty, kind, count,
             grid_rank=len(grid),
             use_lookahead=kind is BufferType.INPUT and mode is not None and mode.use_lookahead,
             source_memory_space=source_space(ref), tiling=tiling, is_trivial_windowing=trivial,

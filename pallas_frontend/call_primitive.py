@@ -284,9 +284,13 @@ def declares_side_effects(compiler_params) -> bool:
 def _dce_rule(used_outs, *live_ins_eqn):
     """An unused launch is kept as JAX's pallas_call keeps it: always up to JAX
     0.11 (whose DCE rules get no live_ins; XLA drops a pure one), from 0.12 where
-    JAX's default rule keeps it or its params declare side effects."""
+    JAX's default rule keeps it or its params declare side effects. A launch
+    with no outputs at all is kept too: it is a ``pl.kernel``/``core_map`` run
+    for what it does on the chip, which JAX's (``mpmd_map``) never drops."""
     eqn = live_ins_eqn[-1]
-    if len(live_ins_eqn) == 1 or declares_side_effects(eqn.params["kernel"].compiler_params):
+    kernel = eqn.params["kernel"]
+    if (len(live_ins_eqn) == 1 or not kernel.out_avals
+            or declares_side_effects(kernel.compiler_params)):
         return [True] * len(eqn.invars), eqn
     return jc.pe._default_dce_rule(used_outs, *live_ins_eqn)
 

@@ -107,7 +107,9 @@ def pallas_call(
     normalize_out_shape(out_shape)   # bad shapes are refused here, before any call
 
     static_grid = all(isinstance(g, int) for g in gs.grid)
-    side_effecting = declares_side_effects(compiler_params)
+    # a launch with no results is there for what it does on the chip (JAX's
+    # pl.kernel(out_type=()) launch is never dropped): kept as a side-effecting one
+    side_effecting = declares_side_effects(compiler_params) or not jax.tree.leaves(out_shape)
 
     def trace(mode, debug_checks, dyn_sizes, *args):
         ir, out_tree = build_kernel_ir(

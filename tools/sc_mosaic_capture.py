@@ -80,9 +80,15 @@ def _capturing(prim, mesh):
         with (jax.set_mesh(mesh) if _trace_state_clean() else
               jax.sharding.use_abstract_mesh(mesh.abstract_mesh)):
             try:
-                # out_shardings: a kernel without operands is placed on the topology too
-                lowered = jax.jit(lambda *xs: original(*xs, **params),
-                                  out_shardings=NamedSharding(mesh, PartitionSpec())
+                # out_shardings: a kernel without operands is placed on the topology too;
+                # one with neither operands nor results through a placed scalar beside it
+                # (JAX's pl.kernel(out_type=()) launches such)
+                placed = len(avals) == 0
+
+                def launch(*xs):
+                    outs = original(*xs, **params)
+                    return (outs, jnp.zeros((), jnp.int32)) if placed else outs
+                lowered = jax.jit(launch, out_shardings=NamedSharding(mesh, PartitionSpec())
                                   ).trace(*specs).lower()
             except Exception as e:
                 rec.update(status="lower error", error=_first_line(e),
@@ -96,7 +102,8 @@ def _capturing(prim, mesh):
             except Exception as e:
                 rec.update(status="compile error", error=_first_line(e))
         _record(rec)
-        outs = [jnp.zeros(o.shape, o.dtype) for o in jax.tree.leaves(lowered.out_info)]
+        out_info = lowered.out_info[0] if placed else lowered.out_info
+        outs = [jnp.zeros(o.shape, o.dtype) for o in jax.tree.leaves(out_info)]
         return outs if prim.multiple_results else outs[0]
 
     prim.bind = bind

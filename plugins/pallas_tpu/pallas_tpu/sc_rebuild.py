@@ -24,6 +24,7 @@ import types
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from pallas_frontend.backend_api import KernelIR
@@ -364,6 +365,9 @@ def _parallel_loop(eqn, invals):
     p = eqn.params
     lower, upper, step = invals[:3]
     consts, carries = invals[3:3 + p["num_consts"]], invals[3 + p["num_consts"]:]
+    # a literal (a NumPy value) closed over by the body would be made inside it;
+    # as a JAX array it is an operand of the loop, made before it, as in JAX's
+    consts = [jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x for x in consts]
     loop_body = p["body"]
     jaxpr = getattr(loop_body, "jaxpr", loop_body)
     body_consts = getattr(loop_body, "consts", ())

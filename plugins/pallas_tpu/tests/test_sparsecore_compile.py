@@ -336,7 +336,32 @@ def own_empty_ref_and_scope(api):
     return f, [((16, 8), f32)]
 
 
-KERNELS = [own_empty_ref_and_scope, add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add, vector_gather_scatter,
+def no_results_parallel_loop_in_loop(api):
+    """A kernel with no results (``out_type=()``) is launched, as JAX launches
+    every ``pl.kernel``; the inner loop's closed-over constant array is made
+    before it (an operand of the loop), as in JAX's module."""
+    pl_, pltpu_, plsc_ = api
+    u32 = jnp.uint32
+
+    def f(x):
+        @functools.partial(pl_.kernel, out_type=(), mesh=_mesh(plsc_),
+                           scratch_types=[pltpu_.VMEM((8,), u32), pltpu_.VMEM((8,), u32)])
+        def no_results(x_hbm, a_ref, c_ref):
+            pltpu_.sync_copy(x_hbm.at[lax.axis_index("subcore")], a_ref)
+
+            @pl_.loop(0, 4)
+            def _(i):
+                const = jnp.array(0, u32)
+
+                @plsc_.parallel_loop(0, 8)
+                def _(j):
+                    shifted = a_ref[...] >> i.astype(u32)
+                    plsc_.store_compressed(c_ref.at[...], a_ref[...], mask=shifted > const)
+        no_results(x)
+    return f, [((16, 8), jnp.uint32)]
+
+
+KERNELS = [no_results_parallel_loop_in_loop, own_empty_ref_and_scope, add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add, vector_gather_scatter,
            scans_and_sort, pack_unpack_bitcast, parallel_loop_with_carry, fetch_and_add_in_smem,
            shared_vmem_slice, scalar_subcore_copy, loop_to_subcore_id]
 NEEDS = {shared_vmem_slice: ("0.12", _jax_private.jax_has_shared_slice(),

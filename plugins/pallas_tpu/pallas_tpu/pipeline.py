@@ -24,7 +24,7 @@ import pallas_frontend as pf
 from pallas_frontend.backend_api import KernelIR, kernel_primitive, tracing_kernel
 
 from pallas_frontend import backend_api
-from pallas_tpu import _jax_private, pipeline_cores, pipeline_schedule, sc_mesh
+from pallas_tpu import _jax_private, pipeline_cores, pipeline_maps, pipeline_schedule, sc_mesh
 from pallas_tpu.buffered_ref import source_space
 from pallas_tpu.memory import VMEM, MemorySpace
 from pallas_tpu.primitives import OWNER, _effects, _flatten_with_effects, _is_ref, join_view
@@ -63,31 +63,6 @@ def _spec_list(specs) -> list:
     return list(specs)
 
 
-def _trace_index_map(spec: pf.BlockSpec, n_grid: int, dims):
-    """A jaxpr from the grid indices to one int32 per block dim (two, start
-    and size, for a BoundedSlice dim, whose index map returns ``pl.ds``)."""
-    def flat(*idx):
-        out = spec.index_map(*idx)
-        out = out if isinstance(out, (tuple, list)) else (out,)
-        if len(out) != len(dims):
-            raise ValueError(f"emit_pipeline: the index map returned {len(out)} indices for a "
-                             f"block of {len(dims)} dims.")
-        leaves = []
-        for v, d in zip(out, dims):
-            if isinstance(d, pf.BoundedSlice):
-                if not (hasattr(v, "start") and hasattr(v, "size")):
-                    raise ValueError("emit_pipeline: Must return a pl.ds from the index_map "
-                                     f"for a BoundedSlice dimension (start, size), got {v!r}.")
-                leaves += [jnp.asarray(v.start, jnp.int32), jnp.asarray(v.size, jnp.int32)]
-            else:
-                leaves.append(jnp.asarray(v, jnp.int32))
-        return leaves
-    # what the map reads from the kernel (e.g. a scoped SMEM Ref of slice
-    # bounds) comes back as consts: operands of the pipeline, as the body's
-    return backend_api.trace_body(
-        flat, [jax.core.ShapedArray((), jnp.int32)] * n_grid, traced_for="emit_pipeline index_map")
-
-
 def _block_dims(spec: pf.BlockSpec, ref) -> tuple:
     """The spec's block dims as the frontend's kinds (an int is Blocked, None Squeezed)."""
     shape = tuple(ref.shape) if spec.block_shape is None else tuple(spec.block_shape)
@@ -99,6 +74,8 @@ def _block_dims(spec: pf.BlockSpec, ref) -> tuple:
             dims.append(pf.Blocked(int(d)))
         elif isinstance(d, (pf.Blocked, pf.BoundedSlice)):
             dims.append(d)
+        elif isinstance(d, pf.Indirect):
+            dims.append(pf.Indirect(d.block_size))     # (JAX's too)
         elif isinstance(d, pf.Element):
             if tuple(d.padding) != (0, 0):
                 raise NotImplementedError(
@@ -107,19 +84,21 @@ def _block_dims(spec: pf.BlockSpec, ref) -> tuple:
             dims.append(d)
         else:
             raise TypeError(f"emit_pipeline: {d!r} is not a block dim (an int, None, "
-                            "pl.Squeezed(), pl.Element(n) or pl.BoundedSlice(n)).")
+                            "pl.Squeezed(), pl.Element(n), pl.BoundedSlice(n) or pl.Indirect(n)).")
     if len(dims) != len(ref.shape):
         raise ValueError(f"emit_pipeline: block shape {shape} has {len(dims)} dims, the Ref "
                          f"{tuple(ref.shape)} has {len(ref.shape)}.")
     return tuple(dims)
 
 
-def _schedulable(dims, ref, spec) -> bool:
+def _schedulable(dims, ref, spec, sparsecore: bool) -> bool:
     """Whether the traced schedule takes these dims: blocks that divide the
-    operand (no ragged edge), no Indirect, and BoundedSlice only over an
-    operand already in the blocks' memory space (a view: no dynamic-size DMA)."""
+    operand (no ragged edge), Indirect only in a SparseCore kernel (an indirect
+    DMA), and BoundedSlice only over an operand already in the blocks' memory
+    space (a view: no dynamic-size DMA)."""
     in_place = source_space(ref) is (spec.memory_space or VMEM)
     return all(isinstance(d, (pf.Squeezed, pf.Element))
+               or (isinstance(d, pf.Indirect) and sparsecore)
                or (isinstance(d, pf.BoundedSlice) and in_place)
                or (isinstance(d, pf.Blocked) and n % d.block_size == 0)
                for d, n in zip(dims, ref.shape))
@@ -199,9 +178,10 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
         dims = [_block_dims(s, r) for s, r in zip(specs, refs)]
         schedule = None
         split = core_axis is not None or core_axis_name is not None
-        # (a SparseCore kernel's schedule may split the grid over its subcores too)
-        if tracing_kernel() and (not split or sc_mesh.tracing_sparsecore_kernel()) and all(
-                _schedulable(d, r, sp) for d, r, sp in zip(dims, refs, specs)):
+        sc = tracing_kernel() and sc_mesh.tracing_sparsecore_kernel()
+        # (a SparseCore kernel's schedule may split the grid over its subcores, and gather)
+        if tracing_kernel() and (not split or sc) and all(
+                _schedulable(d, r, sp, sc) for d, r, sp in zip(dims, refs, specs)):
             # traced here (pipeline_schedule.py): runs in every interpreter and
             # pl.program_id in the body is the pipeline's. (Outside a kernel trace,
             # e.g. make_jaxpr of a kernel function, the equation below is recorded:
@@ -241,10 +221,10 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
         index_avals = [jax.core.ShapedArray((), jnp.int32)] * n_index
         body_jaxpr, consts = backend_api.trace_body(flat_body, index_avals + block_avals,
                                                        traced_for="emit_pipeline body")
-        traced_maps = [_trace_index_map(_explicit_spec(s, d), len(static_grid), d)
+        traced_maps = [pipeline_maps.trace_index_map(_explicit_spec(s, d), len(static_grid), d)
                        for s, d in zip(specs, dims)]
-        index_maps = tuple(j for j, _ in traced_maps)
-        map_consts = [c for _, cs in traced_maps for c in cs]
+        index_maps = tuple(j for j, _, _ in traced_maps)
+        map_consts = [c for _, cs, _ in traced_maps for c in cs]
         _, traced_sizes = _static_or_traced(grid)
         # Views (x_ref.at[1]) travel as their Ref plus indexer leaves.
         flat_refs, ref_tree, ref_spec = _flatten_with_effects(
@@ -259,7 +239,8 @@ def emit_pipeline(body, *, grid: Sequence, in_specs=(), out_specs=(), tiling=Non
             if _is_ref(c))
         emit_pipeline_p.bind(
             *operands, effect_spec=effect_spec, body=body_jaxpr, index_maps=index_maps,
-            index_map_consts=tuple(len(cs) for _, cs in traced_maps),
+            index_map_consts=tuple(len(cs) for _, cs, _ in traced_maps),
+            index_map_views=tuple(views for _, _, views in traced_maps),
             block_dims=tuple(dims), grid=static_grid, num_inputs=n_in,
             ref_tree=ref_tree, num_ref_leaves=len(flat_refs), num_traced_sizes=len(traced_sizes),
             options=options, memory_spaces=tuple(sp.memory_space for sp in specs),
@@ -344,17 +325,16 @@ def replay_emit_pipeline(eqn, invals):
 
     from pallas_tpu import rebuild
 
-    def index_fn(jaxpr, dims, closed):
-        def index_map(*idx):
-            flat = iter(evaluate.eval_jaxpr(jaxpr, (), *closed, *idx))
-            return tuple(pl.ds(next(flat), next(flat)) if isinstance(d, pf.BoundedSlice)
-                         else next(flat) for d in dims)
-        return index_map
+    def index_fn(jaxpr, dims, views, closed):
+        return pipeline_maps.index_map(
+            jaxpr, dims, views, closed, lambda j, *a: evaluate.eval_jaxpr(j, (), *a))
     spaces = p.get("memory_spaces") or (None,) * len(p["block_dims"])
-    specs = [pl.BlockSpec(tuple(rebuild.block_dim(d) for d in dims), index_fn(im, dims, mc),
+    views = p.get("index_map_views") or (None,) * len(p["block_dims"])
+    specs = [pl.BlockSpec(tuple(rebuild.block_dim(d) for d in dims), index_fn(im, dims, v, mc),
                           # a spec in HBM (or SMEM) is not copied: JAX's pipeline keeps it
                           **({} if s is None else {"memory_space": block_memory_space(s)}))
-             for dims, im, mc, s in zip(p["block_dims"], p["index_maps"], map_consts, spaces)]
+             for dims, im, v, mc, s in zip(p["block_dims"], p["index_maps"], views, map_consts,
+                                           spaces)]
 
     def inner(*blocks):
         if dict(p["options"]).get("_explicit_indices"):

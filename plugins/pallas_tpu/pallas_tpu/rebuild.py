@@ -35,6 +35,8 @@ def block_dim(d):
         return pl.Squeezed()
     if isinstance(d, pf.BoundedSlice):
         return pl.BoundedSlice(d.block_size)
+    if isinstance(d, pf.Indirect):      # (a software pipeline's only)
+        return pl.Indirect(d.block_size)
     raise NotImplementedError(f"block dim {d!r} has no TPU counterpart")
 
 

@@ -1,7 +1,8 @@
 """SparseCore kernel forms JAX's tpu_sparsecore_pallas_test.py uses that
 ours had refused: a view of an index Ref as the index of an indirect DMA
 (``x.at[idx.at[pl.ds(k, n)]]``), an emit_pipeline split over the subcores
-(``core_axis_name``), scratch in a mesh's memory (``pltpu.VMEM(...) @ mesh``). Each kernel is written once against an API triple
+(``core_axis_name``), scratch in a mesh's memory (``pltpu.VMEM(...) @ mesh``), a pipelined gather
+through ``pl.Indirect`` block dims. Each kernel is written once against an API triple
 (pl, pltpu, plsc); ours runs it in the SparseCore CPU model against NumPy on
 fresh random data, and compiles it device-less for a SparseCore topology to
 JAX's Mosaic module.
@@ -149,7 +150,45 @@ def scatter_add_into_mesh_vmem(api, **extra):
     return f, operands, reference
 
 
-KERNELS = [gather_through_index_view, gather_pipelined_over_subcores, scatter_add_into_mesh_vmem]
+def pipelined_indirect_gather(api, kind="ref", **extra):
+    """An emit_pipeline whose input block's first dim is ``pl.Indirect(L)``:
+    step i gathers the L rows of x that row i of the index scratch names, its
+    index map giving ``idx.at[i]`` (kind "ref") or ``idx[i]`` ("array"); the
+    body scales them (JAX's test_gather_via_indirect, random data)."""
+    pl_, pltpu_, plsc_ = api
+    rows, steps = 32, 4
+
+    def f(x, idx):
+        @_kernel(api, extra, out_type=jax.ShapeDtypeStruct((steps, L, L), x.dtype),
+                 mesh=_mesh(plsc_, num_subcores=2),
+                 scratch_types=dict(idx_v=pltpu_.VMEM(idx.shape, i32)))
+        def k(x_hbm, i_hbm, o_hbm, *, idx_v):
+            pltpu_.sync_copy(i_hbm, idx_v)
+
+            def body(x_v, o_v):
+                @pl_.loop(0, L)
+                def _(j):
+                    o_v[j] = x_v[j] * 3 - 1
+            pltpu_.emit_pipeline(
+                body, grid=(steps,),
+                in_specs=[pl_.BlockSpec((pl_.Indirect(L), L), lambda i: (
+                    idx_v.at[i] if kind == "ref" else idx_v[i], 0))],
+                out_specs=[pl_.BlockSpec((pl_.Squeezed(), L, L), lambda i: (i, 0, 0))],
+                tiling=pltpu_.Tiling.SPARSE_CORE)(x_hbm, o_hbm)
+        return k(x, idx)
+
+    def operands():
+        return (RNG.integers(-2**20, 2**20, (rows, L)).astype(np.int32),
+                np.stack([RNG.permutation(rows)[:L] for _ in range(steps)]).astype(np.int32))
+    return f, operands, lambda x, idx: x.astype(np.int64)[idx] * 3 - 1
+
+
+def pipelined_indirect_gather_of_array(api, **extra):
+    return pipelined_indirect_gather(api, kind="array", **extra)
+
+
+KERNELS = [gather_through_index_view, gather_pipelined_over_subcores, scatter_add_into_mesh_vmem,
+           pipelined_indirect_gather, pipelined_indirect_gather_of_array]
 
 
 def test_mesh_memory_space_is_checked_as_in_jax():

@@ -16,6 +16,7 @@ is imported only when selection may choose it) and from ``register_backend``
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import types
 import typing
@@ -396,12 +397,23 @@ def effective_interpret(interpret, compiler_params):
         return interpret
     if compiler_params is None:
         with _lock:
+            _load_imported()
             forced = [p for p in (b.forced_interpret_params() for b in _loaded().values())
                       if p is not None]
         return forced[0] if len(forced) == 1 else interpret
     b = _backend_of_params(compiler_params, "compiler_params_type")
     forced = b.forced_interpret_params() if b is not None else None
     return interpret if forced is None else forced
+
+
+def _load_imported() -> None:
+    """Registers the discovered plugins whose module is already imported: the
+    user who called ``pallas_tpu.set_tpu_interpret_mode`` before any kernel
+    named the backend means every kernel to see it (loading costs no import)."""
+    found = _discovered()
+    for name, cand in list(found.pending.items()):
+        if cand.top_module in sys.modules:
+            found.load(name)
 
 
 def _backend_of_params(params, type_attr: str) -> Backend | None:

@@ -121,3 +121,42 @@ def test_portable_kernel_outside_forced_mode_keeps_the_default_backend(monkeypat
     x = jnp.asarray(np.random.default_rng().standard_normal((8, 128)), jnp.float32)
     got = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
     np.testing.assert_allclose(np.asarray(got), np.asarray(x, np.float64) * 2, rtol=1e-7)
+
+
+FRESH_PROCESS = r'''
+import sys
+import jax, jax.numpy as jnp, numpy as np
+import pallas_frontend as pl
+import pallas_tpu as pltpu
+from pallas_tpu.backend import TpuBackend
+
+lowered = []
+real_lower = TpuBackend.lower
+TpuBackend.lower = lambda self, *a: lowered.append(1) or real_lower(self, *a)
+pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(chip_checks=False))
+
+def k(x_ref, y_ref, o_ref):     # no CompilerParams: only the mode names the backend
+    o_ref[...] = x_ref[...] - 2.0 * y_ref[...]
+rng = np.random.default_rng(int(sys.argv[1]))
+x, y = (rng.standard_normal((8, 128)).astype(np.float32) for _ in range(2))
+got = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(x, y)
+np.testing.assert_allclose(np.asarray(got), x.astype(np.float64) - 2.0 * y, rtol=1e-6)
+print("tpu lowered", len(lowered))
+'''
+
+
+def test_set_mode_before_any_kernel_reaches_kernels_without_compiler_params(tmp_path):
+    # In a fresh process the registry had loaded no backend yet: such a kernel went to
+    # the built-in interpreter, so JAX's TPU test files rehearsed on CPU skipped the
+    # chip check (Mosaic refused an int8 scalar compare on the v5e that CPU had passed)
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "fresh.py"
+    script.write_text(FRESH_PROCESS)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("PALLAS_FRONTEND_DEFAULT_BACKEND", None)
+    done = subprocess.run([sys.executable, str(script), str(np.random.randint(1 << 30))],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tpu lowered 1" in done.stdout

@@ -133,16 +133,31 @@ def _jax_bases(name: str) -> tuple[type, ...]:
 
 # --- memory spaces ----------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class MemoryRef:
-    """A shape and dtype placed in a memory space: a scratch buffer's type."""
+    """A shape and dtype placed in a memory space: a scratch buffer's type.
+
+    ``MemoryRef(shape, dtype, memory_space)``, or JAX's
+    ``MemoryRef(inner_aval, memory_space)`` (an abstract value or anything
+    with a shape and dtype)."""
     shape: tuple[int, ...]
     dtype: np.dtype
     memory_space: Any
 
-    def __post_init__(self):
-        object.__setattr__(self, "shape", check_dims(self.shape, f"{self.memory_space} scratch"))
-        object.__setattr__(self, "dtype", value_dtype(self.dtype))
+    def __init__(self, shape=None, dtype=None, memory_space=None, *, inner_aval=None):
+        if inner_aval is None and hasattr(shape, "shape") and hasattr(shape, "dtype"):
+            if memory_space is not None:
+                raise TypeError("MemoryRef(inner_aval, memory_space) takes two arguments, "
+                                f"got a third ({memory_space!r}).")
+            inner_aval, memory_space = shape, dtype
+        if inner_aval is not None:
+            shape, dtype = inner_aval.shape, inner_aval.dtype
+        if shape is None or dtype is None:
+            raise TypeError("MemoryRef needs a shape and a dtype: MemoryRef(shape, dtype, "
+                            "memory_space) or MemoryRef(inner_aval, memory_space).")
+        object.__setattr__(self, "shape", check_dims(shape, f"{memory_space} scratch"))
+        object.__setattr__(self, "dtype", value_dtype(dtype))
+        object.__setattr__(self, "memory_space", memory_space)
 
     @property
     def inner_aval(self):

@@ -67,3 +67,16 @@ __all__ = [
 
 # JAX's dtype class of DMA semaphores: jnp.issubdtype(sem.dtype, pltpu.dma_semaphore)
 dma_semaphore = _dma_semaphore_class()
+
+
+def __getattr__(name):
+    # JAX's deprecated alias (pltpu.HOST: JAX HEAD warns, JAX 0.12.0 removed it): the
+    # host memory is the frontend's, pallas_frontend.HOST
+    if name == "HOST":
+        import warnings
+
+        import pallas_frontend
+        warnings.warn("pltpu.HOST is deprecated, use pl.HOST (pallas_frontend.HOST) instead.",
+                      DeprecationWarning, stacklevel=2)
+        return pallas_frontend.HOST
+    raise AttributeError(f"module 'pallas_tpu' has no attribute {name!r}")

@@ -45,6 +45,11 @@ class TpuBackend(Backend):
 
     def call_effects(self, kernel: KernelIR, interpret) -> frozenset:
         if isinstance(interpret, InterpretParams) or active_interpret_mode() is not None:
+            from pallas_tpu import sc_interpret
+            if sc_interpret.is_sparsecore_kernel(kernel):
+                # the SparseCore CPU model is one pure callback per launch: no token to
+                # thread (JAX cannot lower a token beside pinned_host operands/results)
+                return frozenset()
             return _interpreter_effects()
         return frozenset()
 

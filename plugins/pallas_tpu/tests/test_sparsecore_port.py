@@ -2,7 +2,7 @@
 ours had refused: a view of an index Ref as the index of an indirect DMA
 (``x.at[idx.at[pl.ds(k, n)]]``), an emit_pipeline split over the subcores
 (``core_axis_name``), scratch in a mesh's memory (``pltpu.VMEM(...) @ mesh``), a pipelined gather
-through ``pl.Indirect`` block dims. Each kernel is written once against an API triple
+through ``pl.Indirect`` block dims, DMAs to and from pinned-host memory. Each kernel is written once against an API triple
 (pl, pltpu, plsc); ours runs it in the SparseCore CPU model against NumPy on
 fresh random data, and compiles it device-less for a SparseCore topology to
 JAX's Mosaic module.
@@ -232,3 +232,63 @@ def test_compiles_to_jax_mosaic_module(kernel):
     ours = _compile(kernel, OUR_API)
     assert len(ours) == 1 and "DEVICE_TYPE_SPARSECORE" in ours[0]
     assert ours == theirs, sc_mosaic_text.first_difference(theirs[0], ours[0])
+
+
+def _host_sharding():
+    mesh = jax.sharding.Mesh(jax.devices()[:1], "x")
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind="pinned_host")
+
+
+@pytest.mark.parametrize("direction", ["host_to_hbm", "hbm_to_host"])
+def test_host_memory_dma_in_the_cpu_model(direction):
+    """A scalar subcore DMAs between pinned-host memory and HBM (JAX's
+    test_host_to_hbm_dma / test_hbm_to_host_dma, random data): the host Ref
+    made by jax.new_ref(..., memory_space=pl.HOST) or typed
+    pl.MemoryRef(aval, pl.HOST), as JAX writes it."""
+    x = RNG.integers(-2**31, 2**31 - 1, (8, 128), dtype=np.int64).astype(np.int32)
+    mesh = plsc.ScalarSubcoreMesh(axis_name="core", num_cores=1)
+
+    def copy(src, dst):
+        @pl.core_map(mesh=mesh, compiler_params=pltpu.CompilerParams(),
+                     interpret=pltpu.InterpretParams())
+        def _():
+            pltpu.sync_copy(src, dst)
+
+    try:
+        got = _host_copy(direction, copy, x)
+    except NotImplementedError as e:   # JAX 0.10 places nothing on the host
+        if "needs JAX 0.11 or newer" not in str(e):
+            raise
+        pytest.skip(str(e).splitlines()[0])
+    np.testing.assert_array_equal(np.asarray(got), x)
+
+
+def _host_copy(direction, copy, x):
+    if direction == "host_to_hbm":
+        @jax.jit
+        def f(x):
+            y = pl.empty_ref_like(pltpu.HBM(x.shape, x.dtype))
+            copy(jax.new_ref(pltpu.with_memory_space_constraint(x, pl.HOST),
+                             memory_space=pl.HOST), y)
+            return y[...]
+        got = f(jax.device_put(x, _host_sharding()))
+    else:
+        @functools.partial(jax.jit, out_shardings=_host_sharding())
+        def f(x):
+            y = pl.empty_ref_like(pl.MemoryRef(jax.core.ShapedArray(x.shape, x.dtype), pl.HOST))
+            copy(jax.new_ref(x, memory_space=pltpu.HBM), y)
+            return pltpu.with_memory_space_constraint(y[...], pl.HOST)
+        got = f(x)
+        assert got.sharding.memory_kind == "pinned_host"
+    return got
+
+
+def test_memory_ref_takes_jax_signature():
+    """pl.MemoryRef(inner_aval, memory_space) as in JAX, beside ours' (shape, dtype, space)."""
+    aval = jax.core.ShapedArray((4, 8), jnp.bfloat16)
+    assert pl.MemoryRef(aval, pl.HOST) == pl.MemoryRef((4, 8), jnp.bfloat16, pl.HOST)
+    assert pl.MemoryRef(inner_aval=aval, memory_space=pltpu.VMEM).memory_space is pltpu.VMEM
+    assert pl.MemoryRef(jax.ShapeDtypeStruct((2,), jnp.int32), pltpu.SMEM).shape == (2,)
+    with pytest.raises(TypeError, match="two arguments"):
+        pl.MemoryRef(aval, pl.HOST, pltpu.VMEM)
+

@@ -170,9 +170,9 @@ class Evaluator:
         # its operands are the equation's last ones
         if schedule is None:
             raise NotImplementedError(
-                "The SparseCore CPU model runs an emit_pipeline traced inside a kernel over "
-                "whole blocks (no ragged or Indirect blocks; a core axis only on a SparseCore "
-                "mesh axis); this one was not.")
+                "The SparseCore CPU model runs an emit_pipeline traced inside a kernel whose "
+                "blocks divide its operands (no ragged edge) and whose BoundedSlice dims view "
+                "operands already in the blocks' memory; this one was not.")
         return self.eval_jaxpr(schedule, list(invals[len(invals) - num_schedule_consts:]))
 
     # --- SparseCore memory ops -----------------------------------------------------------

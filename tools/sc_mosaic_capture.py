@@ -70,6 +70,7 @@ def _capturing(prim, mesh):
         _state["index"] += 1
         rec = {"test": _state["test"], "index": _state["index"], "side": SIDE}
         avals = [jax.typeof(a) for a in args]
+        rec["operands"] = [_typename(a) for a in avals]    # pairs hypothesis launches
         if not all(hasattr(a, "shape") and not hasattr(a, "inner_aval") for a in avals):
             rec["status"] = "not captured: a Ref operand"
             _record(rec)
@@ -101,12 +102,17 @@ def _capturing(prim, mesh):
                 rec["status"] = "compiled"
             except Exception as e:
                 rec.update(status="compile error", error=_first_line(e))
-        _record(rec)
         out_info = lowered.out_info[0] if placed else lowered.out_info
         outs = [jnp.zeros(o.shape, o.dtype) for o in jax.tree.leaves(out_info)]
+        rec["results"] = [_typename(o) for o in outs]
+        _record(rec)
         return outs if prim.multiple_results else outs[0]
 
     prim.bind = bind
+
+
+def _typename(x) -> str:
+    return f"{getattr(x, 'dtype', '?')}{list(getattr(x, 'shape', ()))}"
 
 
 def _trace_state_clean() -> bool:

@@ -204,6 +204,11 @@ class MemorySpace(enum.Enum):
         jax_space = getattr(_jax_pallas(), "MemorySpace", None)
         if isinstance(jax_space, type) and isinstance(other, jax_space):
             return self.value == other.value
+        # JAX 0.11's pl.HOST is XLA's host memory space (jax.memory.Space.Host)
+        import jax
+        xla_space = getattr(getattr(jax, "memory", None), "Space", None)
+        if isinstance(xla_space, type) and isinstance(other, xla_space):
+            return self is MemorySpace.HOST and other.name.lower() == "host"
         return NotImplemented
 
     def __hash__(self):           # as JAX's enum hashes its member of the same name

@@ -107,8 +107,6 @@ def pallas_call(
     normalize_out_shape(out_shape)   # bad shapes are refused here, before any call
 
     static_grid = all(isinstance(g, int) for g in gs.grid)
-    # a launch with no results is there for what it does on the chip (JAX's
-    # pl.kernel(out_type=()) launch is never dropped): kept as a side-effecting one
     side_effecting = declares_side_effects(compiler_params) or not jax.tree.leaves(out_shape)
 
     def trace(mode, debug_checks, dyn_sizes, *args):
@@ -159,8 +157,8 @@ def pallas_call(
         take_kernel_failure()
         try:
             # a pinned buffer's type has no sharding, which a jit's outputs need (JAX 0.12)
-            # a side-effecting launch is bound where the caller traces, not inside the
-            # jit: JAX 0.11+ would drop that jit whole when its outputs go unused
+            # a side-effecting launch (or one with no results, as JAX's pl.kernel keeps it)
+            # is bound where the caller traces: JAX 0.11+ drops a jit whose outputs go unused
             run = (trace if pinned_buffers.any_pinned(args) or side_effecting else traced)
             outs = run(mode, enable_debug_checks.value, dyn_sizes, *args)
             if jc.CALLBACK_ERRORS_SURFACE_ON_WAIT and not any(

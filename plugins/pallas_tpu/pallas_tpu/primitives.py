@@ -26,7 +26,8 @@ from pallas_frontend.backend_api import kernel_primitive
 from pallas_frontend import backend_api
 from pallas_tpu import _jax_private
 from pallas_tpu.memory import SemaphoreKind
-from pallas_tpu.view_parts import join_view, split_view  # noqa: F401 (used by other modules)
+from pallas_tpu.view_parts import (is_selection_part, join_view,  # noqa: F401 (join_view:
+                                   part_refs, split_view)          # used by other modules)
 
 OWNER = "tpu"
 
@@ -51,6 +52,10 @@ def _flatten_with_effects(parts, kinds):
         leaves = jax.tree.leaves(part)
         if kind is not None and leaves and _is_ref(leaves[0]):
             spec.append((len(flat), kind))
+        if kind is not None and is_selection_part(part):   # every Ref it may pick
+            chosen = {id(r) for r in part_refs(part)}
+            spec.extend((len(flat) + i, kind) for i, leaf in enumerate(leaves)
+                        if i and id(leaf) in chosen and _is_ref(leaf))
         flat.extend(leaves)
     _, tree = jax.tree.flatten(parts)
     return flat, tree, tuple(spec)
@@ -83,7 +88,8 @@ def _dma_start_pieces(eqn, show):
     """``dma_start(p0, add) src[...] -> dst[...] sem[...]``, as JAX writes a
     local copy (a remote one keeps the generic form, as in JAX)."""
     src, dst, sem, src_sem, device_id = _dma_parts(eqn)
-    if src_sem is not None or device_id is not None:
+    if src_sem is not None or device_id is not None or \
+            any(map(is_selection_part, (src, dst, sem))):
         return None
     head = f"dma_start(p{eqn.params['priority']}{', add' if eqn.params['add'] else ''}) "
     return [head, _shown(src, show), " -> ", _shown(dst, show), " ", _shown(sem, show)]
@@ -92,7 +98,8 @@ def _dma_start_pieces(eqn, show):
 def _dma_wait_pieces(eqn, show):
     """``dma_wait dst[...] sem[...]`` for a local copy, as JAX writes it."""
     _, dst, sem, src_sem, device_id = _dma_parts(eqn)
-    if src_sem is not None or device_id is not None:
+    if src_sem is not None or device_id is not None or \
+            any(map(is_selection_part, (dst, sem))):
         return None
     return ["dma_wait ", _shown(dst, show), " ", _shown(sem, show)]
 
@@ -133,7 +140,12 @@ class AsyncCopyDescriptor:
         ``.reshape``): runs ``action`` on the copy with the Ref ``idx`` picks,
         its later transforms kept (a ``switch``, which every interpreter and
         Mosaic run), and returns True. An ``idx`` out of range picks the last
-        Ref, as JAX's Mosaic lowering does."""
+        Ref, as JAX's Mosaic lowering does. In a SparseCore kernel the copy
+        takes the selection itself, as JAX's does (its lowering chooses with
+        an ``scf.if`` chain; the CPU model picks the same Ref)."""
+        from pallas_tpu import sc_mesh
+        if sc_mesh.tracing_sparsecore_kernel():
+            return False
         for field in ("src_ref", "dst_ref", "dst_sem", "src_sem"):
             selection = _selection_of(getattr(self, field))
             if selection is None:

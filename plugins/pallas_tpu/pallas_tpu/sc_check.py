@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 
 from pallas_tpu import sc_primitives as scp
-from pallas_tpu.view_parts import IndexView
+from pallas_tpu.view_parts import IndexView, Selection
 
 _CUMULATIVE = ("cumsum", "cummax", "cummin")
 _REMOTE = ("HBM", "VMEM_SHARED")
@@ -137,9 +137,23 @@ def _indirect(transforms):
     return None
 
 
+def _first_choice(part):
+    """A DMA part as (Ref, transforms); a selection (``pl.select_ref``) as its
+    first choice (its choices share one type)."""
+    if isinstance(part, Selection):
+        return _first_choice(part.choices[0])
+    if isinstance(part, tuple):
+        ref, transforms = part
+        if isinstance(ref, Selection):
+            ref, first = _first_choice(ref)
+            return ref, (*first, *transforms)
+        return ref, transforms
+    return part, ()
+
+
 def _check_dma(eqn) -> None:
     src, dst, *_ = jax.tree.unflatten(eqn.params["tree"], list(eqn.invars))
-    (sref, st), (dref, dt) = (p if isinstance(p, tuple) else (p, ()) for p in (src, dst))
+    (sref, st), (dref, dt) = _first_choice(src), _first_choice(dst)
     s_space, d_space = _space(sref.aval, st), _space(dref.aval, dt)
     s_ind, d_ind = _indirect(st), _indirect(dt)
     if s_ind is None and d_ind is None:

@@ -16,6 +16,7 @@ from pallas_tpu import sc_host_ops
 from pallas_tpu import sc_primitives as scp
 from pallas_tpu import sc_vector_ops as scv
 from pallas_tpu.sc_views import ATOMIC, Buf, poison, read, rows_moved, write
+from pallas_tpu.view_parts import Selection
 
 # a program that never reaches a barrier the others wait at fails them after this
 BARRIER_TIMEOUT_S = 60.0
@@ -29,7 +30,14 @@ def _parts(tree, vals):
 
 
 def _ref(part):
+    """A DMA part as (Buf, transforms); a selection (``pl.select_ref``) as the
+    choice its index picks when the copy runs."""
+    if isinstance(part, Selection):
+        return _ref(part.chosen(int(np.asarray(part.select.idx))))
     if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], tuple):
+        if isinstance(part[0], Selection):
+            buf, first = _ref(part[0])
+            return buf, (*first, *part[1])
         return part
     return part, ()
 

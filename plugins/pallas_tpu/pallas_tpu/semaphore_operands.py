@@ -26,6 +26,7 @@ from pallas_frontend.backend_api import KernelIR
 
 from pallas_tpu.memory import MemorySpace, SemaphoreKind
 from pallas_tpu.semaphore_deadlock import nested_bodies
+from pallas_tpu.view_parts import is_selection_part, part_refs
 
 _DMA_PRIMITIVES = frozenset({"tpu_dma_start", "tpu_dma_wait"})
 _REGULAR_PRIMITIVES = frozenset({"semaphore_signal", "semaphore_wait", "semaphore_read"})
@@ -43,8 +44,9 @@ def _dma_refs(eqn, first: int, stop: int) -> list:
     """The Refs (not views) of a DMA start or wait's parts ``first:stop``: its
     parts are (src, dst, dst_sem, src_sem, device_id), a view being (Ref, transforms)."""
     parts = eqn.params["tree"].unflatten(eqn.invars)
-    return [jax.tree.leaves(part)[0] for part in parts[first:stop]
-            if part is not None and jax.tree.leaves(part)]
+    # a selection (pl.select_ref) views each of its choices' Refs
+    return [r for part in parts[first:stop] if part is not None and jax.tree.leaves(part)
+            for r in (part_refs(part) if is_selection_part(part) else jax.tree.leaves(part)[:1])]
 
 
 def _dma_semaphores(eqn) -> list:

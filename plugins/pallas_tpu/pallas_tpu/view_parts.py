@@ -43,8 +43,31 @@ jax.tree_util.register_pytree_node(
     lambda _, children: IndexView(*children))
 
 
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """A ``pl.select_ref`` view (JAX's ``TransformedRef`` over a tuple of Refs)
+    as parts: its choices, each a Ref or a view's parts, and JAX's select
+    transform, whose index (chosen when the kernel runs) is a leaf. A DMA of a
+    SparseCore kernel takes it whole, as JAX's does (``split_view``)."""
+    choices: tuple
+    select: object
+
+    def chosen(self, idx: int):
+        """The choice JAX's lowering takes for ``idx``: the one at ``idx``, and
+        the last for an ``idx`` out of range."""
+        return self.choices[idx if 0 <= idx < len(self.choices) else -1]
+
+
+jax.tree_util.register_pytree_node(
+    Selection, lambda s: ((s.choices, s.select), None), lambda _, c: Selection(*c))
+
+
 def _is_view(x) -> bool:
     return hasattr(x, "transforms") and hasattr(x, "ref")
+
+
+def _is_selection(x) -> bool:
+    return _is_view(x) and isinstance(x.ref, tuple)
 
 
 def _map_indices(transforms, fn) -> tuple:
@@ -70,9 +93,14 @@ def _split_index(i):
 
 def split_view(x):
     """A Ref or a view ``ref.at[...]`` -> ``(ref, transforms)``, an index that
-    is a view becoming an ``IndexView``; anything else is returned as it is."""
+    is a view becoming an ``IndexView``, a selection (``pl.select_ref``) a
+    ``Selection`` (viewed further: ``(Selection, transforms)``); anything else
+    is returned as it is."""
+    if _is_selection(x):
+        return Selection(tuple(split_view(c) for c in x.ref), x.transforms[0])
     if _is_view(x):
-        return (x.ref, _map_indices(tuple(x.transforms), _split_index))
+        ref = split_view(x.ref) if _is_selection(x.ref) else x.ref
+        return (ref, _map_indices(tuple(x.transforms), _split_index))
     return x
 
 
@@ -88,11 +116,34 @@ def join_index(i, fn=None):
 def join_view(part, fn=None):
     """Inverse of ``split_view`` over the kernel's actual Refs; ``fn`` maps
     each transforms tuple (the outer view's and nested ones) first."""
+    if isinstance(part, Selection):         # JAX's select view
+        choices = tuple(join_view(c, fn) for c in part.choices)
+        return _jax_private.transformed_ref(choices, (part.select,))
     if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], tuple):
         ref, transforms = part
         transforms = _map_indices(transforms, lambda i: join_index(i, fn))
-        return _jax_private.transformed_ref(ref, fn(transforms) if fn else transforms)
+        transforms = fn(transforms) if fn else transforms
+        if isinstance(ref, Selection):      # a selection viewed further wraps, as in JAX
+            selection = join_view(ref, fn)
+            return type(selection)(selection, tuple(transforms))
+        return _jax_private.transformed_ref(ref, transforms)
     return part
+
+
+def is_selection_part(part) -> bool:
+    """Whether a part (as ``split_view`` made it) is a selection or a view of one."""
+    return isinstance(part, Selection) or (
+        isinstance(part, tuple) and len(part) == 2 and isinstance(part[0], Selection))
+
+
+def part_refs(part) -> list:
+    """The Refs a part (as ``split_view`` made it) views: its Ref, or each
+    choice's of a selection."""
+    if isinstance(part, Selection):
+        return [r for c in part.choices for r in part_refs(c)]
+    if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], tuple):
+        return part_refs(part[0])
+    return [part]
 
 
 def nested_views(transforms) -> list:

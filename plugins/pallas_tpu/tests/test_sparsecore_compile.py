@@ -361,7 +361,27 @@ def no_results_parallel_loop_in_loop(api):
     return f, [((16, 8), jnp.uint32)]
 
 
-KERNELS = [no_results_parallel_loop_in_loop, own_empty_ref_and_scope, add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add, vector_gather_scatter,
+def dma_through_select_ref(api):
+    """A DMA's source and semaphore chosen by pl.select_ref: the copy takes the
+    selection itself (JAX's lowering: an scf.if chain on the index)."""
+    pl_, pltpu_, plsc_ = api
+
+    def f(a, b, c):
+        @functools.partial(pl_.kernel, out_type=jax.ShapeDtypeStruct((3, 16, 8), a.dtype),
+                           mesh=_mesh(plsc_), scratch_types=[pltpu_.SemaphoreType.DMA((2,))])
+        def selected(a_hbm, b_hbm, c_hbm, o_hbm, sem):
+            s = lax.axis_index("subcore")
+
+            @pl_.loop(0, 3)
+            def _(i):
+                pltpu_.async_copy(pl_.select_ref(i, a_hbm.at[s], b_hbm.at[s], c_hbm.at[s]),
+                                  o_hbm.at[i, s], pl_.select_ref(i % 2, sem.at[0], sem.at[1])
+                                  ).wait()
+        return selected(a, b, c)
+    return f, [((16, 8), f32)] * 3
+
+
+KERNELS = [dma_through_select_ref, no_results_parallel_loop_in_loop, own_empty_ref_and_scope, add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add, vector_gather_scatter,
            scans_and_sort, pack_unpack_bitcast, parallel_loop_with_carry, fetch_and_add_in_smem,
            shared_vmem_slice, scalar_subcore_copy, loop_to_subcore_id]
 NEEDS = {shared_vmem_slice: ("0.12", _jax_private.jax_has_shared_slice(),

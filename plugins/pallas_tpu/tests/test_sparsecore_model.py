@@ -189,6 +189,32 @@ def test_dma_semaphore_scratch(vector):
     np.testing.assert_array_equal(np.asarray(k(x), np.float64), x.astype(np.float64))
 
 
+def test_dma_through_select_ref():
+    """A DMA's source and semaphore chosen by pl.select_ref when the kernel runs
+    (the copy takes the selection, as JAX's does): index k picks the k-th Ref,
+    an index out of range the last one, as JAX's lowering chooses."""
+    n, shift = 3, int(RNG.integers(-2, 3))
+    xs = [RNG.standard_normal((NS, L)).astype(np.float32) for _ in range(n)]
+
+    @functools.partial(pl.kernel, out_type=jax.ShapeDtypeStruct((n + 2, NS, L), jnp.float32),
+                       mesh=plsc.VectorSubcoreMesh(core_axis_name="c", subcore_axis_name="s",
+                                                   num_cores=1),
+                       scratch_types=(pltpu.SemaphoreType.DMA((2,)),),
+                       interpret=pltpu.InterpretParams())
+    def k(a_hbm, b_hbm, c_hbm, o_hbm, sem):
+        s = jax.lax.axis_index("s")
+
+        @pl.loop(0, n + 2)
+        def _(i):
+            j = i + shift
+            pltpu.async_copy(pl.select_ref(j, a_hbm.at[s], b_hbm.at[s], c_hbm.at[s]),
+                             o_hbm.at[i, s], pl.select_ref(i % 2, sem.at[0], sem.at[1])).wait()
+    got = np.asarray(k(*xs))
+    for i in range(n + 2):
+        j = i + shift
+        np.testing.assert_array_equal(got[i], xs[j if 0 <= j < n else n - 1])
+
+
 @pytest.mark.parametrize("grid", [1, 4])
 def test_emit_pipeline_in_a_subcore(grid):
     """A SparseCore kernel's emit_pipeline (recorded for JAX's own pipeline when

@@ -107,6 +107,8 @@ class TpuBackend(Backend):
             # JAX's TPU interpreter would hang in a wait nothing can satisfy
             from pallas_tpu import semaphore_deadlock
             semaphore_deadlock.check(kernel)
+            from pallas_tpu import slow_interpret
+            slow_interpret.warn_if_slow(kernel)
         if interpret is not None and _empty_grid(kernel):
             # nothing runs; JAX's TPU interpreter divides by the parallel subgrid's size,
             # 0 here (a vmap over a 0-sized batch adds such an axis)

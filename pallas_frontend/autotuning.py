@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from pallas_frontend import autotune_cache, autotune_checks
+from pallas_frontend import autotune_cache, autotune_checks, autotune_compile
+from pallas_frontend.autotune_compile import is_array as _is_array
 from pallas_frontend.output_agreement import mismatch as _mismatch, nan_count as _nan_count
 
 
@@ -55,11 +56,6 @@ def signature(args: Sequence[Any], kwargs: Mapping[str, Any] | None = None) -> s
     parts = [f"{np.dtype(x.dtype).name}{list(x.shape)}" if _is_array(x) else repr(x)
              for x in leaves]
     return f"{treedef}: {', '.join(parts)}"
-
-
-def _is_array(x) -> bool:
-    import jax
-    return isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer, jax.ShapeDtypeStruct))
 
 
 def _is_traced(x) -> bool:
@@ -208,7 +204,7 @@ class Autotuned:
                        for x in _leaves(args, kwargs)]
             errors = []
             for i, config in enumerate(self.configs):
-                call, arrays = _bound(self.fn, config, args, kwargs, structs)
+                call, arrays = autotune_compile.bound_call(self.fn, config, args, kwargs, structs)
                 try:
                     jax.jit(call).lower(*arrays)
                 except Exception as e:  # noqa: BLE001 - a candidate that does not lower is skipped
@@ -227,6 +223,7 @@ class Autotuned:
         valid = self._right_candidates(args, kwargs, trials)
         device = _device_of(_leaves(args, kwargs))
         timer = self._timer(device)
+        autotune_compile.prepare_timing_loops(timer, [(m[2], m[3]) for m in valid])
         timed = {}
         for label, config, call, arrays in valid:
             try:
@@ -273,10 +270,14 @@ class Autotuned:
         # host arrays go to the device once, not at every timed call
         leaves = [jax.device_put(x) if isinstance(x, np.ndarray) else x
                   for x in _leaves(args, kwargs)]
-        for label, config in zip(self.labels, self.configs):
-            call, arrays = _bound(self.fn, config, args, kwargs, leaves)
+        bound = [autotune_compile.bound_call(self.fn, config, args, kwargs, leaves) for config in self.configs]
+        compiled = autotune_compile.compile_calls(bound)      # several at a time
+        for label, config, (call, arrays), program in zip(self.labels, self.configs, bound,
+                                                          compiled):
             try:
-                out = jax.block_until_ready(jax.jit(call)(*arrays))
+                if isinstance(program, Exception):
+                    raise program
+                out = jax.block_until_ready(program(*arrays))
             except Exception as e:  # noqa: BLE001 - a failing candidate is a result, not a crash
                 trials.append(Trial(label, config, None, f"failed: {_one_line(e)}"))
                 continue
@@ -405,24 +406,6 @@ def _default_name(fn) -> str:
 def _leaves(args, kwargs) -> list:
     import jax
     return jax.tree.leaves((tuple(args), dict(kwargs)))
-
-
-def _bound(fn, config, args, kwargs, leaves):
-    """``(call, arrays)``: ``call(*arrays)`` is ``fn(*args, **kwargs, **config)``
-    with the array leaves as its parameters and every other leaf fixed (static)."""
-    import jax
-    treedef = jax.tree.structure((tuple(args), dict(kwargs)))
-    where = [i for i, x in enumerate(leaves) if _is_array(x)]
-    fixed = list(leaves)
-
-    def call(*arrays):
-        filled = list(fixed)
-        for i, a in zip(where, arrays):
-            filled[i] = a
-        call_args, call_kwargs = jax.tree.unflatten(treedef, filled)
-        return fn(*call_args, **call_kwargs, **config)
-
-    return call, [leaves[i] for i in where]
 
 
 def _device_of(leaves):

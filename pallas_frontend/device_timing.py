@@ -14,12 +14,14 @@ bounded by ``max_calls``; the loop is compiled once (``n`` is an argument).
 The estimate is taken from the fastest of ``repetitions`` measurements of
 each of ``T(n)`` and ``T(3n)``.
 
-This module imports only ``time``, ``numpy`` and ``jax`` (public API present
+This module imports only the standard library, ``numpy`` and ``jax`` (public API present
 in JAX 0.10 and 0.12) and nothing of pallas_frontend, so a host without the
 project can load it by file path (``importlib.util.spec_from_file_location``).
 """
 
+import threading
 import time
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -80,6 +82,25 @@ def device_loop(fn, args):
     return jax.jit(loop)
 
 
+# fn -> its loop compiled ahead (pl.autotune compiles its candidates' loops in
+# threads, then times them one at a time)
+_prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_prepared_lock = threading.Lock()
+
+
+def lower_loop(fn, args):
+    """The device loop of ``fn(*args)``, lowered: ``.compile()`` it (in any thread:
+    XLA compiles outside the GIL) and hand the result to ``use_compiled_loop``."""
+    args = tuple(args)
+    return device_loop(fn, args).lower(args, np.int32(1))
+
+
+def use_compiled_loop(fn, compiled):
+    """The next ``time_per_call`` of this very ``fn`` object runs ``compiled``."""
+    with _prepared_lock:
+        _prepared[fn] = compiled
+
+
 def _wall_seconds(loop, args, n):
     start = time.perf_counter()
     jax.block_until_ready(loop(args, np.int32(n)))
@@ -98,8 +119,10 @@ def time_per_call(fn, *args, min_loop_seconds=0.02, max_calls=1 << 16, repetitio
     """
     if repetitions < 1:
         raise ValueError(f"time_per_call: repetitions={repetitions!r} must be at least 1")
-    loop = device_loop(fn, args)
-    _wall_seconds(loop, args, 1)             # compiles, and warms caches
+    with _prepared_lock:
+        loop = _prepared.pop(fn, None)
+    loop = loop or device_loop(fn, args)
+    _wall_seconds(loop, args, 1)             # compiles (unless prepared), and warms caches
     calls, began = 1, time.perf_counter()
     while True:
         elapsed = _wall_seconds(loop, args, calls)

@@ -15,14 +15,11 @@ is imported only when selection may choose it) and from ``register_backend``
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import threading
-import types
-import typing
 from typing import TYPE_CHECKING, Any
 
-from pallas_frontend import env_config, install_hints
+from pallas_frontend import env_config, install_hints, params_fields
 from pallas_frontend.backend_api import Backend, BackendUnavailableError
 
 if TYPE_CHECKING:
@@ -184,31 +181,7 @@ def check_interpret_arguments(interpret, compiler_params, backend: str | None) -
     b = _backend_of_params(compiler_params, "compiler_params_type")
     if b is None and owner in _loaded():
         _raise_if_other_type(owner, compiler_params, "compiler_params_type")
-    check_params_fields(compiler_params)
-
-
-def check_params_fields(params) -> None:
-    """Each field of a params dataclass holds a value of its annotated type
-    (checked for the plain types: int, float, bool, str, each maybe None)."""
-    try:
-        hints = typing.get_type_hints(type(params))
-    except Exception:   # an annotation we cannot resolve: nothing to check against
-        return
-    simple = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
-    for f in dataclasses.fields(params):
-        hint, value = hints.get(f.name), getattr(params, f.name, None)
-        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-        args = typing.get_args(hint) if union else (hint,)
-        allowed = [t for t in args if t is not type(None)]
-        if len(allowed) != 1 or allowed[0] not in simple:
-            continue
-        want = allowed[0]
-        if not (value is None and type(None) in args or isinstance(value, simple[want]) and (
-                want is bool or not isinstance(value, bool))):
-            raise TypeError(
-                f"{type(params).__qualname__}.{f.name} must be "
-                f"{want.__name__}{' or None' if type(None) in args else ''}, got {value!r} "
-                f"({type(value).__name__}).")
+    params_fields.check_params_fields(compiler_params)
 
 
 def select_backend(*, platform: str, interpret, compiler_params, backend: str | None) -> Backend:
@@ -397,23 +370,17 @@ def effective_interpret(interpret, compiler_params):
         return interpret
     if compiler_params is None:
         with _lock:
-            _load_imported()
+            # plugins the user imported count (pallas_tpu.set_tpu_interpret_mode before
+            # any kernel named the backend): loading them costs no import
+            found = _discovered()
+            for name in [n for n, c in found.pending.items() if c.top_module in sys.modules]:
+                found.load(name)
             forced = [p for p in (b.forced_interpret_params() for b in _loaded().values())
                       if p is not None]
         return forced[0] if len(forced) == 1 else interpret
     b = _backend_of_params(compiler_params, "compiler_params_type")
     forced = b.forced_interpret_params() if b is not None else None
     return interpret if forced is None else forced
-
-
-def _load_imported() -> None:
-    """Registers the discovered plugins whose module is already imported: the
-    user who called ``pallas_tpu.set_tpu_interpret_mode`` before any kernel
-    named the backend means every kernel to see it (loading costs no import)."""
-    found = _discovered()
-    for name, cand in list(found.pending.items()):
-        if cand.top_module in sys.modules:
-            found.load(name)
 
 
 def _backend_of_params(params, type_attr: str) -> Backend | None:

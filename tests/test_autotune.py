@@ -117,7 +117,7 @@ def test_device_timing_loads_by_path_and_imports_only_jax_and_numpy():
     tree = ast.parse(DEVICE_TIMING.read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"time", "numpy", "jax", "jax.numpy"}, imported
+    assert imported <= {"threading", "time", "weakref", "numpy", "jax", "jax.numpy"}, imported
     spec = importlib.util.spec_from_file_location("loose_device_timing", DEVICE_TIMING)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)          # not in sys.modules: must still work

@@ -217,3 +217,22 @@ def test_pending_tests_are_those_no_run_reached(tmp_path):
                    "counted_test.py::T::test_c", "counted_test.py::T::test_d",
                    "unrun_test.py::T::test_a", "unrun_test.py::T::test_b",
                    "unrun_test.py::T::test_c", "unrun_test.py::T::test_d"]
+
+
+def test_tests_no_earlier_run_reached_add_to_the_counts(tmp_path):
+    import json
+    # an older cut run (counts and failures only), then a run of its one failure
+    # (a re-run) and of two tests it never reached (run --new)
+    first = dict(_run(3, 1, 2, ["ours-a_test::C::f"]), note="cut at the 90 s limit")
+    later = dict(_run(2, 1, 0, ["ours-a_test::C::new_bad"]),
+                 outcomes={"C::f": "passed", "C::new_ok": "passed", "C::new_bad": "failed"},
+                 selected=["a_test.py::C::f", "a_test.py::C::new_ok", "a_test.py::C::new_bad"],
+                 new_tests=["a_test.py::C::new_ok", "a_test.py::C::new_bad"])
+    for name, run in (("one", first), ("two", later)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "native.json").write_text(json.dumps(
+            dict(RECORD, runs={"ours/a_test.py": run})))
+    merged = tpu_native.merge([tmp_path / "one", tmp_path / "two"])["runs"]["ours/a_test.py"]
+    assert (merged["passed"], merged["failed"], merged["skipped"]) == (5, 1, 2)
+    assert list(merged["not_passed"]) == ["ours-a_test::C::new_bad"]
+    assert tpu_native._scope(merged) == ""        # every test reached: not "cut"

@@ -35,7 +35,9 @@ outcome it reached):
 earlier outcomes, a later whole-file run replaces the file's.
 ``failed --results DIR...`` prints the ids of the tests ours failed there;
 ``pending --results DIR... --files NAME...`` those of the files' tests that no
-run has reached (collected here, under the host's JAX, from the pack's copy).
+run has reached (collected here, under the host's JAX, from the pack's copy),
+for ``run --new`` (which runs them as ``--select`` does, and marks them new, so
+that the report adds their outcomes to the file's counts).
 Python 3.11 syntax throughout.
 """
 
@@ -161,7 +163,8 @@ def pytest_run(args, stem: Path, env, cwd: Path, timeout: float, per_test: int =
 
 
 def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: float,
-        select: dict[str, list[str]] | None = None, bench_only=None, per_test: int = 0) -> dict:
+        select: dict[str, list[str]] | None = None, bench_only=None, per_test: int = 0,
+        new: dict[str, list[str]] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     install(pack_dir, site)
     env = chip_env(site)
@@ -195,6 +198,8 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
                                     chip_env(site, folder, side), folder, timeout, per_test)
                 if select:
                     result["selected"] = ids
+                if new and new.get(name):
+                    result["new_tests"] = new[name]
                 record["runs"][f"{side}/{name}"] = result
                 save(record, out)
     return record
@@ -282,6 +287,9 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
     # the tests the re-run reached (a selected class is its tests), where it lists them
     selected = (set(rerun["outcomes"]) if "outcomes" in rerun
                 else {_test_of(s) for s in rerun["selected"]})
+    # tests no earlier run reached (run --new): added to the counts, not re-runs
+    new = {_test_of(t) for t in rerun.get("new_tests", ())} & selected
+    selected -= new
     failed_before = {_test_of(t) for t in earlier["not_passed"]}
     failed_now = {_test_of(t) for t in rerun["not_passed"]}
     fixed = len((failed_before & selected) - failed_now)
@@ -291,7 +299,9 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
     return dict(earlier, passed=earlier["passed"] - passed_before + rerun["passed"],
                 failed=len(not_passed), skipped=earlier["skipped"] + rerun["skipped"],
                 not_passed=not_passed,
-                note=(earlier["note"] + f"; {len(selected)} re-run later: {fixed} no longer "
+                new_tests=earlier.get("new_tests", []) + rerun.get("new_tests", []),
+                note=(earlier["note"] + (f"; its {len(new)} unreached tests run later" if new
+                                         else "") + f"; {len(selected)} re-run later: {fixed} no longer "
                       f"fail ({rerun['skipped']} of them skip), "
                       f"{len(failed_now - failed_before)} newly fail").lstrip("; "))
 
@@ -370,7 +380,8 @@ def render(record: dict) -> str:
 
 def _scope(run_: dict) -> str:
     """What part of the file a run covers, when not all of it."""
-    marks = ["cut"] if "cut at" in run_["note"] else []
+    cut = "cut at" in run_["note"] and "unreached tests run later" not in run_["note"]
+    marks = ["cut"] if cut else []
     if run_.get("selected"):
         marks.append("only selected tests")
     if run_.get("per_test"):
@@ -428,6 +439,8 @@ def main(argv=None) -> int:
     f = sub.add_parser("failed", help="ids of the tests ours failed, for run --select")
     f.add_argument("--results", nargs="+", required=True)
     r.add_argument("--select", type=Path, help="a file of name.py::Class::test lines to run")
+    r.add_argument("--new", type=Path, help="as --select, for tests no earlier run reached "
+                   "(as ``pending`` writes them): the report adds them to the file's counts")
     r.add_argument("--bench-only", nargs="*",
                    help="bench: only the cases whose name contains one of these words")
     r.add_argument("--per-test", type=int, default=0,
@@ -440,10 +453,13 @@ def main(argv=None) -> int:
     if args.command == "pack":
         pack(args.jax_src, args.rev, args.out, args.files)
     elif args.command == "run":
+        new = _read_select(args.new) if args.new else {}
+        select = _read_select(args.select) if args.select else {}
+        for name, ids in new.items():
+            select[name] = select.get(name, []) + ids
         record = run(args.pack, args.out, args.site, args.parts.split(","),
-                     args.side.split(","), args.files, args.timeout,
-                     _read_select(args.select) if args.select else None, args.bench_only,
-                     args.per_test)
+                     args.side.split(","), args.files, args.timeout, select or None,
+                     args.bench_only, args.per_test, new)
         if record["platform"] != "tpu":
             print(f"note: JAX's default device here is {record['platform']}, not a TPU")
     elif args.command == "pending":

@@ -266,6 +266,34 @@ def test_hardware_prng_bits_equal_jaxs():
     assert len({ours[8 * i:8 * i + 8].tobytes() for i in range(4)}) == 4
 
 
+def _stateful_samples(pl, pltpu, **launch):
+    def kernel(seed_ref, u_ref, n_ref):
+        pltpu.prng_seed(seed_ref[0], pl.program_id(0))
+        u_ref[...] = pltpu.stateful_uniform(u_ref.shape, minval=-2.0, maxval=3.0)
+        n_ref[...] = pltpu.stateful_normal(n_ref.shape)
+    spec = pl.BlockSpec((8, 256), lambda i: (i, 0))
+    shape = jax.ShapeDtypeStruct((32, 256), jnp.float32)
+    return pl.pallas_call(kernel, out_shape=(shape, shape), grid=(4,),
+                          in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
+                          out_specs=(spec, spec), **launch)
+
+
+def test_stateful_uniform_and_normal_equal_jaxs():
+    # issue 38: ours turns the chip's bits into samples as JAX does, to the bit;
+    # off the chip JAX's interpreter draws no bits, so only ours runs there
+    seed = np.array([np.random.default_rng().integers(1 << 30)], np.int32)
+    results = run_both(_stateful_samples, seed, sides=tuple(SIDES) if ON_CHIP else ("ours",))
+    uniform, normal = results["ours"]
+    if ON_CHIP:
+        for o, t in zip(results["ours"], results["jax"]):
+            np.testing.assert_array_equal(o, t, err_msg="ours differs from JAX's Pallas")
+        # independent of both: the samples' range and moments (8192 each)
+        assert uniform.min() >= -2.0 and uniform.max() < 3.0
+        assert abs(uniform.mean() - 0.5) < 0.1 and abs(normal.mean()) < 0.05
+        assert abs(normal.std() - 1.0) < 0.05
+    assert np.isfinite(normal).all() and uniform.shape == normal.shape == (32, 256)
+
+
 def _uniform_from_a_key_in_core_map(pl, pltpu, **launch):
     # JAX's tpu_pallas_random_test::test_key_in_core_map, as a builder
     def main(refs):

@@ -11,30 +11,19 @@ tpu_sparsecore_pallas_test.py.
 
 import functools
 import importlib.util
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import pytest
 from jax import lax
-from jax.experimental import pallas as jpl
-from jax.experimental.pallas import tpu as jpltpu
-from jax.experimental.pallas import tpu_sc as jplsc
 
-import pallas_frontend as pl
-import pallas_tpu as pltpu
-from pallas_tpu import _jax_private, aot
-from pallas_tpu import tpu_sc as plsc
+from pallas_tpu import _jax_private
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
-import sc_mosaic_text  # noqa: E402
+from sc_compare import JAX_API, OUR_API, assert_same_mosaic, mosaic_modules
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                 reason="compiling for a TPU topology needs libtpu")
 
-TOPOLOGY = "v6e:2x2"       # 2 SparseCores of 16 vector subcores, 8 lanes
-JAX_API, OUR_API = (jpl, jpltpu, jplsc), (pl, pltpu, plsc)
 f32, i32 = jnp.float32, jnp.int32
 
 
@@ -390,11 +379,7 @@ NEEDS = {shared_vmem_slice: ("0.12", _jax_private.jax_has_shared_slice(),
 
 def _compile(kernel, api):
     fn, shapes = kernel(api)
-    specs = [jax.ShapeDtypeStruct(s, d) for s, d in shapes]
-    lowered = aot.lower_for_tpu(fn, *specs, topology=TOPOLOGY)
-    with jax.set_mesh(aot.topology_mesh(TOPOLOGY)):
-        lowered.compile()
-    return sc_mosaic_text.mosaic_modules(lowered.as_text())
+    return mosaic_modules(fn, [jax.ShapeDtypeStruct(s, d) for s, d in shapes])
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.__name__)
@@ -403,15 +388,7 @@ def test_compiles_for_sparsecore_with_jax_mosaic_module(kernel):
         since, present, what = NEEDS[kernel]
         if not present:
             pytest.skip(_jax_private.needs_newer_jax(what, since))
-    try:
-        theirs = _compile(kernel, JAX_API)
-    except Exception as e:  # noqa: BLE001  (an older libtpu: JAX's own kernel fails alike)
-        pytest.skip(f"JAX {jax.__version__}'s own kernel does not compile here: "
-                    f"{str(e).splitlines()[0][:200]}")
-    ours = _compile(kernel, OUR_API)
-    assert len(theirs) == 1 and "DEVICE_TYPE_SPARSECORE" in theirs[0]
-    assert len(ours) == 1, ours
-    assert ours == theirs, sc_mosaic_text.first_difference(theirs[0], ours[0])
+    assert_same_mosaic(functools.partial(_compile, kernel))
 
 
 def test_constant_view_index_inside_sync_copy():
@@ -438,6 +415,4 @@ def test_sync_copy_scopes_under_jax_enable_checks(kernel):
     (free_ref): a sync_copy's semaphore region closes after its DMAs, and a
     body's own jax.empty_ref is told from a scoped buffer, as in JAX's module."""
     with jax.enable_checks(True):
-        theirs = _compile(kernel, JAX_API)
-        ours = _compile(kernel, OUR_API)
-    assert ours == theirs, sc_mosaic_text.first_difference(theirs[0], ours[0])
+        assert_same_mosaic(functools.partial(_compile, kernel))

@@ -10,28 +10,19 @@ JAX's Mosaic module.
 
 import functools
 import importlib.util
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from jax.experimental import pallas as jpl
-from jax.experimental.pallas import tpu as jpltpu
-from jax.experimental.pallas import tpu_sc as jplsc
 
 import pallas_frontend as pl
 import pallas_tpu as pltpu
-from pallas_tpu import aot
 from pallas_tpu import tpu_sc as plsc
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
-import sc_mosaic_text  # noqa: E402
+from sc_compare import OUR_API, assert_same_mosaic, mosaic_modules
 
-TOPOLOGY = "v6e:2x2"       # 2 SparseCores of 16 vector subcores, 8 lanes
-JAX_API, OUR_API = (jpl, jpltpu, jplsc), (pl, pltpu, plsc)
 L = plsc.get_sparse_core_info().num_lanes
 RNG = np.random.default_rng()
 i32, f32 = jnp.int32, jnp.float32
@@ -214,24 +205,13 @@ def test_runs_in_the_cpu_model_as_numpy(kernel):
 
 def _compile(kernel, api):
     f, operands, _ = kernel(api)
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in operands()]
-    lowered = aot.lower_for_tpu(f, *specs, topology=TOPOLOGY)
-    with jax.set_mesh(aot.topology_mesh(TOPOLOGY)):
-        lowered.compile()
-    return sc_mosaic_text.mosaic_modules(lowered.as_text())
+    return mosaic_modules(f, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in operands()])
 
 
 @needs_libtpu
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.__name__)
 def test_compiles_to_jax_mosaic_module(kernel):
-    try:
-        theirs = _compile(kernel, JAX_API)
-    except Exception as e:  # noqa: BLE001  (an older libtpu: JAX's own kernel fails alike)
-        pytest.skip(f"JAX {jax.__version__}'s own kernel does not compile here: "
-                    f"{str(e).splitlines()[0][:200]}")
-    ours = _compile(kernel, OUR_API)
-    assert len(ours) == 1 and "DEVICE_TYPE_SPARSECORE" in ours[0]
-    assert ours == theirs, sc_mosaic_text.first_difference(theirs[0], ours[0])
+    assert_same_mosaic(functools.partial(_compile, kernel))
 
 
 def _host_sharding():

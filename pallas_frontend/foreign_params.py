@@ -1,7 +1,7 @@
 """Params objects of JAX's own Pallas, passed by code written for JAX
 (``interpret=InterpretGPUParams(...)``, ``pltpu.InterpretParams(...)``): each
 is offered to the backends (``Backend.adopt_foreign_params``, API 1.7) before
-``registry.check_params_objects`` refuses it."""
+``params_fields.check_params_objects`` refuses it."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import jax
 
-from pallas_frontend import (axis_binding, captured_scalars, closed_refs, foreign_params,
-                             frames, hijax_operands, pinned_buffers, ref_checks, registry)
+from pallas_frontend import (axis_binding, captured_scalars, closed_refs, foreign_params, frames,
+                             hijax_operands, params_fields, pinned_buffers, ref_checks, registry)
 from pallas_frontend.call_primitive import declares_side_effects, pallas_call_p
 from pallas_frontend.export import is_runtime_size, record_symbolic_grid
 from pallas_frontend.jitted_call import JittedCall
@@ -91,7 +91,7 @@ def pallas_call(
     if cost_estimate is not None and not isinstance(cost_estimate, CostEstimate):
         raise TypeError(f"cost_estimate must be a pl.CostEstimate, got {type(cost_estimate).__name__}")
     interpret, compiler_params = foreign_params.adopt(interpret, compiler_params)
-    registry.check_params_objects(interpret, compiler_params)
+    params_fields.check_params_objects(interpret, compiler_params)
     if compiler_params is not None and not _is_params_dataclass(compiler_params):
         raise TypeError(
             f"compiler_params must be a backend's CompilerParams dataclass (e.g. "
@@ -330,7 +330,7 @@ def _mesh_compiler_params(mesh: Any, compiler_params: Any):
     whose kernels differ in kind (e.g. SparseCore) completes the user's own
     params with ``complete_compiler_params``, as JAX's mesh sets the kernel type."""
     if compiler_params is None:
-        return getattr(mesh, "compiler_params", None)
+        return registry.params_of_mesh(mesh)
     complete = getattr(mesh, "complete_compiler_params", None)
     return complete(compiler_params) if callable(complete) else compiler_params
 

@@ -1,12 +1,16 @@
-"""A params dataclass checked field by field against its annotations: a
-``CompilerParams(num_warps="4")`` is refused where it is given, not deep in a
-backend's lowering, also when the built-in interpreter only checks it."""
+"""Params objects checked where they are given, not deep in a backend's
+lowering: ``interpret=`` is a mode or a params object, never JAX's own Pallas
+params (which look like ours), and a params dataclass holds what its fields'
+annotations say (``CompilerParams(num_warps="4")`` is refused, also when the
+built-in interpreter only checks it)."""
 
 from __future__ import annotations
 
 import dataclasses
 import types
 import typing
+
+from pallas_frontend import install_hints
 
 
 def check_params_fields(params) -> None:
@@ -31,3 +35,39 @@ def check_params_fields(params) -> None:
                 f"{type(params).__qualname__}.{f.name} must be "
                 f"{want.__name__}{' or None' if type(None) in args else ''}, got {value!r} "
                 f"({type(value).__name__}).")
+
+
+# JAX's own Pallas params types live in these jax modules; ours in these plugins.
+_JAX_PALLAS_HOMES = (
+    ("jax._src.pallas.mosaic_gpu", "jax.experimental.pallas.mosaic_gpu", "pallas_mgpu", "mgpu"),
+    ("jax._src.pallas.mosaic", "jax.experimental.pallas.tpu", "pallas_tpu", "tpu"),
+    ("jax._src.pallas.triton", "jax.experimental.pallas.triton", "pallas_triton", "triton"),
+)
+
+
+def check_params_objects(interpret, compiler_params) -> None:
+    """Refuses, before anything is traced, an ``interpret=`` that is neither a
+    bool nor a params object, and JAX's own Pallas params objects (which look
+    like ours but belong to ``jax.experimental.pallas``)."""
+    if not (interpret is None or isinstance(interpret, bool)
+            or hasattr(interpret, "__dataclass_fields__")):
+        raise TypeError(
+            f"interpret={interpret!r} ({type(interpret).__name__}) is not a mode: pass "
+            "interpret=True for the built-in interpreter, interpret=False (the default) to "
+            "choose a backend, or a backend's interpret-params object such as "
+            "pallas_tpu.InterpretParams().")
+    for what, obj in (("interpret", interpret), ("compiler_params", compiler_params)):
+        module = type(obj).__module__ or ""
+        for jax_module, public, ours, extra in _JAX_PALLAS_HOMES:
+            if module.startswith(jax_module):
+                name = type(obj).__name__
+                raise TypeError(
+                    f"{what}={name}(...) is JAX's own {public}.{name}, a jax.experimental.pallas "
+                    f"object that pallas_frontend does not read. Use {ours}.{name} instead "
+                    f"(the same fields where it supports them; install it with "
+                    f"{install_hints.install_command(f'pallas-{extra}')})"
+                    f"{' or interpret=True' if what == 'interpret' else ''}.")
+        if module.startswith("jax.") and "pallas" in module:
+            raise TypeError(f"{what}={type(obj).__name__}(...) is a jax.experimental.pallas "
+                            "object; pallas_frontend takes its own backends' params types "
+                            "(e.g. pallas_triton.CompilerParams, pallas_tpu.InterpretParams).")

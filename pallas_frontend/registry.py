@@ -278,42 +278,6 @@ def _declared_owner(params) -> str | None:
     return owner if isinstance(owner, str) and owner else None
 
 
-# JAX's own Pallas params types live in these jax modules; ours in these plugins.
-_JAX_PALLAS_HOMES = (
-    ("jax._src.pallas.mosaic_gpu", "jax.experimental.pallas.mosaic_gpu", "pallas_mgpu", "mgpu"),
-    ("jax._src.pallas.mosaic", "jax.experimental.pallas.tpu", "pallas_tpu", "tpu"),
-    ("jax._src.pallas.triton", "jax.experimental.pallas.triton", "pallas_triton", "triton"),
-)
-
-
-def check_params_objects(interpret, compiler_params) -> None:
-    """Refuses, before anything is traced, an ``interpret=`` that is neither a
-    bool nor a params object, and JAX's own Pallas params objects (which look
-    like ours but belong to ``jax.experimental.pallas``)."""
-    if not (interpret is None or isinstance(interpret, bool)
-            or hasattr(interpret, "__dataclass_fields__")):
-        raise TypeError(
-            f"interpret={interpret!r} ({type(interpret).__name__}) is not a mode: pass "
-            "interpret=True for the built-in interpreter, interpret=False (the default) to "
-            "choose a backend, or a backend's interpret-params object such as "
-            "pallas_tpu.InterpretParams().")
-    for what, obj in (("interpret", interpret), ("compiler_params", compiler_params)):
-        module = type(obj).__module__ or ""
-        for jax_module, public, ours, extra in _JAX_PALLAS_HOMES:
-            if module.startswith(jax_module):
-                name = type(obj).__name__
-                raise TypeError(
-                    f"{what}={name}(...) is JAX's own {public}.{name}, a jax.experimental.pallas "
-                    f"object that pallas_frontend does not read. Use {ours}.{name} instead "
-                    f"(the same fields where it supports them; install it with "
-                    f"{install_hints.install_command(f'pallas-{extra}')})"
-                    f"{' or interpret=True' if what == 'interpret' else ''}.")
-        if module.startswith("jax.") and "pallas" in module:
-            raise TypeError(f"{what}={type(obj).__name__}(...) is a jax.experimental.pallas "
-                            "object; pallas_frontend takes its own backends' params types "
-                            "(e.g. pallas_triton.CompilerParams, pallas_tpu.InterpretParams).")
-
-
 def _owner_of(params) -> str:
     owner = getattr(params, "BACKEND", None) or getattr(type(params), "BACKEND", None)
     if isinstance(owner, str) and owner:
@@ -383,6 +347,26 @@ def effective_interpret(interpret, compiler_params):
     return interpret if forced is None else forced
 
 
+def params_of_mesh(mesh: Any) -> Any:
+    """The compiler params a mesh names (``mesh.compiler_params``), if a backend
+    owns them; else, for a mesh that only speaks JAX's protocol (``core_type``,
+    ``default_memory_space``, ``dimension_semantics``; e.g. a test's mock), the
+    default params of the backend those values belong to, so that the kernel
+    goes where JAX's would and fails there as JAX's does."""
+    params = getattr(mesh, "compiler_params", None)
+    if params is None or _backend_of_params(params, "compiler_params_type") is not None:
+        return params
+    described = [getattr(mesh, "core_type", None), getattr(mesh, "default_memory_space", None),
+                 *(getattr(mesh, "dimension_semantics", None) or ())]
+    for value in described:
+        owner = _owner_of(value) if value is not None else None
+        if owner in _known_names():
+            params_type = getattr(get_backend(owner), "compiler_params_type", None)
+            if isinstance(params_type, type):
+                return params_type()
+    return params
+
+
 def _backend_of_params(params, type_attr: str) -> Backend | None:
     """The backend whose ``type_attr`` ``params`` is an instance of. Imports only
     plugins that may own it: named by its ``BACKEND``, or from its package."""
@@ -407,10 +391,18 @@ def _backend_of(found: dict[str, Backend], params, type_attr: str) -> Backend | 
     return None
 
 
+class PlatformNotServedError(BackendUnavailableError, ValueError):
+    """The chosen backend compiles for other platforms (a ValueError too, as JAX's is)."""
+
+
 def _serving(b: Backend, platform: str) -> Backend:
     if platform not in b.platforms:
-        raise BackendUnavailableError(
-            f"Backend {b.name!r} does not serve platform {platform!r} (it serves "
+        interpreter = getattr(b, "interpret_params_type", None)
+        # JAX's words (and its ValueError) where its TPU kernels meet a CPU
+        lead = (f"Only interpret mode is supported on {platform.upper()} for this kernel: "
+                if isinstance(interpreter, type) else "")
+        raise PlatformNotServedError(
+            f"{lead}Backend {b.name!r} does not serve platform {platform!r} (it serves "
             f"{', '.join(b.platforms)}). Run on one of those, pass its interpret params "
             f"if it has any, or pass interpret=True for the reference interpreter.")
     ok, why = b.is_available()

@@ -15,6 +15,7 @@ from pallas_triton.widening import computed_dtype
 # NumPy (np.sum, np.nanmax, np.cumsum); any other combine runs element by element in Python.
 STD_COMBINE = {"add": "tl.standard._sum_combine", "mul": "tl.standard._prod_combine",
                "max": "tl.standard._elementwise_max", "min": "tl.standard._elementwise_min"}
+SCAN_IMPORT = "from pallas_triton.interpret_scan import cumprod as _xla_order_cumprod"
 
 
 def combine_fn(w, kind: str) -> str:
@@ -81,6 +82,13 @@ def _cumulative(w, eqn, ins):
         # XLA's scan starts from 0 (1): -0.0 + 0.0 is +0.0, and a denormal is flushed
         # where the processor flushes (XLA on CPU, the interpreter)
         x = f"({x} {'+ 0.0' if kind == 'add' else '* 1.0'})"
+        if kind == "mul" and w.target == "interpret":
+            # in XLA's association order: with denormals flushed, the order decides
+            # whether a product that passes near the denormal range survives
+            # (interpret_scan.py)
+            w.imports.add(SCAN_IMPORT)
+            n = in_aval(eqn).shape[axis]
+            return [f"_xla_order_cumprod({w.bind(x)}, {axis}, {n}, {reverse})"]
     # The interpreter scans in NumPy only with Triton's sum/prod combines; any other it
     # calls element by element outside @jit, where Triton's own max/min cannot run.
     combine = combine_fn(w, kind) if kind in ("add", "mul") else w.helper(kind)

@@ -270,7 +270,8 @@ class Autotuned:
         # host arrays go to the device once, not at every timed call
         leaves = [jax.device_put(x) if isinstance(x, np.ndarray) else x
                   for x in _leaves(args, kwargs)]
-        bound = [autotune_compile.bound_call(self.fn, config, args, kwargs, leaves) for config in self.configs]
+        bound = [autotune_compile.bound_call(self.fn, config, args, kwargs, leaves)
+                 for config in self.configs]
         compiled = autotune_compile.compile_calls(bound)      # several at a time
         for label, config, (call, arrays), program in zip(self.labels, self.configs, bound,
                                                           compiled):

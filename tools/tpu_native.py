@@ -290,6 +290,8 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
     # tests no earlier run reached (run --new): added to the counts, not re-runs
     new = {_test_of(t) for t in rerun.get("new_tests", ())} & selected
     selected -= new
+    # _scope reads this phrase: a cut file whose unreached tests ran is no longer "cut"
+    reached_later = f"; its {len(new)} unreached tests run later" if new else ""
     failed_before = {_test_of(t) for t in earlier["not_passed"]}
     failed_now = {_test_of(t) for t in rerun["not_passed"]}
     fixed = len((failed_before & selected) - failed_now)
@@ -300,9 +302,8 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
                 failed=len(not_passed), skipped=earlier["skipped"] + rerun["skipped"],
                 not_passed=not_passed,
                 new_tests=earlier.get("new_tests", []) + rerun.get("new_tests", []),
-                note=(earlier["note"] + (f"; its {len(new)} unreached tests run later" if new
-                                         else "") + f"; {len(selected)} re-run later: {fixed} no longer "
-                      f"fail ({rerun['skipped']} of them skip), "
+                note=(earlier["note"] + reached_later + f"; {len(selected)} re-run later: "
+                      f"{fixed} no longer fail ({rerun['skipped']} of them skip), "
                       f"{len(failed_now - failed_before)} newly fail").lstrip("; "))
 
 

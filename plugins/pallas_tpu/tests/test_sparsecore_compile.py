@@ -370,7 +370,9 @@ def dma_through_select_ref(api):
     return f, [((16, 8), f32)] * 3
 
 
-KERNELS = [dma_through_select_ref, no_results_parallel_loop_in_loop, own_empty_ref_and_scope, add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add, vector_gather_scatter,
+KERNELS = [dma_through_select_ref, no_results_parallel_loop_in_loop, own_empty_ref_and_scope,
+           add_one_per_subcore, pipelined_scale, dict_scratch, embedding_gather_scatter_add,
+           vector_gather_scatter,
            scans_and_sort, pack_unpack_bitcast, parallel_loop_with_carry, fetch_and_add_in_smem,
            shared_vmem_slice, scalar_subcore_copy, loop_to_subcore_id]
 NEEDS = {shared_vmem_slice: ("0.12", _jax_private.jax_has_shared_slice(),

@@ -179,11 +179,20 @@ def _float8(dtype):
     return build
 
 
+NAN_COLUMN = 5
+
+
 @pytest.mark.parametrize("name", ["float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e5m2"])
 def test_float8_casts_and_mixed_dot(rng, name):
     """float32 -> float8 rounds to nearest even as ml_dtypes does (a value that
     rounds to zero is +0 in the fnuz type, whose 0x80 is NaN); the widening is
-    exact; a bfloat16 x float8 dot carries the weights' NaN column."""
+    exact; a bfloat16 x float8 dot carries the weights' NaN column.
+
+    Except on the chip for float8_e4m3fn: measured on a v5e (libtpu 0.0.42.1,
+    2026-12-06), Mosaic's bf16 x e4m3fn dot gives finite values in the NaN
+    column, under JAX's Pallas as under ours (bit-equal), where XLA's dot, the
+    widening in the same kernel and TPU interpret mode give NaN. That column is
+    then an expected failure, everything else still checked."""
     import ml_dtypes
     ml = getattr(ml_dtypes, name)
     info = ml_dtypes.finfo(ml)
@@ -191,7 +200,7 @@ def test_float8_casts_and_mixed_dot(rng, name):
     x[0, :6] = (0.0, -0.0, float(info.smallest_subnormal) / 4,
                 -float(info.smallest_subnormal) / 4, float(info.smallest_subnormal), -float(info.max))
     w = (rng.standard_normal((128, 128)) * 4).astype(ml)
-    w[:, 5] = np.nan
+    w[:, NAN_COLUMN] = np.nan
     a = rng.standard_normal((64, 128)).astype(jnp.bfloat16)
     results = run_both(_float8(jnp.dtype(name)), x, w, a)
     check({s: r[:2] for s, r in results.items()},
@@ -199,8 +208,16 @@ def test_float8_casts_and_mixed_dot(rng, name):
     assert (np.asarray(results["ours"][0]).view(np.uint8) == x.astype(ml).view(np.uint8)).all()
     want = np.asarray(a, np.float64) @ w.astype(np.float64)
     scale = np.abs(np.asarray(a, np.float64)) @ np.nan_to_num(np.abs(w.astype(np.float64)))
+    dots = {s: r[2:] for s, r in results.items()}
+    finite = np.arange(want.shape[1]) != NAN_COLUMN
     # the products are exact in float32; only the order of the float32 sums may differ
-    check({s: r[2:] for s, r in results.items()}, [want], rtol=1e-5, atol=2 ** -16 * scale.max())
+    check({s: [d[0][:, finite]] for s, d in dots.items()}, [want[:, finite]], rtol=1e-5,
+          atol=2 ** -16 * scale.max())
+    np.testing.assert_array_equal(dots["ours"][0], dots["jax"][0])
+    if ON_CHIP and name == "float8_e4m3fn" and not np.isnan(dots["ours"][0][:, NAN_COLUMN]).any():
+        pytest.xfail("Mosaic's bf16 x float8_e4m3fn dot drops the weights' NaN on this chip, "
+                     "under JAX's Pallas as under ours")
+    assert np.isnan(dots["ours"][0][:, NAN_COLUMN]).all()
 
 
 def _manual_dma(pl, pltpu, **launch):

@@ -366,7 +366,9 @@ def normalize_grid(grid: Any) -> tuple[tuple[int, ...], tuple[str, ...] | None]:
             sizes.append(traced)  # known at run time: an operand too
             continue
         if hasattr(g, "dtype") and np.size(g) == 1 and np.issubdtype(g.dtype, np.integer):
-            g = int(np.reshape(g, ()))    # a concrete array scalar (or one-element array, as JAX)
+            # a concrete array scalar (or one-element array, as JAX); through NumPy, since
+            # a jax.Array captured by a jit being traced would be staged by jnp's reshape
+            g = int(np.asarray(g).reshape(()))
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
             raise TypeError(
                 f"Grid must be a tuple of integers, got {tuple(grid)!r}: element {g!r} is a "

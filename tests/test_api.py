@@ -466,3 +466,28 @@ def test_slice_and_ds():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert pl.Slice(0, 2).size == 2
+
+
+@pytest.mark.parametrize("shape", [(), (1,)])
+def test_grid_size_from_a_concrete_jax_array_captured_by_jit(rng, shape):
+    """JAX's test_dynamic_grid_and_aliasing makes its grid size with
+    jax.random.randint outside the jit that launches the kernel: a concrete
+    array, not a tracer, which ours once reshaped with jnp inside the trace
+    (ConcretizationTypeError)."""
+    steps = int(rng.integers(3, 9))
+    size = jnp.full(shape, steps, jnp.int32)
+    x = rand(rng, 8, 128)
+
+    def kernel(x_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] += x_ref[...]
+
+    @jax.jit
+    def f(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(size,), in_specs=[pl.BlockSpec((8, 128), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
+                              interpret=True)(x)
+    np.testing.assert_allclose(f(x), steps * np.asarray(x, np.float64), rtol=1e-6)

@@ -72,6 +72,29 @@ def unchecked_reason(kernel: KernelIR, avals_in, interpret=None) -> str | None:
     needs = required_capabilities(kernel)
     if tag := next((t for t in _MULTI_DEVICE_TAGS if t in needs), None):
         return f"it needs {tag!r}, which a one-chip program has not"
+    return _aborting_reduction(kernel, _chip_of(interpret))
+
+
+def _chip_of(interpret) -> str:
+    chip = getattr(interpret, "chip_checks", True)
+    return chip if isinstance(chip, str) else DEFAULT_CHIP
+
+
+# libtpu builds newer than 0.0.42.1 abort the whole process (SIGABRT in the compiler's
+# latency table: 'Operation not supported: kVectorMaxIndexReduceBf16') compiling a
+# bfloat16 argmax/argmin for these chips; 0.0.42.1, and v4 and v6e, compile it
+_BF16_INDEX_REDUCTION_ABORTS = frozenset({"v5e", "v5p"})
+
+
+def _aborting_reduction(kernel: KernelIR, chip: str) -> str | None:
+    if chip not in _BF16_INDEX_REDUCTION_ABORTS:
+        return None
+    for eqn in kernel.iter_equations():
+        if eqn.primitive.name in ("argmax", "argmin") and any(
+                str(getattr(getattr(v, "aval", None), "dtype", "")) == "bfloat16"
+                for v in eqn.invars):
+            return (f"libtpu's compiler aborts the process on a bfloat16 {eqn.primitive.name} "
+                    f"for {chip} ({source_line(eqn)})")
     return None
 
 
@@ -80,8 +103,7 @@ def check(kernel: KernelIR, ctx, interpret, off_hint: str) -> None:
     the chip ``interpret`` (our InterpretParams) names, a v5e by default;
     ``ctx``: the interpreted call's LoweringContext (operand types)."""
     from pallas_tpu import semaphore_operands
-    chip = getattr(interpret, "chip_checks", True)
-    chip = chip if isinstance(chip, str) else DEFAULT_CHIP
+    chip = _chip_of(interpret)
     # typed as the compiled call has them (semaphores passed between kernels)
     ctx = semaphore_operands.typed_lowering_context(kernel, ctx)
     avals_in, avals_out = ctx.mlir_ctx.avals_in, ctx.mlir_ctx.avals_out

@@ -87,7 +87,7 @@ _BF16_INDEX_REDUCTION_ABORTS = frozenset({"v5e", "v5p"})
 
 
 def _aborting_reduction(kernel: KernelIR, chip: str) -> str | None:
-    if chip not in _BF16_INDEX_REDUCTION_ABORTS:
+    if chip.split(":")[0] not in _BF16_INDEX_REDUCTION_ABORTS:    # "v5e" or "v5e:2x2"
         return None
     for eqn in kernel.iter_equations():
         if eqn.primitive.name in ("argmax", "argmin") and any(

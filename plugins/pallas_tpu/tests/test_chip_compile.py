@@ -159,7 +159,7 @@ print("survived")
 
 
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
-@pytest.mark.parametrize("chip", ["v5e", "v6e"])
+@pytest.mark.parametrize("chip", ["v5e", "v5e:2x2", "v6e"])
 def test_a_bfloat16_index_reduction_libtpu_aborts_on_runs(op, chip):
     # libtpu builds newer than 0.0.42.1 abort the process compiling a bfloat16
     # argmax/argmin for v5e or v5p (the round-3 probe's tpu-argmax_bf16 took the

@@ -129,17 +129,23 @@ print("survived")
 """
 
 
+def _assert_survives(script: str, *args: str, **env: str) -> None:
+    """Runs ``script`` in a process of its own (a libtpu abort takes the whole
+    process down) and asserts it got to its last line."""
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", script, *args],
+                       env=dict(os.environ, JAX_PLATFORMS="cpu", **env),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "survived" in r.stdout, r.stderr[-2000:]
+
+
 def test_a_call_libtpu_aborts_on_is_not_compiled_alone():
     # a semaphore-typed output: libtpu 0.0.42.1 aborts the process (SIGABRT) compiling
     # the call on its own (JAX 0.10.2's test_kernel_with_output_memory_space_SEMAPHORE,
     # forced into TPU interpret mode); the check must leave the user's process alive
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, PALLAS_TPU_CHIP_CHECKS="1", JAX_PLATFORMS="cpu")
-    r = subprocess.run([sys.executable, "-c", _SEMAPHORE_OUTPUT], env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and "survived" in r.stdout, r.stderr[-2000:]
+    _assert_survives(_SEMAPHORE_OUTPUT, PALLAS_TPU_CHIP_CHECKS="1")
 
 
 _BF16_ARGMAX = """
@@ -164,10 +170,4 @@ def test_a_bfloat16_index_reduction_libtpu_aborts_on_runs(op, chip):
     # libtpu builds newer than 0.0.42.1 abort the process compiling a bfloat16
     # argmax/argmin for v5e or v5p (the round-3 probe's tpu-argmax_bf16 took the
     # probe runner down); the check leaves it uncompiled there and the kernel runs
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    r = subprocess.run([sys.executable, "-c", _BF16_ARGMAX, op, chip], env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and "survived" in r.stdout, r.stderr[-2000:]
+    _assert_survives(_BF16_ARGMAX, op, chip)

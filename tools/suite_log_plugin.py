@@ -69,9 +69,11 @@ def pytest_runtest_logreport(report):
     if report.outcome == "skipped":
         why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         _log(dict(test=test_id(report.nodeid), outcome="skipped",
-                  message=why.removeprefix("Skipped: "), text=""))
+                  message=why.removeprefix("Skipped: "), text="",
+                  seconds=round(report.duration, 2)))
         return
     crash = getattr(report.longrepr, "reprcrash", None)
     _log(dict(test=test_id(report.nodeid), outcome=report.outcome,
               message=getattr(crash, "message", "") or "",
-              text=report.longreprtext[-20000:] if report.outcome == "failed" else ""))
+              text=report.longreprtext[-20000:] if report.outcome == "failed" else "",
+              seconds=round(report.duration, 2)))

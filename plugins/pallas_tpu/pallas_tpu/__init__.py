@@ -32,6 +32,7 @@ from pallas_tpu.spaces import with_memory_space_constraint
 from pallas_tpu.semaphore_types import dma_semaphore_class as _dma_semaphore_class
 from pallas_tpu import dma_interpret as _dma_interpret  # noqa: F401  (interpret=True rules)
 from pallas_tpu import ref_io_interpret as _ref_io_interpret  # noqa: F401  (the same)
+from pallas_tpu import float8_dot as _float8_dot  # noqa: F401  (its compile-time rewrite)
 from pallas_tpu.random import (
     stateful_bernoulli, stateful_bits, stateful_normal, stateful_uniform)
 from pallas_tpu.keyed_random import sample_block, to_pallas_key

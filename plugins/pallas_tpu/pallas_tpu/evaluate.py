@@ -31,6 +31,9 @@ from pallas_tpu import primitives as tpu_prims
 from pallas_tpu.spaces import scratch_type
 
 _RULES: dict[object, Callable] = {}          # primitive -> rule(eqn, invals) -> outvals
+# primitive -> applies(eqn): a rule that rewrites only some equations of its primitive
+_APPLIES: dict[object, Callable] = {}
+_EVERY_EQUATION = lambda eqn: True  # noqa: E731
 # view transforms of this plugin's own -> JAX's (sc_rebuild: a subcore's slice of VMEM_SHARED)
 TRANSFORM_RULES: dict[type, Callable] = {}
 _FRONTEND_RULES: dict[str, Callable] = {}    # frontend primitive name -> rule
@@ -47,9 +50,13 @@ def _rule(table, key):
     return register
 
 
+def _has_rule(eqn) -> bool:
+    return eqn.primitive in _RULES and _APPLIES.get(eqn.primitive, _EVERY_EQUATION)(eqn)
+
+
 def _needs_replay(eqn) -> bool:
     prim = eqn.primitive
-    return (prim in _RULES or prim.name in (_SCOPE_START, _SCOPE_END)
+    return (_has_rule(eqn) or prim.name in (_SCOPE_START, _SCOPE_END)
             or primitive_owner(prim) == FRONTEND_OWNER)
 
 
@@ -94,10 +101,10 @@ def _replay_equation(eqn, invals):
     if any(isinstance(x, key_operands.KeyRefView) for x in invals):
         if name in _REF_ACCESS:                  # a Ref of PRNG keys in interpret mode
             return key_operands.key_access(eqn, invals)
-        if eqn.primitive in _RULES:              # a copy of keys (a DMA) moves their data
+        if _has_rule(eqn):                       # a copy of keys (a DMA) moves their data
             return _RULES[eqn.primitive](*key_operands.as_key_data(eqn, invals))
         return _replay_control_flow(eqn, invals)
-    if eqn.primitive in _RULES:
+    if _has_rule(eqn):
         return _RULES[eqn.primitive](eqn, invals)
     if primitive_owner(eqn.primitive) == FRONTEND_OWNER:
         rule = _FRONTEND_RULES.get(name)
@@ -472,9 +479,12 @@ def _einshape(eqn, invals):
     return out
 
 
-def register_rule(prim, rule: Callable) -> None:
-    """Adds a substitution (used by ``pipeline.py`` for ``emit_pipeline``)."""
+def register_rule(prim, rule: Callable, applies: Callable | None = None) -> None:
+    """Adds a substitution (used by ``pipeline.py`` for ``emit_pipeline``);
+    ``applies(eqn)``: only for the equations it accepts (the rest re-bind as they are)."""
     _RULES[prim] = rule
+    if applies is not None:
+        _APPLIES[prim] = applies
 
 
 def register_frontend_rule(name: str, rule: Callable) -> None:

@@ -6,6 +6,8 @@ float8 type is refused before lowering exactly when JAX's own pallas_call of
 the same kernel does not compile for a v5e (libtpu 0.0.42.1 under JAX 0.10,
 0.0.50 under JAX 0.12)."""
 
+import importlib.util
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -139,3 +141,48 @@ def test_float8_verdict_agrees_with_mosaic(aot_compile, name):
         ours_ok = False
     assert ours_ok == chip_ok, (name, ours_ok, chip_ok)
     assert chip_ok == (name in ACCEPTED)
+
+
+def _dot_call(api, widen_first, float8_on_left):
+    """bf16 x float8 -> f32, the float8 operand on either side; ``widen_first``:
+    the kernel itself widens it to bfloat16 before the dot."""
+    def kernel(a_ref, w_ref, o_ref):
+        a, w = a_ref[...], w_ref[...]
+        if widen_first:
+            w = w.astype(jnp.bfloat16)
+        if float8_on_left:
+            o_ref[...] = jax.lax.dot_general(w, a, (((0,), (1,)), ((), ())),
+                                             preferred_element_type=jnp.float32)
+        else:
+            o_ref[...] = jax.lax.dot_general(a, w, (((1,), (0,)), ((), ())),
+                                             preferred_element_type=jnp.float32)
+    shape = (N, M) if float8_on_left else (M, N)
+    return api.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(shape, jnp.float32))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu")
+@pytest.mark.parametrize("float8_on_left", [False, True], ids=["rhs", "lhs"])
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_e4m3fn_dot_is_widened_for_the_chip(name, float8_on_left):
+    """Compiled for a v5e, ours' bf16 x float8_e4m3fn dot is exactly JAX's kernel
+    that widens the float8 operand to bfloat16 first: measured on the chip,
+    Mosaic's native mixed dot reads e4m3fn NaN as a finite number, the widened
+    one keeps it and equals the native dot's bits elsewhere (pallas_tpu.float8_dot).
+    The other float8 types compile as JAX's kernel does, unchanged."""
+    import sys
+    from pathlib import Path
+
+    from jax.experimental import pallas as jpl
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
+    import sc_mosaic_text
+
+    def modules(fn):
+        specs = (jax.ShapeDtypeStruct((M, K), jnp.bfloat16), jax.ShapeDtypeStruct((K, N), name))
+        return sc_mosaic_text.mosaic_modules(aot.lower_for_tpu(fn, *specs, topology="v5e:2x2")
+                                             .as_text())
+    ours = modules(_dot_call(pl, False, float8_on_left))
+    theirs_native = modules(_dot_call(jpl, False, float8_on_left))
+    theirs_widened = modules(_dot_call(jpl, True, float8_on_left))
+    assert theirs_native != theirs_widened
+    want = theirs_widened if name == "float8_e4m3fn" else theirs_native
+    assert ours == want, sc_mosaic_text.first_difference(want[0], ours[0])

@@ -171,3 +171,24 @@ def test_a_dying_process_fails_its_test_and_the_rest_still_run(tmp_path):
         "Cases::test_p0": "passed"}
     assert "died" in results["Crash::test_b"][1]
     assert results["Crash::test_c"][1].startswith("AssertionError: 1 != 2")
+
+
+def test_a_test_past_its_limit_fails_and_the_file_goes_on(tmp_path):
+    """PALLAS_SUITE_TEST_LIMIT (tools/tpu_native.py run --test-limit): a test that
+    does not end is logged as failed at the limit, and run_logged runs the tests
+    after it in a fresh process instead of spending the file's whole time."""
+    (tmp_path / "limit_test.py").write_text(textwrap.dedent("""
+        import time
+        def test_first(): pass
+        def test_never_ends(): time.sleep(120)
+        def test_after(): pass
+        def test_fails_after(): assert 1 + 1 == 3
+    """))
+    env = dict(os.environ, PALLAS_SUITE_TEST_LIMIT="2")
+    results, note, seconds = jax_suite.run_logged(["limit_test.py"], tmp_path, env,
+                                                  tmp_path / "log", 100)
+    assert results["test_first"][0] == "passed" and results["test_after"][0] == "passed"
+    assert results["test_never_ends"] == (
+        "failed", "did not end within the per-test limit of 2 s (PALLAS_SUITE_TEST_LIMIT); "
+                  "the process was ended")
+    assert results["test_fails_after"][0] == "failed" and note == "" and seconds < 60

@@ -283,7 +283,10 @@ def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, 
     seconds). Each test's outcome is logged as it ends (``stem``.jsonl), so a
     process killed at ``limit`` keeps what it ran; one that dies in a test (a
     crash in native code) fails that test, and pytest runs again on the tests
-    not yet run. ``only``/``per_test``: which tests (see suite_log_plugin)."""
+    not yet run, as it does after a test the plugin ended at
+    ``PALLAS_SUITE_TEST_LIMIT`` (in ``env``). ``only``/``per_test``: which tests
+    (see suite_log_plugin)."""
+    from suite_log_plugin import TEST_LIMIT_EXIT
     log, skip = stem.with_name(stem.name + ".jsonl"), stem.with_name(stem.name + ".skip")
     log.unlink(missing_ok=True)
     env = {**env, "PYTHONPATH": os.pathsep.join(
@@ -311,6 +314,8 @@ def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, 
             proc.wait()
             rc, note = None, f"cut at the {limit:.0f} s limit"
         running = read_outcome_log(log, results)
+        if rc == TEST_LIMIT_EXIT:
+            continue  # the plugin ended a test at its limit (logged): on past it
         if rc is None or rc in (0, 1, 5) or running is None:
             break     # done, cut, or failed outside any test: the log says what ran
         results[running] = ("failed", f"the test process died (exit status {rc}) in this test")

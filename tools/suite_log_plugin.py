@@ -10,7 +10,11 @@ rehearsal) and tools/tpu_native.py (the chip), through
 - ``PALLAS_SUITE_PER_TEST=N``: keep the first N cases of each parameterized
   test (a sample of a file too long to run whole);
 - ``PALLAS_SUITE_LOG``: one JSON line as each test starts and one with its
-  outcome, each written at once.
+  outcome, each written at once;
+- ``PALLAS_SUITE_TEST_LIMIT=S``: a test still running after S seconds is
+  logged as failed and the process exits with ``TEST_LIMIT_EXIT``, so that
+  ``run_logged`` goes on with the tests after it (on a chip, one test that does
+  not end would otherwise spend the rest of the file's time).
 """
 
 from __future__ import annotations
@@ -18,7 +22,11 @@ from __future__ import annotations
 import collections
 import json
 import os
+import threading
 from pathlib import Path
+
+TEST_LIMIT_EXIT = 75      # the exit status of a process that ended a test at its limit
+_watchdog: threading.Timer | None = None
 
 
 def test_id(nodeid: str) -> str:
@@ -57,8 +65,25 @@ def _log(record: dict) -> None:
             f.write(json.dumps(record) + "\n")
 
 
+def _expire(test: str, limit: float) -> None:
+    _log(dict(test=test, outcome="failed", text="", seconds=limit,
+              message=f"did not end within the per-test limit of {limit:g} s "
+                      "(PALLAS_SUITE_TEST_LIMIT); the process was ended"))
+    os._exit(TEST_LIMIT_EXIT)
+
+
 def pytest_runtest_logstart(nodeid, location):
+    global _watchdog
     _log(dict(test=test_id(nodeid), outcome="started"))
+    if limit := float(os.environ.get("PALLAS_SUITE_TEST_LIMIT", "0")):
+        _watchdog = threading.Timer(limit, _expire, (test_id(nodeid), limit))
+        _watchdog.daemon = True
+        _watchdog.start()
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if _watchdog is not None:
+        _watchdog.cancel()
 
 
 def pytest_runtest_logreport(report):

@@ -29,7 +29,10 @@ outcome it reached):
   ``--select IDS`` (a file of ``name.py::Class::test`` lines, as ``failed``
   writes them) runs only those tests: the chip's time goes to re-running what
   failed, not whole files again; ``--per-test N`` runs the first N cases of
-  each parameterized test (a sample of a file too long for the session).
+  each parameterized test (a sample of a file too long for the session);
+  ``--test-limit S`` fails a test still running after S seconds and goes on
+  with the file's next test (a test that does not end on the chip would
+  otherwise spend the file's whole ``--timeout``).
 ``report`` reads one or more such folders and writes the "TPU v5e" table of
 ``docs/jax-suite.md``; a later folder's selected tests replace those tests'
 earlier outcomes, a later whole-file run replaces the file's.
@@ -446,6 +449,9 @@ def main(argv=None) -> int:
                    help="bench: only the cases whose name contains one of these words")
     r.add_argument("--per-test", type=int, default=0,
                    help="jax-suite: only the first N cases of each parameterized test")
+    r.add_argument("--test-limit", type=float, default=0.0,
+                   help="seconds one test may run; one still running then fails and the "
+                        "file goes on after it (0: no per-test limit)")
     g = sub.add_parser("pending", help="ids of the tests no run has reached, for run --select")
     g.add_argument("--results", nargs="+", required=True)
     g.add_argument("--pack", type=Path, default=PACK)
@@ -454,6 +460,8 @@ def main(argv=None) -> int:
     if args.command == "pack":
         pack(args.jax_src, args.rev, args.out, args.files)
     elif args.command == "run":
+        if args.test_limit:      # read by suite_log_plugin in every pytest process
+            os.environ["PALLAS_SUITE_TEST_LIMIT"] = str(args.test_limit)
         new = _read_select(args.new) if args.new else {}
         select = _read_select(args.select) if args.select else {}
         for name, ids in new.items():

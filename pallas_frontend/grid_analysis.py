@@ -108,13 +108,19 @@ def written_inputs(jaxpr, num_index: int, num_inputs: int) -> tuple[int, ...]:
     interpreter does)."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     refs = jaxpr.invars[num_index:num_index + num_inputs]
+    return tuple(sorted(refs_written(jaxpr, refs, num_index)))
+
+
+def refs_written(jaxpr, refs, first: int) -> set[int]:
+    """Positions in ``refs`` (variables of ``jaxpr``, the first at input index
+    ``first``) that its write and accumulate effects name."""
     written = set()
     for e in jaxpr.effects:
         if isinstance(e, (jc.state_types.WriteEffect, jc.state_types.AccumEffect)):
             at = e.input
             written.update(k for k, v in enumerate(refs)
-                           if at is v or (isinstance(at, int) and at == num_index + k))
-    return tuple(sorted(written))
+                           if at is v or (isinstance(at, int) and at == first + k))
+    return written
 
 
 def _whole_kernel_reason(kernel: KernelIR, body: jc.Jaxpr, scratch_is_shared: bool = True) -> str:

@@ -397,24 +397,33 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
             values = [_core_map_operand(mesh, v, s.memory_space, interpret)
                       for v, s in zip(values, specs)]
         n = len(refs)
+        # only written Refs come back, as JAX's (an output aliasing a read-only one
+        # costs a copy); a body that visibly writes none (a print) passes all
+        written = captured_scalars.core_map_written(jaxpr, is_ref)
+        out_of = [k for k in range(n) if written[k]] or list(range(n))
 
         def body(*all_refs):
-            # inputs come first, then the aliased outputs the body updates in place
-            updated = iter(all_refs[n:2 * n])
+            # inputs, then outputs: a written Ref is used through its aliased output
+            by_ref = list(all_refs[:n])
+            for j, k in enumerate(out_of):
+                by_ref[k] = all_refs[n + j]
+            ref_args = iter(by_ref)
             jc.eval_jaxpr(jc.with_consts(jaxpr, ()),
-                          *[next(updated) if r else c for c, r in zip(consts, is_ref)])
+                          *[next(ref_args) if r else c for c, r in zip(consts, is_ref)])
 
         body.__wrapped__ = f       # source_of() reports the user's body's file:line
+        placed = specs if isinstance(specs, list) else [None] * n
         with captured_scalars.accepting(_scalar_space(mesh)):
             outs = pallas_call(
-                body, [_core_map_out_shape(mesh, v, s) for v, s in
-                       zip(values, specs if isinstance(specs, list) else [None] * n)],
-                grid=grid, scratch_shapes=scratch_shapes, in_specs=specs, out_specs=specs,
-                input_output_aliases={i: i for i in range(n)}, compiler_params=compiler_params,
-                interpret=interpret, debug=debug, cost_estimate=cost_estimate,
-                name=name or getattr(f, "__name__", None), metadata=metadata)(*values)
-        for r, v in zip(refs, outs):
-            r[...] = v
+                body, [_core_map_out_shape(mesh, values[k], placed[k]) for k in out_of],
+                grid=grid, scratch_shapes=scratch_shapes, in_specs=specs,
+                out_specs=[specs[k] for k in out_of] if isinstance(specs, list) else specs,
+                input_output_aliases={k: j for j, k in enumerate(out_of)},
+                compiler_params=compiler_params, interpret=interpret, debug=debug,
+                cost_estimate=cost_estimate, name=name or getattr(f, "__name__", None),
+                metadata=metadata)(*values)
+        for k, v in zip(out_of, outs):
+            refs[k][...] = v
     return decorator
 
 

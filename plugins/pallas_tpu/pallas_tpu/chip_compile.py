@@ -22,7 +22,7 @@ import numpy as np
 
 from pallas_frontend.backend_api import (BackendCapabilityError, KernelIR,
                                          required_capabilities, source_line)
-from pallas_tpu.memory import MemorySpace
+from pallas_tpu.memory import MemorySpace, SemaphoreKind
 from pallas_tpu.params import topology_of
 
 DEFAULT_CHIP = "v5e"
@@ -64,9 +64,11 @@ def unchecked_reason(kernel: KernelIR, avals_in, interpret=None) -> str | None:
         placed = getattr(mapping, "array_memory_space", None)
         # libtpu 0.0.42.1 aborts the whole process (SIGABRT, no exception) compiling
         # such a call on its own: XLA cannot copy a semaphore result out ('Unsupported
-        # source memory space ... sflag'), nor an aliased SMEM one (a Ref in SMEM that
-        # core_map passes) that is not the call's first output
-        if placed is MemorySpace.SEMAPHORE or (placed is MemorySpace.SMEM and o in aliased):
+        # source memory space ... sflag', or 'MemorySpaceIsShared(destination...)
+        # sflag' for a DMA semaphore core_map passes), nor an aliased SMEM one (a Ref
+        # in SMEM that core_map passes) that is not the call's first output
+        if placed is MemorySpace.SEMAPHORE or isinstance(placed, SemaphoreKind) or (
+                placed is MemorySpace.SMEM and o in aliased):
             return (f"an output placed in {placed.name} is compiled only inside its "
                     "program")
     needs = required_capabilities(kernel)

@@ -148,6 +148,40 @@ def test_a_call_libtpu_aborts_on_is_not_compiled_alone():
     _assert_survives(_SEMAPHORE_OUTPUT, PALLAS_TPU_CHIP_CHECKS="1")
 
 
+_DMA_SEMAPHORE_REF = """
+import jax, jax.numpy as jnp, numpy as np
+import pallas_frontend as pl, pallas_tpu as pltpu
+kernel = pl.core_map(mesh=pltpu.create_tensorcore_mesh("core", num_cores=1))
+values = [int(v) for v in np.random.default_rng().integers(-99, 99, 8)]
+
+def f():
+    src = pl.empty_ref_like(pltpu.SMEM((8,), jnp.int32))
+    dst = pl.empty_ref_like(pltpu.HBM((8,), jnp.int32))
+    sem = pl.empty_ref_like(pltpu.SemaphoreType.DMA(()))
+
+    @kernel
+    def _():
+        for i, v in enumerate(values):
+            src[i] = v
+
+    @kernel
+    def _():     # reads src only: an input alone; writes dst and sem
+        pltpu.make_async_copy(src, dst, sem).start()
+    return dst[...]
+with pltpu.force_tpu_interpret_mode():    # lowered only: the chip check compiles each call
+    jax.jit(f).lower()
+print("survived")
+"""
+
+
+def test_a_dma_semaphore_ref_core_map_writes_is_not_compiled_alone():
+    # core_map passes a DMA semaphore Ref its body signals as an aliased output:
+    # libtpu 0.0.42.1 aborts compiling that call on its own ('MemorySpaceIsShared(
+    # destination...) sflag'; JAX 0.10.2's test_smem_async_copy, forced into TPU
+    # interpret mode with chip checks)
+    _assert_survives(_DMA_SEMAPHORE_REF, PALLAS_TPU_CHIP_CHECKS="1")
+
+
 _BF16_ARGMAX = """
 import sys
 import jax, jax.numpy as jnp, numpy as np

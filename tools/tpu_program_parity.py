@@ -1,0 +1,181 @@
+"""JAX's TPU tests compiled device-less for a chip, ours' XLA program against JAX's.
+
+    python tools/tpu_program_parity.py --suite .tpu-native/suite --ids IDS.txt
+                                       [--topology v5e:2x2] [--json OUT]
+
+``IDS.txt`` lists ``file.py::Class::test`` lines of the JAX test files that
+``tools/tpu_native.py pack`` copied (``suite/jax``: JAX's, ``suite/ours``:
+imports swapped). Each side runs the listed tests in a process of its own;
+the first ``jax.jit`` function a test calls is lowered and compiled for one
+chip of ``--topology`` by libtpu, without a device, and not run (the test
+stops there). Compared per test: the compiled entry computation (each
+instruction's type, with its memory placement, and opcode) and the Mosaic
+kernels' operand types. A chip runs what XLA compiled, so a difference here
+is one the chip would see: ours' core_map once let XLA move read-only
+operands into VMEM, and the v5e gave wrong values and hangs that TPU
+interpret mode on CPU could not show.
+
+Tests that call no ``jax.jit`` function of their file are listed as not
+compared. Nothing here runs in CI (it needs the pack and libtpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def entry_instructions(compiled_text: str) -> list[str]:
+    """``type opcode`` of each instruction of the entry computation, sorted:
+    placements (``S(1)``: VMEM) kept, names and metadata left out."""
+    entry = compiled_text[compiled_text.index("\nENTRY"):]
+    entry = entry[:entry.index("\n}")]
+    found = re.findall(r"^\s*(?:ROOT )?%\S+ = (.+?) ([\w-]+)\(", entry, re.MULTILINE)
+    return sorted(f"{shape} {op}" for shape, op in found)
+
+
+def kernel_operands(lowered_text: str) -> list[list[str]]:
+    """Per Mosaic kernel of the program, its operands' memref types."""
+    import sc_mosaic_text
+    out = []
+    for module in sc_mosaic_text.mosaic_modules(lowered_text):
+        block = next((line for line in module.splitlines() if "^bb0(" in line), "")
+        out.append(re.findall(r"memref<[^>]*>", block))
+    return out
+
+
+# --- one side, in its own process -------------------------------------------------
+
+def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
+    import importlib
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental import topologies
+
+    sys.path[:0] = [str(folder), str(HERE)]
+    import tpu_cpu_plugin
+    chip = topology.split(":")[0]
+    tpu_cpu_plugin.answer_as_chip(chip)       # the tests' chip queries answer for it
+    tpu_cpu_plugin.answer_tpu_info(chip)
+    topo = topologies.get_topology_desc(topology_name=topology, platform="tpu")
+    mesh = jax.sharding.Mesh(np.array(topo.devices)[:1], ("x",))
+
+    class Captured(Exception):
+        pass
+
+    records = {}
+    for test_id in ids:
+        name, cls_name, test = test_id.split("::")
+        module = importlib.import_module(name.removesuffix(".py"))
+        real_jit = jax.jit
+
+        def fake_jit(fn=None, *, _file=module.__file__, _id=test_id, **kw):
+            if fn is None:
+                return lambda f: fake_jit(f, **kw)
+            jitted = real_jit(fn, **kw)
+            if sys._getframe(1).f_code.co_filename != _file:
+                return jitted          # a jit inside Pallas, not the test's
+
+            def call(*args):
+                specs = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in args]
+                with jax.set_mesh(mesh):
+                    lowered = jitted.trace(*specs).lower()
+                    compiled = lowered.compile()
+                records[_id] = {"entry": entry_instructions(compiled.as_text()),
+                                "kernels": kernel_operands(lowered.as_text())}
+                raise Captured
+            return call
+        module.jax.jit = fake_jit
+        case = getattr(module, cls_name)(test)
+        try:
+            case.setUp()
+            getattr(case, test)()
+            records.setdefault(test_id, {"error": "called no jax.jit function of its file"})
+        except Captured:
+            pass
+        except Exception as e:          # noqa: BLE001 - recorded, compared below
+            records.setdefault(test_id, {"error": f"{type(e).__name__}: {str(e)[:300]}"})
+        finally:
+            module.jax.jit = real_jit
+    return records
+
+
+# --- both sides, compared ---------------------------------------------------------
+
+def run_side(side: str, suite: Path, ids_file: Path, topology: str, timeout: float) -> dict:
+    sys.path.insert(0, str(HERE))
+    import jax_suite
+    folder = suite / side
+    name = Path(ids_file.read_text().split("::", 1)[0]).name
+    env = jax_suite.file_env(name, side, folder)
+    env.update(PYTHONPATH=os.pathsep.join([str(folder), str(HERE), env.get("PYTHONPATH", "")]),
+               JAX_PLATFORMS="cpu", TPU_ACCELERATOR_TYPE="v5litepod-4",
+               TPU_WORKER_HOSTNAMES="localhost", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    out = subprocess.run([sys.executable, __file__, "--side", side, "--suite", str(suite),
+                          "--ids", str(ids_file), "--topology", topology],
+                         cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+    line = next((l for l in reversed(out.stdout.splitlines()) if l.startswith("{")), None)
+    if line is None:
+        raise RuntimeError(f"{side} side ended with no record:\n{out.stderr[-3000:]}")
+    return json.loads(line)
+
+
+def compare(jax_records: dict, our_records: dict) -> dict:
+    rows = {}
+    for test_id, theirs in jax_records.items():
+        ours = our_records.get(test_id, {"error": "not reached"})
+        if "error" in theirs or "error" in ours:
+            rows[test_id] = {"verdict": "not compared", "jax": theirs.get("error"),
+                             "ours": ours.get("error")}
+        elif theirs == ours:
+            rows[test_id] = {"verdict": "same"}
+        else:
+            rows[test_id] = {"verdict": "differs",
+                             "only_jax": sorted(set(theirs["entry"]) - set(ours["entry"])),
+                             "only_ours": sorted(set(ours["entry"]) - set(theirs["entry"])),
+                             "kernels_same": theirs["kernels"] == ours["kernels"]}
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", type=Path, default=Path(".tpu-native/suite"))
+    ap.add_argument("--ids", type=Path, required=True)
+    ap.add_argument("--topology", default="v5e:2x2")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--side", help=argparse.SUPPRESS)      # the per-side process
+    args = ap.parse_args()
+    ids = [l.strip() for l in args.ids.read_text().splitlines() if l.strip()]
+    if args.side:
+        print(json.dumps(_capture(args.side, args.suite.resolve() / args.side, ids,
+                                  args.topology)))
+        return
+    suite, ids_file = args.suite.resolve(), args.ids.resolve()
+    rows = compare(run_side("jax", suite, ids_file, args.topology, args.timeout),
+                   run_side("ours", suite, ids_file, args.topology, args.timeout))
+    for test_id, row in rows.items():
+        print(f"{row['verdict']:13} {test_id}")
+        for key in ("only_jax", "only_ours"):
+            for item in row.get(key, ())[:6]:
+                print(f"{'':15}{key}: {item[:160]}")
+        if row["verdict"] == "not compared":
+            print(f"{'':15}jax: {row['jax']}; ours: {row['ours']}")
+    counts = {v: sum(r["verdict"] == v for r in rows.values())
+              for v in ("same", "differs", "not compared")}
+    print(counts)
+    if args.json:
+        args.json.write_text(json.dumps({"counts": counts, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -86,7 +86,8 @@ def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
                 return jitted          # a jit inside Pallas, not the test's
 
             def call(*args):
-                specs = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in args]
+                specs = jax.tree.map(
+                    lambda a: jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)), args)
                 with jax.set_mesh(mesh):
                     lowered = jitted.trace(*specs).lower()
                     compiled = lowered.compile()

@@ -50,16 +50,30 @@ class OursOps:
 _made: OursOps | None = None
 
 
+def write_copy(root: Path) -> Path:
+    """Writes the rewritten tree as ``root/pf_jax_ops``; returns that folder."""
+    src = jax_ops_dir()
+    for path in sorted(src.rglob("*.py")):
+        dest = root / PACKAGE / path.relative_to(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(rewrite(path.read_text()))
+    return root / PACKAGE
+
+
+def use_copy(test_source: str) -> str:
+    """A test file's imports of JAX's ops (``from jax.experimental.pallas.ops...``,
+    ``import jax.experimental.pallas.ops.tpu.megablox as mblx``) -> the copy's,
+    so a test of a shipped kernel runs it through ours."""
+    return re.sub(rf"^(\s*(?:from|import)\s+){re.escape(JAX_OPS)}(?=[.\s])", rf"\g<1>{PACKAGE}",
+                  test_source, flags=re.M)
+
+
 def ours_ops() -> OursOps:
     global _made
     if _made is None:
         root = Path(tempfile.mkdtemp(prefix="pf_jax_ops_"))
         atexit.register(shutil.rmtree, root, ignore_errors=True)
-        src = jax_ops_dir()
-        for path in sorted(src.rglob("*.py")):
-            dest = root / PACKAGE / path.relative_to(src)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(rewrite(path.read_text()))
+        write_copy(root)
         sys.path.insert(0, str(root))
         _made = OursOps(root)
     return _made

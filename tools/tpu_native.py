@@ -10,8 +10,14 @@ and of the pure-Python packages they need that such a host may lack (pluggy,
 importlib-metadata, zipp), and JAX's TPU test files of ``--rev`` (a JAX checkout
 or bare clone at ``--jax-src``), two copies each as ``tools/jax_suite.py`` makes
 them: JAX's file as it stands ("jax") and with only the Pallas imports naming
-ours ("ours"). Run it under the JAX the host has (a Python 3.11 venv of jax
-0.10.2): which private imports have public homes is read from that JAX.
+ours ("ours"). Files that test JAX's shipped kernels (paged and ragged paged
+attention, megablox, splash attention) import them from
+``jax.experimental.pallas.ops``, which imports JAX's Pallas: ours' copies
+import them instead from ``pf_jax_ops``, the installed JAX's ops tree with its
+Pallas imports swapped (``tools/jax_ops_copy.py``), packed beside them, so
+those tests run the kernels through ours. Run it under the JAX the host has (a
+Python 3.11 venv of jax 0.10.2): which private imports have public homes, and
+the ops tree, are read from that JAX.
 
 ``run`` installs the wheels into ``--site`` (no index, no dependencies: the
 host's JAX stays the one used), then runs, each with pytest in a process of its
@@ -59,6 +65,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+import jax_ops_copy  # noqa: E402
 import jax_suite  # noqa: E402
 
 PACK = ROOT / ".tpu-native"
@@ -108,10 +115,17 @@ def pack(jax_src: Path, rev: str, out: Path, files) -> None:
             continue
         for side in ("jax", "ours"):
             copy = jax_suite.make_copy(source, side == "ours", skewed)
+            if side == "ours":      # a test of a shipped kernel runs it through ours
+                copy = jax_ops_copy.use_copy(copy)
             (out / "suite" / side / name).write_text(copy)
         names.append(name)
+    # JAX's shipped kernels (paged and ragged paged attention, megablox, splash),
+    # Pallas imports swapped, beside ours' copies: the installed JAX's, the host's
+    jax_ops_copy.write_copy(out / "suite" / "ours")
     manifest = {"jax_revision": jax_suite.jax_revision(jax_src, rev), "rev": rev,
                 "packed_with_jax": jax.__version__, "ours": jax_suite.our_revision(),
+                "ops": f"{jax_ops_copy.PACKAGE}: jax {jax.__version__}'s pallas/ops, "
+                       "Pallas imports swapped to ours",
                 "files": names, "wheels": sorted(p.name for p in wheels.iterdir())}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"packed {len(names)} JAX test files and {len(manifest['wheels'])} wheels into {out}")

@@ -6,17 +6,17 @@
 ``IDS.txt`` lists ``file.py::Class::test`` lines of the JAX test files that
 ``tools/tpu_native.py pack`` copied (``suite/jax``: JAX's, ``suite/ours``:
 imports swapped). Each side runs the listed tests in a process of its own;
-the first ``jax.jit`` function a test calls is lowered and compiled for one
-chip of ``--topology`` by libtpu, without a device, and not run (the test
-stops there). Compared per test: the compiled entry computation (each
+the first jitted function of the test file, or of the shipped kernels it
+tests (JAX's ``pallas/ops`` tree, or ours' copy of it, ``pf_jax_ops``), that a
+test calls is lowered and compiled for one chip of ``--topology`` by libtpu,
+without a device, and not run (the test stops there). Compared per test: the compiled entry computation (each
 instruction's type, with its memory placement, and opcode) and the Mosaic
 kernels' operand types. A chip runs what XLA compiled, so a difference here
 is one the chip would see: ours' core_map once let XLA move read-only
 operands into VMEM, and the v5e gave wrong values and hangs that TPU
 interpret mode on CPU could not show.
 
-Tests that call no ``jax.jit`` function of their file are listed as not
-compared. Nothing here runs in CI (it needs the pack and libtpu).
+Tests that call no such function are listed as not compared. Nothing here runs in CI (it needs the pack and libtpu).
 """
 
 from __future__ import annotations
@@ -68,45 +68,66 @@ def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
     tpu_cpu_plugin.answer_tpu_info(chip)
     topo = topologies.get_topology_desc(topology_name=topology, platform="tpu")
     mesh = jax.sharding.Mesh(np.array(topo.devices)[:1], ("x",))
+    # jitted functions of the test files and of the kernels they test (JAX's ops
+    # tree, or ours' copy of it), not Pallas's own
+    import jax.experimental.pallas.ops as jax_ops
+    sources = (str(folder), str(Path(jax_ops.__file__).parent))
 
     class Captured(Exception):
         pass
 
-    records = {}
+    def spec(a):
+        if isinstance(a, (jax.Array, np.ndarray)):
+            return jax.ShapeDtypeStruct(np.shape(a), a.dtype)
+        return a        # a static argument, or a Python scalar traced as JAX would
+
+    records, now = {}, {"test": None}
+    real_jit = jax.jit
+
+    class Compiled:
+        """A jitted function that, called during a test, is compiled for the chip
+        and recorded instead of run."""
+        def __init__(self, jitted):
+            self._jitted = jitted
+
+        def __getattr__(self, name):
+            return getattr(self._jitted, name)
+
+        def __call__(self, *args, **kwargs):
+            if now["test"] is None:
+                return self._jitted(*args, **kwargs)
+            with jax.set_mesh(mesh):
+                lowered = self._jitted.trace(*jax.tree.map(spec, args),
+                                             **jax.tree.map(spec, kwargs)).lower()
+                compiled = lowered.compile()
+            records[now["test"]] = {"entry": entry_instructions(compiled.as_text()),
+                                    "kernels": kernel_operands(lowered.as_text())}
+            raise Captured
+
+    def fake_jit(fn=None, **kw):
+        if fn is None:
+            return lambda f: fake_jit(f, **kw)
+        jitted = real_jit(fn, **kw)
+        code = getattr(fn, "__code__", None)
+        where = (code.co_filename if code else "", sys._getframe(1).f_code.co_filename)
+        return Compiled(jitted) if any(w.startswith(sources) for w in where) else jitted
+    jax.jit = fake_jit       # before the test files and the kernels they import
     for test_id in ids:
         name, cls_name, test = test_id.split("::")
         module = importlib.import_module(name.removesuffix(".py"))
-        real_jit = jax.jit
-
-        def fake_jit(fn=None, *, _file=module.__file__, _id=test_id, **kw):
-            if fn is None:
-                return lambda f: fake_jit(f, **kw)
-            jitted = real_jit(fn, **kw)
-            if sys._getframe(1).f_code.co_filename != _file:
-                return jitted          # a jit inside Pallas, not the test's
-
-            def call(*args):
-                specs = jax.tree.map(
-                    lambda a: jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)), args)
-                with jax.set_mesh(mesh):
-                    lowered = jitted.trace(*specs).lower()
-                    compiled = lowered.compile()
-                records[_id] = {"entry": entry_instructions(compiled.as_text()),
-                                "kernels": kernel_operands(lowered.as_text())}
-                raise Captured
-            return call
-        module.jax.jit = fake_jit
         case = getattr(module, cls_name)(test)
+        now["test"] = test_id
         try:
             case.setUp()
             getattr(case, test)()
-            records.setdefault(test_id, {"error": "called no jax.jit function of its file"})
+            records.setdefault(test_id, {"error": "called no jitted function of its file "
+                                                  "or of the kernels it tests"})
         except Captured:
             pass
         except Exception as e:          # noqa: BLE001 - recorded, compared below
             records.setdefault(test_id, {"error": f"{type(e).__name__}: {str(e)[:300]}"})
         finally:
-            module.jax.jit = real_jit
+            now["test"] = None
     return records
 
 

@@ -7,16 +7,18 @@
 ``tools/tpu_native.py pack`` copied (``suite/jax``: JAX's, ``suite/ours``:
 imports swapped). Each side runs the listed tests in a process of its own;
 the first jitted function of the test file, or of the shipped kernels it
-tests (JAX's ``pallas/ops`` tree, or ours' copy of it, ``pf_jax_ops``), that a
-test calls is lowered and compiled for one chip of ``--topology`` by libtpu,
-without a device, and not run (the test stops there). Compared per test: the compiled entry computation (each
-instruction's type, with its memory placement, and opcode) and the Mosaic
-kernels' operand types. A chip runs what XLA compiled, so a difference here
-is one the chip would see: ours' core_map once let XLA move read-only
-operands into VMEM, and the v5e gave wrong values and hangs that TPU
-interpret mode on CPU could not show.
+tests (JAX's ``pallas/ops`` tree, or ours' copy of it, ``pf_jax_ops``), that
+a test calls is lowered and compiled for one chip of ``--topology`` by
+libtpu, without a device, and not run (the test stops there). Compared per
+test: the compiled entry computation (each instruction's type, with its
+memory placement, and opcode) and the Mosaic kernels' operand types. A chip
+runs what XLA compiled, so a difference here is one the chip would see: ours'
+core_map once let XLA move read-only operands into VMEM, and the v5e gave
+wrong values and hangs that TPU interpret mode on CPU could not show.
 
-Tests that call no such function are listed as not compared. Nothing here runs in CI (it needs the pack and libtpu).
+Tests that call no such function are listed as not compared. Nothing here
+runs in CI (it needs the pack and libtpu);
+plugins/pallas_tpu/tests/test_core_map_outputs.py checks one program so.
 """
 
 from __future__ import annotations
@@ -57,7 +59,6 @@ def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
     import importlib
 
     import jax
-    import jax.numpy as jnp
     import numpy as np
     from jax.experimental import topologies
 

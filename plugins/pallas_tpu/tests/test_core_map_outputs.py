@@ -29,6 +29,7 @@ from pallas_tpu import aot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 import sc_mosaic_text  # noqa: E402
+from tpu_program_parity import entry_instructions  # noqa: E402
 
 
 def _scale_rows(P, T, interpret=None):
@@ -72,21 +73,11 @@ def test_kernel_operands_are_jaxs():
     assert operands["ours"] == operands["jax"]
 
 
-def _entry_instructions(text: str) -> list[str]:
-    """``type opcode`` of each instruction of a compiled program's entry
-    computation, sorted: its memory placements (``S(1)``: VMEM) included, its
-    names and metadata left out."""
-    entry = text[text.index("\nENTRY"):]
-    entry = entry[:entry.index("\n}")]
-    found = re.findall(r"^\s*(?:ROOT )?%\S+ = (.+?) ([\w-]+)\(", entry, re.MULTILINE)
-    return sorted(f"{shape} {op}" for shape, op in found)
-
-
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu")
 def test_compiled_program_is_jaxs():
     specs = (jax.ShapeDtypeStruct((256, 128), jnp.float32),
              jax.ShapeDtypeStruct((1,), jnp.float32))
-    programs = {side: _entry_instructions(
+    programs = {side: entry_instructions(
                     aot.compile_for_tpu(_scale_rows(*api), *specs, topology="v5e:2x2").as_text())
                 for side, api in (("jax", (jpl, jpltpu)), ("ours", (pl, pltpu)))}
     assert any("tpu_custom_call" in i or "custom-call" in i for i in programs["jax"])

@@ -77,7 +77,7 @@ def __getattr__(name):
     if name in _DEPRECATED:
         _warnings.warn(_DEPRECATED[name], DeprecationWarning, stacklevel=2)
         if name == "core_map":
-            from pallas_frontend.launch import core_map
+            from pallas_frontend.core_map_launch import core_map
             return core_map
         return _reciprocal
     if name in _REMOVED:

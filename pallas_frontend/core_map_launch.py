@@ -48,8 +48,8 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
                       for v, s in zip(values, specs)]
         n = len(refs)
         # only written Refs come back, as JAX's: an output aliasing a read-only Ref
-        # let XLA copy it (into VMEM, around fusible_matmul's kernel on a v5e, which
-        # then read wrong values); a body that visibly writes none (a print) passes all
+        # let XLA copy it (into VMEM around fusible_matmul's kernel: with that program
+        # a v5e gave wrong values); a body that visibly writes none (a print) passes all
         written = captured_scalars.core_map_written(jaxpr, is_ref)
         out_of = [k for k in range(n) if written[k]] or list(range(n))
 

@@ -236,3 +236,27 @@ def test_tests_no_earlier_run_reached_add_to_the_counts(tmp_path):
     assert (merged["passed"], merged["failed"], merged["skipped"]) == (5, 1, 2)
     assert list(merged["not_passed"]) == ["ours-a_test::C::new_bad"]
     assert tpu_native._scope(merged) == ""        # every test reached: not "cut"
+
+
+def test_shipped_kernel_rows_say_whose_kernels_ran(tmp_path):
+    # a file that tests JAX's shipped kernels runs ours only from a pack that
+    # swaps their imports; until every merged run of it did, its cell says so
+    import json
+    name = "tpu_gmm_test.py"
+
+    def record(folder, through_ours, outcomes):
+        run = dict(_run(len(outcomes), 0, 0), outcomes=outcomes,
+                   kernels_through_ours=through_ours)
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "native.json").write_text(json.dumps(
+            dict(RECORD, runs={f"ours/{name}": run})))
+        return tmp_path / folder
+    old = record("old", False, {"G::a": "passed", "G::b": "passed"})
+    part = record("part", True, {"G::a": "passed"})
+    whole = record("whole", True, {"G::a": "passed", "G::b": "passed"})
+    mark = "(JAX's kernels: packed before pf_jax_ops)"
+    assert mark in tpu_native.render(tpu_native.merge([old]))
+    assert mark in tpu_native.render(tpu_native.merge([old, part]))      # G::b still JAX's
+    assert mark not in tpu_native.render(tpu_native.merge([part, whole]))
+    assert mark not in tpu_native.render(tpu_native.merge([old, whole]))   # every test again
+    assert mark not in tpu_native.render(dict(RECORD, runs={"ours/b_test.py": _run(2, 0, 0)}))

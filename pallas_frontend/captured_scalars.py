@@ -88,19 +88,6 @@ def core_map_refs(consts, body) -> list[bool]:
     return is_ref
 
 
-def core_map_written(jaxpr, is_ref) -> list[bool]:
-    """For each Ref a core_map body captures (``is_ref`` over its jaxpr's
-    constants), whether the body may write it: its write effects name it, or
-    it is used with no effect naming it (a primitive that declares none)."""
-    from pallas_frontend.grid_analysis import refs_written
-    plain = getattr(jaxpr, "jaxpr", jaxpr)
-    refs = [v for v, r in zip(plain.constvars, is_ref) if r]
-    written = refs_written(jaxpr, refs, 0)
-    named = {id(getattr(e, "input", None)) for e in jaxpr.effects}
-    used = {id(v) for e in plain.eqns for v in e.invars}
-    return [k in written or (id(v) not in named and id(v) in used) for k, v in enumerate(refs)]
-
-
 def hoist(ir: KernelIR, block_mapping) -> tuple[KernelIR, list]:
     """``(kernel, values)``: ``ir`` with its traced scalar constants ``values``
     as inputs of shape (1,) after its own; unchanged, with no values, outside

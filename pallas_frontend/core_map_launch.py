@@ -10,6 +10,7 @@ import jax
 
 from pallas_frontend import axis_binding, captured_scalars
 from pallas_frontend import _jax_compat as jc
+from pallas_frontend.grid_analysis import refs_written
 from pallas_frontend.launch import (_mesh_compiler_params, _mesh_grid, _mesh_specs,
                                     _scalar_space, pallas_call)
 from pallas_frontend.specs import MemoryRef
@@ -50,7 +51,7 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
         # only written Refs come back, as JAX's: an output aliasing a read-only Ref
         # let XLA copy it (into VMEM around fusible_matmul's kernel: with that program
         # a v5e gave wrong values); a body that visibly writes none (a print) passes all
-        written = captured_scalars.core_map_written(jaxpr, is_ref)
+        written = _written(jaxpr, is_ref)
         out_of = [k for k in range(n) if written[k]] or list(range(n))
 
         def body(*all_refs):
@@ -76,6 +77,18 @@ def core_map(mesh: Any, *, compiler_params: Any = None, interpret: Any = False,
         for k, v in zip(out_of, outs):
             refs[k][...] = v
     return decorator
+
+
+def _written(jaxpr, is_ref) -> list[bool]:
+    """For each Ref a core_map body captures (``is_ref`` over its jaxpr's
+    constants), whether the body may write it: its write effects name it, or
+    it is used with no effect naming it (a primitive that declares none)."""
+    plain = getattr(jaxpr, "jaxpr", jaxpr)
+    refs = [v for v, r in zip(plain.constvars, is_ref) if r]
+    written = refs_written(jaxpr, refs, 0)
+    named = {id(getattr(e, "input", None)) for e in jaxpr.effects}
+    used = {id(v) for e in plain.eqns for v in e.invars}
+    return [k in written or (id(v) not in named and id(v) in used) for k, v in enumerate(refs)]
 
 
 def _core_map_operand(mesh: Any, value, space, interpret):

@@ -140,9 +140,8 @@ def run_side(side: str, suite: Path, ids_file: Path, topology: str, timeout: flo
     folder = suite / side
     name = Path(ids_file.read_text().split("::", 1)[0]).name
     env = jax_suite.file_env(name, side, folder)
-    env.update(PYTHONPATH=os.pathsep.join([str(folder), str(HERE), env.get("PYTHONPATH", "")]),
-               JAX_PLATFORMS="cpu", TPU_ACCELERATOR_TYPE="v5litepod-4",
-               TPU_WORKER_HOSTNAMES="localhost", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    # file_env: the copy's folder first and the TPU host settings (jax_suite.TPU_ENV)
+    env.update(PYTHONPATH=os.pathsep.join([str(HERE), env["PYTHONPATH"]]), JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, __file__, "--side", side, "--suite", str(suite),
                           "--ids", str(ids_file), "--topology", topology],
                          cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)

@@ -238,25 +238,55 @@ def test_tests_no_earlier_run_reached_add_to_the_counts(tmp_path):
     assert tpu_native._scope(merged) == ""        # every test reached: not "cut"
 
 
-def test_shipped_kernel_rows_say_whose_kernels_ran(tmp_path):
-    # a file that tests JAX's shipped kernels runs ours only from a pack that
-    # swaps their imports; until every merged run of it did, its cell says so
+def test_shipped_kernel_runs_before_pf_jax_ops_count_as_jaxs(tmp_path):
+    # a shipped-kernel file's copy ran JAX's kernels through JAX's Pallas until the
+    # pack swapped their imports (pf_jax_ops): those outcomes belong to JAX's column,
+    # and only runs through ours fill ours'
     import json
     name = "tpu_gmm_test.py"
 
-    def record(folder, through_ours, outcomes):
-        run = dict(_run(len(outcomes), 0, 0), outcomes=outcomes,
-                   kernels_through_ours=through_ours)
+    def record(folder, through_ours, outcomes, file=name):
+        run = dict(_run(list(outcomes.values()).count("passed"), 0, 0), outcomes=outcomes,
+                   not_passed={f"ours-{file[:-3]}::{t}": "boom" for t, o in outcomes.items()
+                               if o == "failed"})
+        if through_ours is not None:
+            run["kernels_through_ours"] = through_ours
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "native.json").write_text(json.dumps(
-            dict(RECORD, runs={f"ours/{name}": run})))
+            dict(RECORD, runs={f"ours/{file}": run})))
         return tmp_path / folder
-    old = record("old", False, {"G::a": "passed", "G::b": "passed"})
-    part = record("part", True, {"G::a": "passed"})
-    whole = record("whole", True, {"G::a": "passed", "G::b": "passed"})
-    mark = "(JAX's kernels: packed before pf_jax_ops)"
-    assert mark in tpu_native.render(tpu_native.merge([old]))
-    assert mark in tpu_native.render(tpu_native.merge([old, part]))      # G::b still JAX's
-    assert mark not in tpu_native.render(tpu_native.merge([part, whole]))
-    assert mark not in tpu_native.render(tpu_native.merge([old, whole]))   # every test again
-    assert mark not in tpu_native.render(dict(RECORD, runs={"ours/b_test.py": _run(2, 0, 0)}))
+    old = record("old", None, {"G::a": "passed", "G::b": "passed"})
+    new = record("new", True, {"G::a": "passed", "G::b": "failed"})
+    other = record("other", None, {"G::a": "passed"}, file="b_test.py")
+    runs = tpu_native.merge([old, new, other])["runs"]
+    assert runs[f"jax/{name}"]["outcomes"] == {"G::a": "passed", "G::b": "passed"}
+    assert runs[f"ours/{name}"]["outcomes"] == {"G::a": "passed", "G::b": "failed"}
+    assert "ours/b_test.py" in runs and "jax/b_test.py" not in runs   # not a shipped-kernel file
+    table = tpu_native.render(tpu_native.merge([old, new]))
+    row = next(line for line in table.splitlines() if line.startswith(f"| {name}"))
+    assert "2/0/0 (some from ours' copy packed before pf_jax_ops)" in row
+    assert row.endswith("| 1 |")          # G::b passes under JAX, fails under ours
+
+
+
+def test_a_file_is_marked_partly_run_until_every_test_it_has_was_reached(tmp_path):
+    # the pack counts each file's tests; split runs that together reach them all
+    # leave no mark, whatever their notes say of cuts
+    import json
+
+    def record(folder, outcomes, tests):
+        run = dict(_run(len(outcomes), 0, 0), outcomes=outcomes, note="cut at the 500 s limit",
+                   selected=[f"c_test.py::{t}" for t in outcomes])
+        manifest = dict(RECORD["manifest"], tests={"c_test.py": tests})
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "native.json").write_text(json.dumps(
+            dict(RECORD, manifest=manifest, runs={"ours/c_test.py": run})))
+        return tmp_path / folder
+    first = record("first", {"C::a": "passed", "C::b": "passed"}, 3)
+    rest = record("rest", {"C::c": "passed"}, 3)
+
+    def ours_cell(folders):
+        table = tpu_native.render(tpu_native.merge(folders))
+        return next(line for line in table.splitlines() if line.startswith("| c_test.py"))
+    assert "| 2/0/0 (2 of 3 tests reached) |" in ours_cell([first])
+    assert "| 3/0/0 |" in ours_cell([first, rest])

@@ -130,7 +130,11 @@ def pack(jax_src: Path, rev: str, out: Path, files) -> None:
                 "packed_with_jax": jax.__version__, "ours": jax_suite.our_revision(),
                 "ops": f"{jax_ops_copy.PACKAGE}: jax {jax.__version__}'s pallas/ops, "
                        "Pallas imports swapped to ours",
-                "files": names, "wheels": sorted(p.name for p in wheels.iterdir())}
+                "files": names, "wheels": sorted(p.name for p in wheels.iterdir()),
+                # how many tests each file has here, so the report can tell a file
+                # whose every test some run reached from one still partly unrun
+                "tests": {name: len(collected_tests(out / "suite" / "ours", name))
+                          for name in names}}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"packed {len(names)} JAX test files and {len(manifest['wheels'])} wheels into {out}")
 
@@ -267,14 +271,27 @@ def merge(folders) -> dict:
     for folder in folders:
         path = Path(folder)
         record = json.loads((path if path.suffix == ".json" else path / "native.json").read_text())
+        runs = dict(_side_that_ran(key, run_) for key, run_ in record["runs"].items())
         if merged is None:
-            merged = record
+            merged = dict(record, runs=runs)
+            merged["tests"] = record["manifest"].get("tests", {})
             continue
-        for key, run_ in record["runs"].items():
+        merged["tests"] = record["manifest"].get("tests") or merged["tests"]
+        for key, run_ in runs.items():
             merged["runs"][key] = _combine(merged["runs"].get(key), run_)
         merged.setdefault("later_runs", []).append(
             {k: record[k] for k in ("date", "jax", "libtpu")} | {"ours": record["manifest"]["ours"]})
     return merged
+
+
+def _side_that_ran(key: str, run_: dict) -> tuple[str, dict]:
+    """A shipped-kernel file's "ours" run from a pack made before ``pf_jax_ops``
+    imported JAX's kernels, which run through JAX's Pallas (its copy swaps nothing
+    else the tests call into but ``pl.cdiv``-like helpers): its outcomes are JAX's."""
+    side, name = key.split("/", 1)
+    if side == "ours" and name in SHIPPED_KERNEL_FILES and not run_.get("kernels_through_ours"):
+        return f"jax/{name}", dict(run_, jax_kernels_from_ours_copy=True)
+    return key, run_
 
 
 def _test_of(test_id: str) -> str:
@@ -283,20 +300,28 @@ def _test_of(test_id: str) -> str:
 
 
 def _combine(earlier: dict | None, later: dict) -> dict:
-    """One file's outcomes from an earlier and a later run. Runs that list each
-    test's outcome merge test by test (a cut or selected later run replaces only
-    the tests it reached); older records, with failures and counts only, merge
-    as ``_rerun`` says (selected tests) or are replaced (a whole-file run)."""
+    """One file's outcomes from an earlier and a later run, marked if either holds
+    outcomes of JAX's kernels run from ours' copy (``_side_that_ran``)."""
     if earlier is None:
         return later
+    combined = _merge_outcomes(earlier, later)
+    if earlier.get("jax_kernels_from_ours_copy") or later.get("jax_kernels_from_ours_copy"):
+        combined["jax_kernels_from_ours_copy"] = True
+    return combined
+
+
+def _merge_outcomes(earlier: dict, later: dict) -> dict:
+    """Runs that list each test's outcome merge test by test (a cut or selected
+    later run replaces only the tests it reached); older records, with failures and
+    counts only, merge as ``_rerun`` says (selected tests) or are replaced (a
+    whole-file run)."""
     if "outcomes" in earlier and "outcomes" in later:
         outcomes = earlier["outcomes"] | later["outcomes"]
         not_passed = {t: why for t, why in earlier["not_passed"].items()
                       if _test_of(t) not in later["outcomes"]} | later["not_passed"]
         counts = {o: list(outcomes.values()).count(o) for o in ("passed", "failed", "skipped")}
         merged = dict(later, **counts, outcomes=outcomes, not_passed=not_passed,
-                      note="; ".join(n for n in (earlier["note"], later["note"]) if n),
-                      kernels_through_ours=_through_ours(earlier, later))
+                      note="; ".join(n for n in (earlier["note"], later["note"]) if n))
         if "selected" in earlier or "selected" in later:
             merged["selected"] = earlier.get("selected", []) + later.get("selected", [])
         return merged
@@ -321,23 +346,13 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
     passed_before = len(selected - failed_before)
     not_passed = {t: why for t, why in earlier["not_passed"].items() if _test_of(t) not in selected}
     not_passed.update(rerun["not_passed"])
-    return dict(earlier, kernels_through_ours=_through_ours(earlier, rerun),
-                passed=earlier["passed"] - passed_before + rerun["passed"],
+    return dict(earlier, passed=earlier["passed"] - passed_before + rerun["passed"],
                 failed=len(not_passed), skipped=earlier["skipped"] + rerun["skipped"],
                 not_passed=not_passed,
                 new_tests=earlier.get("new_tests", []) + rerun.get("new_tests", []),
                 note=(earlier["note"] + reached_later + f"; {len(selected)} re-run later: "
                       f"{fixed} no longer fail ({rerun['skipped']} of them skip), "
                       f"{len(failed_now - failed_before)} newly fail").lstrip("; "))
-
-
-def _through_ours(earlier: dict, later: dict) -> bool:
-    """Whether the merged outcomes of a file all come from runs of its shipped
-    kernels through ours: both runs, or a later one that reached every test."""
-    if not later.get("kernels_through_ours"):
-        return False
-    covered = set(earlier.get("outcomes", ())) <= set(later.get("outcomes", ()))
-    return bool(earlier.get("kernels_through_ours") or ("outcomes" in earlier and covered))
 
 
 def failed_ids(folders) -> dict[str, list[str]]:
@@ -350,6 +365,18 @@ def failed_ids(folders) -> dict[str, list[str]]:
     return {name: tests for name, tests in ids.items() if tests}
 
 
+def collected_tests(folder: Path, name: str) -> list[str]:
+    """``Class::test`` ids of the copy ``folder/name``, in pytest's order, collected
+    under this machine's JAX."""
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+         name], cwd=folder, env=jax_suite.file_env(name, "ours", folder),
+        capture_output=True, text=True, timeout=600).stdout
+    # node ids are relative to pytest's rootdir, which may lie above the copy
+    return [line.split(name + "::", 1)[1] for line in collected.splitlines()
+            if name + "::" in line]
+
+
 def pending_ids(folders, pack_dir: Path, files) -> list[str]:
     """``file::Class::test`` ids of ``files`` that ours' runs have not reached,
     collected here from the pack's "ours" copy (pytest's order is the chip's). A
@@ -359,13 +386,7 @@ def pending_ids(folders, pack_dir: Path, files) -> list[str]:
     folder = pack_dir / "suite" / "ours"
     ids = []
     for name in files:
-        collected = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-             name], cwd=folder, env=jax_suite.file_env(name, "ours", folder),
-            capture_output=True, text=True, timeout=600).stdout
-        # node ids are relative to pytest's rootdir, which may lie above the copy
-        tests = [line.split(name + "::", 1)[1] for line in collected.splitlines()
-                 if name + "::" in line]
+        tests = collected_tests(folder, name)
         run_ = runs.get(f"ours/{name}", {})
         reached = set(run_.get("outcomes", ()))
         if "outcomes" not in run_ and run_ and "selected" not in run_:
@@ -381,10 +402,15 @@ def render(record: dict) -> str:
              f"{record['libtpu']}; JAX's files at {record['manifest']['rev']} "
              f"({record['manifest']['jax_revision']}), ours at {record['manifest']['ours']}. "
              "Written by `tools/tpu_native.py report` from the runs' per-test logs."]
-    for later in record.get("later_runs", []):
-        lines[0] += (f" Then ({later['date']} UTC, jax {later['jax']}, libtpu {later['libtpu']}, "
-                     f"ours at {later['ours']}) further runs; a later run of a file, or of some "
-                     "of its tests, replaces the earlier outcomes.")
+    later = record.get("later_runs", [])
+    if later:
+        same = all((r["jax"], r["libtpu"]) == (record["jax"], record["libtpu"]) for r in later)
+        lines[0] += (f" Then {len(later)} further runs"
+                     + (" under the same versions" if same else "") + ", each replacing the "
+                     "earlier outcomes of the tests it reached: " + ", ".join(
+                         f"{r['date']} UTC (ours at {r['ours'].split()[0]}"
+                         + ("" if same else f"; jax {r['jax']}, libtpu {r['libtpu']}") + ")"
+                         for r in later) + ".")
     lines.append("")
     project = {k.split("/", 1)[1]: v for k, v in runs.items() if k.startswith("project/")}
     if project:
@@ -400,13 +426,14 @@ def render(record: dict) -> str:
         lost_rows = []
         for name in names:
             theirs, ours = runs.get(f"jax/{name}"), runs.get(f"ours/{name}")
+            total = record.get("tests", {}).get(name)
             cell = (lambda r: "–" if r is None else
-                    f"{r['passed']}/{r['failed']}/{r['skipped']}" + _scope(r))
+                    f"{r['passed']}/{r['failed']}/{r['skipped']}" + _scope(r, total))
             lost = _lost(theirs, ours)
-            ours_cell = cell(ours)
-            if ours and name in SHIPPED_KERNEL_FILES and not ours.get("kernels_through_ours"):
-                ours_cell += " (JAX's kernels: packed before pf_jax_ops)"
-            lines.append(f"| {name} | {cell(theirs)} | {ours_cell} | "
+            theirs_cell = cell(theirs)
+            if theirs and theirs.get("jax_kernels_from_ours_copy"):
+                theirs_cell += " (some from ours' copy packed before pf_jax_ops)"
+            lines.append(f"| {name} | {theirs_cell} | {cell(ours)} | "
                          f"{'–' if lost is None else len(lost)} |")
             lost_rows += [f"- `{t}`: {why}" for t, why in (lost or {}).items()]
         lines.append("")
@@ -415,8 +442,13 @@ def render(record: dict) -> str:
     return "\n".join(lines)
 
 
-def _scope(run_: dict) -> str:
-    """What part of the file a run covers, when not all of it."""
+def _scope(run_: dict, total: int | None = None) -> str:
+    """What part of the file a run covers, when not all of it: counted where the
+    pack knew the file's tests and the runs list each outcome, else as the runs'
+    notes tell."""
+    if total and "outcomes" in run_:
+        reached = len(run_["outcomes"])
+        return "" if reached >= total else f" ({reached} of {total} tests reached)"
     cut = "cut at" in run_["note"] and "unreached tests run later" not in run_["note"]
     marks = ["cut"] if cut else []
     if run_.get("selected"):

@@ -444,10 +444,10 @@ def render(record: dict) -> str:
 
 def _scope(run_: dict, total: int | None = None) -> str:
     """What part of the file a run covers, when not all of it: counted where the
-    pack knew the file's tests and the runs list each outcome, else as the runs'
-    notes tell."""
-    if total and "outcomes" in run_:
-        reached = len(run_["outcomes"])
+    pack knew the file's tests, else as the runs' notes tell."""
+    if total:
+        reached = (len(run_["outcomes"]) if "outcomes" in run_
+                   else run_["passed"] + run_["failed"] + run_["skipped"])
         return "" if reached >= total else f" ({reached} of {total} tests reached)"
     cut = "cut at" in run_["note"] and "unreached tests run later" not in run_["note"]
     marks = ["cut"] if cut else []

@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -97,12 +98,16 @@ def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
         def __call__(self, *args, **kwargs):
             if now["test"] is None:
                 return self._jitted(*args, **kwargs)
+            start = time.perf_counter()
             with jax.set_mesh(mesh):
                 lowered = self._jitted.trace(*jax.tree.map(spec, args),
                                              **jax.tree.map(spec, kwargs)).lower()
+                lowered_at = time.perf_counter()
                 compiled = lowered.compile()
             records[now["test"]] = {"entry": entry_instructions(compiled.as_text()),
-                                    "kernels": kernel_operands(lowered.as_text())}
+                                    "kernels": kernel_operands(lowered.as_text()),
+                                    "seconds": {"trace and lower": lowered_at - start,
+                                                "compile": time.perf_counter() - lowered_at}}
             raise Captured
 
     def fake_jit(fn=None, **kw):
@@ -155,17 +160,27 @@ def compare(jax_records: dict, our_records: dict) -> dict:
     rows = {}
     for test_id, theirs in jax_records.items():
         ours = our_records.get(test_id, {"error": "not reached"})
+        seconds = {"jax": theirs.pop("seconds", None), "ours": ours.pop("seconds", None)}
         if "error" in theirs or "error" in ours:
             rows[test_id] = {"verdict": "not compared", "jax": theirs.get("error"),
                              "ours": ours.get("error")}
         elif theirs == ours:
-            rows[test_id] = {"verdict": "same"}
+            rows[test_id] = {"verdict": "same", "seconds": seconds}
         else:
             rows[test_id] = {"verdict": "differs",
                              "only_jax": sorted(set(theirs["entry"]) - set(ours["entry"])),
                              "only_ours": sorted(set(ours["entry"]) - set(theirs["entry"])),
-                             "kernels_same": theirs["kernels"] == ours["kernels"]}
+                             "kernels_same": theirs["kernels"] == ours["kernels"],
+                             "seconds": seconds}
     return rows
+
+
+def _timing(seconds) -> str:
+    """Host seconds to trace and lower, and to compile, ours against JAX's."""
+    if not seconds or None in seconds.values():
+        return ""
+    return "  (" + ", ".join(f"{step} {seconds['ours'][step]:.2f} s, JAX {seconds['jax'][step]:.2f} s"
+                             for step in seconds["ours"]) + ")"
 
 
 def main() -> None:
@@ -186,7 +201,7 @@ def main() -> None:
     rows = compare(run_side("jax", suite, ids_file, args.topology, args.timeout),
                    run_side("ours", suite, ids_file, args.topology, args.timeout))
     for test_id, row in rows.items():
-        print(f"{row['verdict']:13} {test_id}")
+        print(f"{row['verdict']:13} {test_id}{_timing(row.get('seconds'))}")
         for key in ("only_jax", "only_ours"):
             for item in row.get(key, ())[:6]:
                 print(f"{'':15}{key}: {item[:160]}")

@@ -192,3 +192,17 @@ def test_a_test_past_its_limit_fails_and_the_file_goes_on(tmp_path):
         "failed", "did not end within the per-test limit of 2 s (PALLAS_SUITE_TEST_LIMIT); "
                   "the process was ended")
     assert results["test_fails_after"][0] == "failed" and note == "" and seconds < 60
+
+
+def test_under_a_test_limit_the_backend_is_up_before_the_first_test(tmp_path):
+    """The first test's clock does not also hold JAX's start-up (on the chip a test
+    after a limit-ended one starts a new process, whose start-up took 20 s and more)."""
+    (tmp_path / "warm_test.py").write_text(textwrap.dedent("""
+        from jax._src import xla_bridge
+        def test_first(): assert xla_bridge.backends_are_initialized()
+    """))
+    for limit, outcome in (("30", "passed"), ("0", "failed")):
+        env = dict(os.environ, PALLAS_SUITE_TEST_LIMIT=limit, JAX_PLATFORMS="cpu")
+        results, _, _ = jax_suite.run_logged(["warm_test.py"], tmp_path, env,
+                                             tmp_path / f"log{limit}", 100)
+        assert results["test_first"][0] == outcome

@@ -14,7 +14,10 @@ rehearsal) and tools/tpu_native.py (the chip), through
 - ``PALLAS_SUITE_TEST_LIMIT=S``: a test still running after S seconds is
   logged as failed and the process exits with ``TEST_LIMIT_EXIT``, so that
   ``run_logged`` goes on with the tests after it (on a chip, one test that does
-  not end would otherwise spend the rest of the file's time).
+  not end would otherwise spend the rest of the file's time). JAX's backend is
+  started before the first test, so that test's clock does not also hold the
+  process's start-up (on the v5e, 20 s and more: a test after a limit-ended
+  one starts a new process).
 """
 
 from __future__ import annotations
@@ -57,6 +60,15 @@ def pytest_collection_modifyitems(config, items):
         kept = set(map(id, chosen))
         config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
         items[:] = chosen
+
+
+def pytest_sessionstart(session):
+    if float(os.environ.get("PALLAS_SUITE_TEST_LIMIT", "0")):
+        try:
+            import jax
+            jax.jit(lambda x: x + 1)(1).block_until_ready()
+        except Exception:       # noqa: BLE001 - the tests meet it again and report it
+            pass
 
 
 def _log(record: dict) -> None:

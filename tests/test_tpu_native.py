@@ -264,7 +264,7 @@ def test_shipped_kernel_runs_before_pf_jax_ops_count_as_jaxs(tmp_path):
     assert "ours/b_test.py" in runs and "jax/b_test.py" not in runs   # not a shipped-kernel file
     table = tpu_native.render(tpu_native.merge([old, new]))
     row = next(line for line in table.splitlines() if line.startswith(f"| {name}"))
-    assert "2/0/0 (some from ours' copy packed before pf_jax_ops)" in row
+    assert "| 2/0/0 (some from ours' copy packed before pf_jax_ops) |" in row
     assert row.endswith("| 1 |")          # G::b passes under JAX, fails under ours
 
 

@@ -432,7 +432,9 @@ def render(record: dict) -> str:
             lost = _lost(theirs, ours)
             theirs_cell = cell(theirs)
             if theirs and theirs.get("jax_kernels_from_ours_copy"):
-                theirs_cell += " (some from ours' copy packed before pf_jax_ops)"
+                mark = "some from ours' copy packed before pf_jax_ops"
+                theirs_cell = (theirs_cell[:-1] + f"; {mark})" if theirs_cell.endswith(")")
+                               else f"{theirs_cell} ({mark})")
             lines.append(f"| {name} | {theirs_cell} | {cell(ours)} | "
                          f"{'–' if lost is None else len(lost)} |")
             lost_rows += [f"- `{t}`: {why}" for t, why in (lost or {}).items()]

@@ -152,7 +152,8 @@ def run_side(side: str, suite: Path, ids_file: Path, topology: str, timeout: flo
                          cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
     line = next((l for l in reversed(out.stdout.splitlines()) if l.startswith("{")), None)
     if line is None:
-        raise RuntimeError(f"{side} side ended with no record:\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"{side} side ended with no record (exit status {out.returncode}):"
+                           f"\n{out.stderr[-3000:]}")
     return json.loads(line)
 
 

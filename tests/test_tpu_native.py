@@ -268,7 +268,6 @@ def test_shipped_kernel_runs_before_pf_jax_ops_count_as_jaxs(tmp_path):
     assert row.endswith("| 1 |")          # G::b passes under JAX, fails under ours
 
 
-
 def test_a_file_is_marked_partly_run_until_every_test_it_has_was_reached(tmp_path):
     # the pack counts each file's tests; split runs that together reach them all
     # leave no mark, whatever their notes say of cuts

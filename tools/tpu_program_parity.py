@@ -11,10 +11,12 @@ tests (JAX's ``pallas/ops`` tree, or ours' copy of it, ``pf_jax_ops``), that
 a test calls is lowered and compiled for one chip of ``--topology`` by
 libtpu, without a device, and not run (the test stops there). Compared per
 test: the compiled entry computation (each instruction's type, with its
-memory placement, and opcode) and the Mosaic kernels' operand types. A chip
-runs what XLA compiled, so a difference here is one the chip would see: ours'
-core_map once let XLA move read-only operands into VMEM, and the v5e gave
-wrong values and hangs that TPU interpret mode on CPU could not show.
+memory placement, and opcode) and the Mosaic kernels' operand types; each
+test's line also gives both sides' host seconds to trace and lower, and to
+compile. A chip runs what XLA compiled, so a difference here is one the chip
+would see: ours' core_map once let XLA move read-only operands into VMEM, and
+the v5e gave wrong values and hangs that TPU interpret mode on CPU could not
+show.
 
 Tests that call no such function are listed as not compared. Nothing here
 runs in CI (it needs the pack and libtpu);
@@ -180,8 +182,9 @@ def _timing(seconds) -> str:
     """Host seconds to trace and lower, and to compile, ours against JAX's."""
     if not seconds or None in seconds.values():
         return ""
-    return "  (" + ", ".join(f"{step} {seconds['ours'][step]:.2f} s, JAX {seconds['jax'][step]:.2f} s"
-                             for step in seconds["ours"]) + ")"
+    ours, theirs = seconds["ours"], seconds["jax"]
+    return "  (" + ", ".join(f"{step} {ours[step]:.2f} s, JAX {theirs[step]:.2f} s"
+                             for step in ours) + ")"
 
 
 def main() -> None:

@@ -206,3 +206,28 @@ def test_under_a_test_limit_the_backend_is_up_before_the_first_test(tmp_path):
         results, _, _ = jax_suite.run_logged(["warm_test.py"], tmp_path, env,
                                              tmp_path / f"log{limit}", 100)
         assert results["test_first"][0] == outcome
+
+
+def test_a_copy_that_does_not_import_fails_as_a_file(tmp_path):
+    """A copy whose import fails at collection is a failure of the file, with
+    the import error, not a file that ran nothing (ours' copy of a shipped-kernel
+    file once lacked its pf_jax_ops package and rehearsed as 0/0/0)."""
+    (tmp_path / "broken_test.py").write_text("import not_a_module_here\ndef test_a(): pass\n")
+    results, _, _ = jax_suite.run_logged(["broken_test.py"], tmp_path, dict(os.environ),
+                                         tmp_path / "log", 100)
+    assert list(results) == ["<file>"]
+    outcome, why = results["<file>"]
+    assert outcome == "failed" and "not_a_module_here" in why
+
+
+def test_the_rehearsal_copies_the_packages_beside_the_tests(tmp_path):
+    suite = tmp_path / "suite"
+    for side in ("jax", "ours"):
+        (suite / side).mkdir(parents=True)
+        (suite / side / "a_test.py").write_text("def test_a(): pass\n")
+    (suite / "ours" / "pf_jax_ops" / "tpu").mkdir(parents=True)
+    (suite / "ours" / "pf_jax_ops" / "__init__.py").write_text("")
+    (suite / "ours" / "pf_jax_ops" / "tpu" / "kernel.py").write_text("X = 1\n")
+    dirs = tpu_cpu_suite.copy_suite(suite, tmp_path / "work", ["a_test.py"])
+    assert (dirs["ours"] / "pf_jax_ops" / "tpu" / "kernel.py").read_text() == "X = 1\n"
+    assert (dirs["jax"] / "a_test.py").exists()

@@ -299,12 +299,14 @@ def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, 
         env["PALLAS_SUITE_ONLY"] = str(chosen)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            "-p", "suite_log_plugin", *args]
+    output = stem.with_name(stem.name + ".out")
     results: dict[str, tuple[str, str]] = {}
     start, note = time.monotonic(), ""
     while True:
         skip.write_text("\n".join(results))
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+        with open(output, "w") as out:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout=max(1.0, limit - (time.monotonic() - start)))
         except subprocess.TimeoutExpired:
@@ -316,10 +318,23 @@ def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, 
         running = read_outcome_log(log, results)
         if rc == TEST_LIMIT_EXIT:
             continue  # the plugin ended a test at its limit (logged): on past it
+        if running is None and rc not in (None, 0, 1, 5):
+            # pytest itself failed (a copy that does not import fails at collection):
+            # a failure of the file, not a file that ran nothing
+            results["<file>"] = (
+                "failed", f"pytest ended with exit status {rc} outside any test: "
+                          f"{_last_error(output)}")
         if rc is None or rc in (0, 1, 5) or running is None:
             break     # done, cut, or failed outside any test: the log says what ran
         results[running] = ("failed", f"the test process died (exit status {rc}) in this test")
     return results, note, time.monotonic() - start
+
+
+def _last_error(output: Path) -> str:
+    """The last ``E   ...`` line (or else the last line) pytest printed."""
+    lines = [l for l in output.read_text(errors="replace").splitlines() if l.strip()]
+    errors = [l[1:].strip() for l in lines if l.startswith("E ")]
+    return (errors or lines or ["no output"])[-1][:300]
 
 
 def read_outcome_log(log: Path, results: dict) -> str | None:

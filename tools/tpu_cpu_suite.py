@@ -55,7 +55,9 @@ FILES = ("tpu_pallas_test.py", "tpu_ops_test.py", "tpu_pallas_pipeline_test.py",
 
 
 def copy_suite(suite: Path, work: Path, files) -> dict[str, Path]:
-    """The packed copies (and their shims) into ``work``: reports go there."""
+    """The packed copies, their shims and the packages beside them (ours':
+    ``pf_jax_ops``, the shipped kernels the kernel files import) into ``work``:
+    reports go there."""
     dirs = {}
     for side in ("jax", "ours"):
         d = work / side
@@ -63,6 +65,8 @@ def copy_suite(suite: Path, work: Path, files) -> dict[str, Path]:
         for f in (suite / side).glob("*.py"):
             if f.name in files or not f.name.endswith("_test.py"):
                 shutil.copyfile(f, d / f.name)
+        for package in (suite / side).glob("*/__init__.py"):
+            shutil.copytree(package.parent, d / package.parent.name, dirs_exist_ok=True)
         dirs[side] = d
     return dirs
 

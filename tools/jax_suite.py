@@ -284,7 +284,9 @@ def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, 
     process killed at ``limit`` keeps what it ran; one that dies in a test (a
     crash in native code) fails that test, and pytest runs again on the tests
     not yet run, as it does after a test the plugin ended at
-    ``PALLAS_SUITE_TEST_LIMIT`` (in ``env``). ``only``/``per_test``: which tests
+    ``PALLAS_SUITE_TEST_LIMIT`` (in ``env``). A pytest that fails outside any
+    test (a copy that does not import) gives ``<file>`` failed, with the last
+    error line of its output (``stem``.out). ``only``/``per_test``: which tests
     (see suite_log_plugin)."""
     from suite_log_plugin import TEST_LIMIT_EXIT
     log, skip = stem.with_name(stem.name + ".jsonl"), stem.with_name(stem.name + ".skip")

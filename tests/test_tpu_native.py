@@ -249,15 +249,15 @@ def test_shipped_kernel_runs_before_pf_jax_ops_count_as_jaxs(tmp_path):
         run = dict(_run(list(outcomes.values()).count("passed"), 0, 0), outcomes=outcomes,
                    not_passed={f"ours-{file[:-3]}::{t}": "boom" for t, o in outcomes.items()
                                if o == "failed"})
-        if through_ours is not None:
-            run["kernels_through_ours"] = through_ours
+        # a pack made with pf_jax_ops says so in its manifest
+        manifest = dict(RECORD["manifest"], **({"ops": "pf_jax_ops"} if through_ours else {}))
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "native.json").write_text(json.dumps(
-            dict(RECORD, runs={f"ours/{file}": run})))
+            dict(RECORD, manifest=manifest, runs={f"ours/{file}": run})))
         return tmp_path / folder
-    old = record("old", None, {"G::a": "passed", "G::b": "passed"})
+    old = record("old", False, {"G::a": "passed", "G::b": "passed"})
     new = record("new", True, {"G::a": "passed", "G::b": "failed"})
-    other = record("other", None, {"G::a": "passed"}, file="b_test.py")
+    other = record("other", False, {"G::a": "passed"}, file="b_test.py")
     runs = tpu_native.merge([old, new, other])["runs"]
     assert runs[f"jax/{name}"]["outcomes"] == {"G::a": "passed", "G::b": "passed"}
     assert runs[f"ours/{name}"]["outcomes"] == {"G::a": "passed", "G::b": "failed"}

@@ -225,7 +225,6 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
                     result["selected"] = ids
                 if new and new.get(name):
                     result["new_tests"] = new[name]
-                result["kernels_through_ours"] = "ops" in record["manifest"]
                 record["runs"][f"{side}/{name}"] = result
                 save(record, out)
     return record
@@ -271,7 +270,9 @@ def merge(folders) -> dict:
     for folder in folders:
         path = Path(folder)
         record = json.loads((path if path.suffix == ".json" else path / "native.json").read_text())
-        runs = dict(_side_that_ran(key, run_) for key, run_ in record["runs"].items())
+        through_ours = "ops" in record["manifest"]       # packed with pf_jax_ops
+        runs = dict(_side_that_ran(key, run_, through_ours)
+                    for key, run_ in record["runs"].items())
         if merged is None:
             merged = dict(record, runs=runs)
             merged["tests"] = record["manifest"].get("tests", {})
@@ -284,12 +285,12 @@ def merge(folders) -> dict:
     return merged
 
 
-def _side_that_ran(key: str, run_: dict) -> tuple[str, dict]:
+def _side_that_ran(key: str, run_: dict, through_ours: bool) -> tuple[str, dict]:
     """A shipped-kernel file's "ours" run from a pack made before ``pf_jax_ops``
     imported JAX's kernels, which run through JAX's Pallas (its copy swaps nothing
     else the tests call into but ``pl.cdiv``-like helpers): its outcomes are JAX's."""
     side, name = key.split("/", 1)
-    if side == "ours" and name in SHIPPED_KERNEL_FILES and not run_.get("kernels_through_ours"):
+    if side == "ours" and name in SHIPPED_KERNEL_FILES and not through_ours:
         return f"jax/{name}", dict(run_, jax_kernels_from_ours_copy=True)
     return key, run_
 

@@ -12,7 +12,6 @@ not end on the v5e); run in TPU interpret mode, the values are NumPy's and a
 read-only Ref is left as it was."""
 
 import importlib.util
-import re
 import sys
 from pathlib import Path
 
@@ -28,8 +27,7 @@ import pallas_tpu as pltpu
 from pallas_tpu import aot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
-import sc_mosaic_text  # noqa: E402
-from tpu_program_parity import entry_instructions  # noqa: E402
+from tpu_program_parity import entry_instructions, kernel_operands  # noqa: E402
 
 
 def _scale_rows(P, T, interpret=None):
@@ -57,9 +55,8 @@ def _scale_rows(P, T, interpret=None):
 
 def _kernel_operands(text: str) -> list[str]:
     """The memref types of the (one) Mosaic kernel's operands."""
-    (module,) = sc_mosaic_text.mosaic_modules(text)
-    first_block = next(line for line in module.splitlines() if "^bb0(" in line)
-    return re.findall(r"memref<[^>]*>", first_block)
+    (operands,) = kernel_operands(text)
+    return operands
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu")

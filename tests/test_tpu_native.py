@@ -217,6 +217,16 @@ def test_pending_tests_are_those_no_run_reached(tmp_path):
                    "counted_test.py::T::test_c", "counted_test.py::T::test_d",
                    "unrun_test.py::T::test_a", "unrun_test.py::T::test_b",
                    "unrun_test.py::T::test_c", "unrun_test.py::T::test_d"]
+    # JAX's side counts its own runs (``--side jax``), from its own copy
+    jax_copy = tmp_path / "pack" / "suite" / "jax"
+    jax_copy.mkdir()
+    (jax_copy / "listed_test.py").write_text(PENDING_FILE)
+    runs["jax/listed_test.py"] = dict(_run(1, 0, 0), outcomes={"T::test_d": "passed"})
+    (tmp_path / "one" / "native.json").write_text(json.dumps(dict(RECORD, runs=runs)))
+    assert tpu_native.pending_ids([tmp_path / "one"], tmp_path / "pack", ["listed_test.py"],
+                                  "jax") == ["listed_test.py::T::test_a",
+                                             "listed_test.py::T::test_b",
+                                             "listed_test.py::T::test_c"]
 
 
 def test_tests_no_earlier_run_reached_add_to_the_counts(tmp_path):
@@ -289,3 +299,76 @@ def test_a_file_is_marked_partly_run_until_every_test_it_has_was_reached(tmp_pat
         return next(line for line in table.splitlines() if line.startswith("| c_test.py"))
     assert "| 2/0/0 (2 of 3 tests reached) |" in ours_cell([first])
     assert "| 3/0/0 |" in ours_cell([first, rest])
+
+
+STOP_DRIVER = '''
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+import jax_suite
+jax_suite.stop_on_sigterm()
+here = Path(sys.argv[1])
+results, note, seconds = jax_suite.run_logged(["stop_test.py"], here, dict(os.environ),
+                                              here / "log", 300)
+print(json.dumps({"results": results, "note": note, "seconds": seconds,
+                  "stopped": jax_suite.stop_requested()}))
+'''
+
+
+def test_a_sigterm_cuts_the_file_under_way_and_keeps_what_it_ran(tmp_path):
+    # a device command's `timeout` ended the tool before it wrote its record
+    # (2026-12-07): 667 outcomes of a chip run stood only in the per-test log
+    import json
+    import os
+    import signal
+    import subprocess
+    import time
+    (tmp_path / "stop_test.py").write_text(
+        "import time\ndef test_first(): pass\ndef test_second(): time.sleep(120)\n")
+    (tmp_path / "driver.py").write_text(STOP_DRIVER)
+    driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(tmp_path),
+                               str(ROOT / "tools")], stdout=subprocess.PIPE, text=True)
+    log, start = tmp_path / "log.jsonl", time.monotonic()
+    while '"test_second", "outcome": "started"' not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() - start < 60 and driver.poll() is None
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGTERM)
+    out, _ = driver.communicate(timeout=60)
+    got = json.loads(out)
+    assert got["results"] == {"test_first": ["passed", ""]}
+    assert got["note"] == "cut: the command running it was stopped" and got["stopped"]
+    assert time.monotonic() - start < 60            # not the 120 s test's end
+
+
+def test_a_run_refuses_an_out_folder_an_earlier_run_wrote(tmp_path):
+    # the lent machine kept /tmp between sessions: a reused folder handed a new run
+    # an earlier run's native.json
+    import pytest
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "native.json").write_text("{}")
+    with pytest.raises(SystemExit, match="not empty"):
+        tpu_native.run(tmp_path / "pack", out, tmp_path / "site", ["jax-suite"], ["ours"],
+                       None, 10.0)
+    assert (out / "native.json").read_text() == "{}"
+
+
+def test_a_rerun_counting_never_reached_tests_as_rerun_is_refused(tmp_path):
+    # three selected tests counted as re-runs of a file that had passed two: the
+    # JAX column said 2/0/0 where 3 had passed (gmm, 2026-12-07)
+    import json
+    import pytest
+    first = dict(_run(2, 0, 0), note="cut at the 90 s limit")
+    later = dict(_run(3, 0, 0), outcomes={"G::a": "passed", "G::b": "passed", "G::c": "passed"},
+                 selected=["g_test.py::G::a", "g_test.py::G::b", "g_test.py::G::c"])
+    for name, run in (("one", first), ("two", later)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "native.json").write_text(json.dumps(
+            dict(RECORD, runs={"jax/g_test.py": run})))
+    with pytest.raises(ValueError, match="never been reached.*new_tests"):
+        tpu_native.merge([tmp_path / "one", tmp_path / "two"])
+    later["new_tests"] = ["g_test.py::G::c"]
+    (tmp_path / "two" / "native.json").write_text(json.dumps(
+        dict(RECORD, runs={"jax/g_test.py": later})))
+    merged = tpu_native.merge([tmp_path / "one", tmp_path / "two"])["runs"]["jax/g_test.py"]
+    assert (merged["passed"], merged["failed"]) == (3, 0)

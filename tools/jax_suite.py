@@ -276,6 +276,30 @@ def run_copy(directory: Path, name: str, timeout: float, target: str):
     return parse_junit(report, name), note, seconds
 
 
+class Stopped(Exception):
+    """SIGTERM (what ``timeout`` sends) reached a process that called
+    ``stop_on_sigterm``."""
+
+
+_stop = {"requested": False}
+
+
+def stop_on_sigterm() -> None:
+    """From now on the first SIGTERM raises ``Stopped`` in the main thread:
+    ``run_logged`` then cuts its pytest as at its limit and returns what it
+    logged, and the caller, seeing ``stop_requested()``, writes its record and
+    runs nothing more. Later SIGTERMs are ignored while it does."""
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _stop["requested"] = True
+        raise Stopped
+    signal.signal(signal.SIGTERM, stop)
+
+
+def stop_requested() -> bool:
+    return _stop["requested"]
+
+
 def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, *,
                only: list[str] | None = None, per_test: int = 0):
     """Runs pytest with ``suite_log_plugin`` and ``args`` (other plugins, the
@@ -286,8 +310,9 @@ def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, 
     not yet run, as it does after a test the plugin ended at
     ``PALLAS_SUITE_TEST_LIMIT`` (in ``env``). A pytest that fails outside any
     test (a copy that does not import) gives ``<file>`` failed, with the last
-    error line of its output (``stem``.out). ``only``/``per_test``: which tests
-    (see suite_log_plugin)."""
+    error line of its output (``stem``.out). After ``stop_on_sigterm``, a
+    SIGTERM cuts the pytest as ``limit`` does. ``only``/``per_test``: which
+    tests (see suite_log_plugin)."""
     from suite_log_plugin import TEST_LIMIT_EXIT
     log, skip = stem.with_name(stem.name + ".jsonl"), stem.with_name(stem.name + ".skip")
     log.unlink(missing_ok=True)
@@ -311,12 +336,13 @@ def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, 
                                     stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout=max(1.0, limit - (time.monotonic() - start)))
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, Stopped) as cut:
             # SIGKILL at once: SIGINT waits out a compile in native code, and the
             # log already holds every finished test
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            rc, note = None, f"cut at the {limit:.0f} s limit"
+            rc, note = None, (f"cut at the {limit:.0f} s limit" if isinstance(
+                cut, subprocess.TimeoutExpired) else "cut: the command running it was stopped")
         running = read_outcome_log(log, results)
         if rc == TEST_LIMIT_EXIT:
             continue  # the plugin ended a test at its limit (logged): on past it

@@ -21,9 +21,10 @@ the ops tree, are read from that JAX.
 
 ``run`` installs the wheels into ``--site`` (no index, no dependencies: the
 host's JAX stays the one used), then runs, each with pytest in a process of its
-own that holds the chip alone, and writes ``native.json`` into ``--out``
-(after each file, from per-test logs: a file cut at ``--timeout`` keeps every
-outcome it reached):
+own that holds the chip alone, and writes ``native.json`` into ``--out``, a new
+folder (after each file, from per-test logs: a file cut at ``--timeout`` keeps
+every outcome it reached; a SIGTERM, as ``timeout`` sends, cuts the file under
+way the same way and ends the run):
 - ``project``: the conformance suite against pallas_tpu and the plugin's tests,
   compiled for the chip (``plugins/pallas_tpu/tests/test_on_chip.py`` compares
   ours with NumPy float64 and with JAX's Pallas on the same device arrays);
@@ -43,8 +44,8 @@ outcome it reached):
 ``docs/jax-suite.md``; a later folder's selected tests replace those tests'
 earlier outcomes, a later whole-file run replaces the file's.
 ``failed --results DIR...`` prints the ids of the tests ours failed there;
-``pending --results DIR... --files NAME...`` those of the files' tests that no
-run has reached (collected here, under the host's JAX, from the pack's copy),
+``pending --results DIR... --files NAME... [--side jax]`` those of the files'
+tests that no run of ours (of JAX's) has reached (collected here, under the host's JAX, from the pack's copy),
 for ``run --new`` (which runs them as ``--select`` does, and marks them new, so
 that the report adds their outcomes to the file's counts).
 Python 3.11 syntax throughout.
@@ -190,6 +191,9 @@ def pytest_run(args, stem: Path, env, cwd: Path, timeout: float, per_test: int =
 def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: float,
         select: dict[str, list[str]] | None = None, bench_only=None, per_test: int = 0,
         new: dict[str, list[str]] | None = None) -> dict:
+    if out.exists() and any(out.iterdir()):
+        # a reused folder would lend this run an earlier run's record and logs
+        raise SystemExit(f"--out {out} is not empty: give a new folder for each run")
     out.mkdir(parents=True, exist_ok=True)
     install(pack_dir, site)
     env = chip_env(site)
@@ -202,22 +206,27 @@ def run(pack_dir: Path, out: Path, site: Path, parts, sides, files, timeout: flo
               "python": platform.python_version(), "jax": _version("jax"),
               "jaxlib": _version("jaxlib"), "libtpu": _version("libtpu"),
               "manifest": json.loads((pack_dir / "manifest.json").read_text()), "runs": {}}
+    save(record, out)
     if "project" in parts:
         suites = {"conformance": ["--pyargs", "pallas_frontend.testing", "--pallas-backend",
                                   "tpu"],
                   "pallas_tpu on chip": [str(ROOT / "plugins" / "pallas_tpu" / "tests" /
                                              "test_on_chip.py")]}
         for name, args in suites.items():
+            if jax_suite.stop_requested():
+                return record
             record["runs"][f"project/{name}"] = pytest_run(
                 args, out / f"project-{name.split()[0]}", env, ROOT, timeout)
             save(record, out)
-    if "bench" in parts:
+    if "bench" in parts and not jax_suite.stop_requested():
         record["bench"] = bench_run(out / "bench", env, timeout, bench_only)
         save(record, out)
     if "jax-suite" in parts:
         for name in (list(select) if select else files or record["manifest"]["files"]):
             ids = select[name] if select else [name]
             for side in sides:
+                if jax_suite.stop_requested():
+                    return record
                 folder = pack_dir / "suite" / side
                 result = pytest_run(ids, out / f"{side}-{name.removesuffix('.py')}",
                                     chip_env(site, folder, side), folder, timeout, per_test)
@@ -240,7 +249,7 @@ def bench_run(out: Path, env, timeout: float, only=None) -> dict:
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
     try:
         proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, jax_suite.Stopped):
         proc.send_signal(2)
         proc.wait()
     seconds = round(time.monotonic() - start, 1)
@@ -249,8 +258,11 @@ def bench_run(out: Path, env, timeout: float, only=None) -> dict:
 
 
 def save(record: dict, out: Path) -> None:
-    """Written after every pytest run: a run cut short keeps what it finished."""
-    (out / "native.json").write_text(json.dumps(record, indent=1))
+    """Written at the start and after every pytest run: a run cut short keeps
+    what it finished. Replaced whole (a stop while writing leaves the last one)."""
+    partial = out / "native.json.partial"
+    partial.write_text(json.dumps(record, indent=1))
+    partial.replace(out / "native.json")
 
 
 def _version(dist: str) -> str:
@@ -345,6 +357,13 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
     failed_now = {_test_of(t) for t in rerun["not_passed"]}
     fixed = len((failed_before & selected) - failed_now)
     passed_before = len(selected - failed_before)
+    if passed_before > earlier["passed"]:
+        # counted as re-runs, some never ran before: the counts would come out short
+        raise ValueError(
+            f"a run of {len(selected)} selected tests ({sorted(selected)[:3]}...) counts "
+            f"{passed_before} as earlier passes, but the earlier runs passed "
+            f"{earlier['passed']}: some had never been reached. Mark those in the "
+            "record's new_tests (run --new, from `pending --side`)")
     not_passed = {t: why for t, why in earlier["not_passed"].items() if _test_of(t) not in selected}
     not_passed.update(rerun["not_passed"])
     return dict(earlier, passed=earlier["passed"] - passed_before + rerun["passed"],
@@ -366,29 +385,29 @@ def failed_ids(folders) -> dict[str, list[str]]:
     return {name: tests for name, tests in ids.items() if tests}
 
 
-def collected_tests(folder: Path, name: str) -> list[str]:
+def collected_tests(folder: Path, name: str, side: str = "ours") -> list[str]:
     """``Class::test`` ids of the copy ``folder/name``, in pytest's order, collected
     under this machine's JAX."""
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-         name], cwd=folder, env=jax_suite.file_env(name, "ours", folder),
+         name], cwd=folder, env=jax_suite.file_env(name, side, folder),
         capture_output=True, text=True, timeout=600).stdout
     # node ids are relative to pytest's rootdir, which may lie above the copy
     return [line.split(name + "::", 1)[1] for line in collected.splitlines()
             if name + "::" in line]
 
 
-def pending_ids(folders, pack_dir: Path, files) -> list[str]:
-    """``file::Class::test`` ids of ``files`` that ours' runs have not reached,
-    collected here from the pack's "ours" copy (pytest's order is the chip's). A
-    run that lists each outcome names what it reached; an older cut run without
-    them reached its first passed + failed + skipped tests, in that order."""
+def pending_ids(folders, pack_dir: Path, files, side: str = "ours") -> list[str]:
+    """``file::Class::test`` ids of ``files`` that ``side``'s runs have not
+    reached, collected here from the pack's copy (pytest's order is the chip's).
+    A run that lists each outcome names what it reached; an older cut run
+    without them reached its first passed + failed + skipped tests, in that order."""
     runs = merge(folders)["runs"]
-    folder = pack_dir / "suite" / "ours"
+    folder = pack_dir / "suite" / side
     ids = []
     for name in files:
-        tests = collected_tests(folder, name)
-        run_ = runs.get(f"ours/{name}", {})
+        tests = collected_tests(folder, name, side)
+        run_ = runs.get(f"{side}/{name}", {})
         reached = set(run_.get("outcomes", ()))
         if "outcomes" not in run_ and run_ and "selected" not in run_:
             reached = set(tests[:run_["passed"] + run_["failed"] + run_["skipped"]])
@@ -524,23 +543,34 @@ def main(argv=None) -> int:
     g.add_argument("--results", nargs="+", required=True)
     g.add_argument("--pack", type=Path, default=PACK)
     g.add_argument("--files", nargs="+", required=True)
+    g.add_argument("--side", choices=("ours", "jax"), default="ours")
     args = parser.parse_args(argv)
     if args.command == "pack":
         pack(args.jax_src, args.rev, args.out, args.files)
     elif args.command == "run":
         if args.test_limit:      # read by suite_log_plugin in every pytest process
             os.environ["PALLAS_SUITE_TEST_LIMIT"] = str(args.test_limit)
+        # a device command's time limit (``timeout``) ends the run with its record written
+        jax_suite.stop_on_sigterm()
         new = _read_select(args.new) if args.new else {}
         select = _read_select(args.select) if args.select else {}
         for name, ids in new.items():
             select[name] = select.get(name, []) + ids
-        record = run(args.pack, args.out, args.site, args.parts.split(","),
-                     args.side.split(","), args.files, args.timeout, select or None,
-                     args.bench_only, args.per_test, new)
+        try:
+            record = run(args.pack, args.out, args.site, args.parts.split(","),
+                         args.side.split(","), args.files, args.timeout, select or None,
+                         args.bench_only, args.per_test, new)
+        except jax_suite.Stopped:  # between two pytest runs: each ended one is saved
+            saved = args.out / "native.json"
+            if not saved.exists():
+                raise SystemExit("stopped (SIGTERM) before the first pytest run: nothing ran")
+            record = json.loads(saved.read_text())
+        if jax_suite.stop_requested():
+            print(f"stopped (SIGTERM): {args.out / 'native.json'} holds what ran until then")
         if record["platform"] != "tpu":
             print(f"note: JAX's default device here is {record['platform']}, not a TPU")
     elif args.command == "pending":
-        print("\n".join(pending_ids(args.results, args.pack, args.files)))
+        print("\n".join(pending_ids(args.results, args.pack, args.files, args.side)))
     elif args.command == "failed":
         for tests in failed_ids(args.results).values():
             print("\n".join(tests))

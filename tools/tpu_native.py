@@ -45,9 +45,10 @@ way the same way and ends the run):
 earlier outcomes, a later whole-file run replaces the file's.
 ``failed --results DIR...`` prints the ids of the tests ours failed there;
 ``pending --results DIR... --files NAME... [--side jax]`` those of the files'
-tests that no run of ours (of JAX's) has reached (collected here, under the host's JAX, from the pack's copy),
-for ``run --new`` (which runs them as ``--select`` does, and marks them new, so
-that the report adds their outcomes to the file's counts).
+tests that no run of ours (of JAX's) has reached (collected here, under the
+host's JAX, from the pack's copy), for ``run --new`` (which runs them as
+``--select`` does, and marks them new, so that the report adds their outcomes
+to the file's counts).
 Python 3.11 syntax throughout.
 """
 

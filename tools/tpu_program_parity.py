@@ -26,6 +26,8 @@ plugins/pallas_tpu/tests/test_core_map_outputs.py checks one program so.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import re
@@ -80,9 +82,11 @@ def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
     class Captured(BaseException):
         """Raised past the test's own handlers (hypothesis would shrink on an Exception)."""
 
-    def spec(a):
-        if isinstance(a, (jax.Array, np.ndarray)):
-            return jax.ShapeDtypeStruct(np.shape(a), a.dtype)
+    chip_device = jax.sharding.SingleDeviceSharding(topo.devices[0])
+
+    def spec(a, sharding=None):
+        if isinstance(a, (jax.Array, np.ndarray, jax.core.Tracer)):
+            return jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=sharding)
         return a        # a static argument, or a Python scalar traced as JAX would
 
     records, now = {}, {"test": None}
@@ -101,9 +105,14 @@ def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
             if now["test"] is None:
                 return self._jitted(*args, **kwargs)
             start = time.perf_counter()
-            with jax.set_mesh(mesh):
-                lowered = self._jitted.trace(*jax.tree.map(spec, args),
-                                             **jax.tree.map(spec, kwargs)).lower()
+            # called while an outer function is traced (a vjp, another jit), the
+            # operands are tracers and set_mesh is refused: their specs then name
+            # the chip's device instead
+            traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
+            place = functools.partial(spec, sharding=chip_device if traced else None)
+            with contextlib.nullcontext() if traced else jax.set_mesh(mesh):
+                lowered = self._jitted.trace(*jax.tree.map(place, args),
+                                             **jax.tree.map(place, kwargs)).lower()
                 lowered_at = time.perf_counter()
                 compiled = lowered.compile()
             records[now["test"]] = {"entry": entry_instructions(compiled.as_text()),

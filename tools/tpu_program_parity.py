@@ -82,6 +82,11 @@ def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
     class Captured(BaseException):
         """Raised past the test's own handlers (hypothesis would shrink on an Exception)."""
 
+    class NotCompiled(BaseException):
+        """This tool could not compile the call: raised past the test's handlers too
+        (hypothesis, shrinking on an error of the tool's, once drew examples until
+        this host ran out of memory)."""
+
     chip_device = jax.sharding.SingleDeviceSharding(topo.devices[0])
 
     def spec(a, sharding=None):
@@ -110,11 +115,14 @@ def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
             # the chip's device instead
             traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
             place = functools.partial(spec, sharding=chip_device if traced else None)
-            with contextlib.nullcontext() if traced else jax.set_mesh(mesh):
-                lowered = self._jitted.trace(*jax.tree.map(place, args),
-                                             **jax.tree.map(place, kwargs)).lower()
-                lowered_at = time.perf_counter()
-                compiled = lowered.compile()
+            try:
+                with contextlib.nullcontext() if traced else jax.set_mesh(mesh):
+                    lowered = self._jitted.trace(*jax.tree.map(place, args),
+                                                 **jax.tree.map(place, kwargs)).lower()
+                    lowered_at = time.perf_counter()
+                    compiled = lowered.compile()
+            except Exception as e:      # noqa: BLE001 - recorded as this test's error
+                raise NotCompiled(f"{type(e).__name__}: {str(e)[:300]}") from e
             records[now["test"]] = {"entry": entry_instructions(compiled.as_text()),
                                     "kernels": kernel_operands(lowered.as_text()),
                                     "seconds": {"trace and lower": lowered_at - start,
@@ -141,6 +149,8 @@ def _capture(side: str, folder: Path, ids: list[str], topology: str) -> dict:
                                                   "or of the kernels it tests"})
         except Captured:
             pass
+        except NotCompiled as e:
+            records[test_id] = {"error": f"not compiled for the chip: {e}"}
         except Exception as e:          # noqa: BLE001 - recorded, compared below
             records.setdefault(test_id, {"error": f"{type(e).__name__}: {str(e)[:300]}"})
         finally:

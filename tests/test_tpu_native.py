@@ -248,6 +248,41 @@ def test_tests_no_earlier_run_reached_add_to_the_counts(tmp_path):
     assert tpu_native._scope(merged) == ""        # every test reached: not "cut"
 
 
+def test_a_test_two_later_runs_list_is_counted_once(tmp_path):
+    # paged attention under JAX's kernels (2026-12-06): the first run had counts
+    # only, and later "new" runs reached tests an earlier one had listed; each was
+    # added again, and the table claimed 872 of 872 reached where 745 had been
+    import json
+    copy = tmp_path / "pack" / "suite" / "ours"
+    copy.mkdir(parents=True)
+    (copy / "a_test.py").write_text(PENDING_FILE)
+    first = dict(_run(1, 0, 0), note="cut at the 90 s limit")       # reached T::test_a
+    second = dict(_run(1, 0, 1), outcomes={"T::test_b": "passed", "T::test_c": "skipped"},
+                  selected=["a_test.py::T::test_b", "a_test.py::T::test_c"],
+                  new_tests=["a_test.py::T::test_b", "a_test.py::T::test_c"])
+    # test_c again (now passing) beside one it had not reached
+    third = dict(_run(1, 1, 0, ["ours-a_test::T::test_d"]),
+                 outcomes={"T::test_c": "passed", "T::test_d": "failed"},
+                 selected=["a_test.py::T::test_c", "a_test.py::T::test_d"],
+                 new_tests=["a_test.py::T::test_c", "a_test.py::T::test_d"])
+    folders = []
+    for name, run in (("one", first), ("two", second), ("three", third)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "native.json").write_text(json.dumps(
+            dict(RECORD, manifest=dict(RECORD["manifest"], tests={"a_test.py": 4}),
+                 runs={"ours/a_test.py": run})))
+        folders.append(tmp_path / name)
+    two = tpu_native.merge(folders[:2])["runs"]["ours/a_test.py"]
+    assert (two["passed"], two["failed"], two["skipped"]) == (2, 0, 1)
+    assert tpu_native.pending_ids(folders[:2], tmp_path / "pack", ["a_test.py"]) == [
+        "a_test.py::T::test_d"]
+    merged = tpu_native.merge(folders)["runs"]["ours/a_test.py"]
+    assert (merged["passed"], merged["failed"], merged["skipped"]) == (3, 1, 0)
+    assert list(merged["not_passed"]) == ["ours-a_test::T::test_d"]
+    assert tpu_native._scope(merged, 4) == ""
+    assert tpu_native.pending_ids(folders, tmp_path / "pack", ["a_test.py"]) == []
+
+
 def test_shipped_kernel_runs_before_pf_jax_ops_count_as_jaxs(tmp_path):
     # a shipped-kernel file's copy ran JAX's kernels through JAX's Pallas until the
     # pack swapped their imports (pf_jax_ops): those outcomes belong to JAX's column,
@@ -338,6 +373,41 @@ def test_a_sigterm_cuts_the_file_under_way_and_keeps_what_it_ran(tmp_path):
     assert got["results"] == {"test_first": ["passed", ""]}
     assert got["note"] == "cut: the command running it was stopped" and got["stopped"]
     assert time.monotonic() - start < 60            # not the 120 s test's end
+
+
+LATE_STOP_DRIVER = """
+import json, os, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+import jax_suite
+jax_suite.stop_on_sigterm()
+read = jax_suite.read_outcome_log
+
+def read_after_a_sigterm(log, results):   # the SIGTERM lands after the wait has ended
+    os.kill(os.getpid(), signal.SIGTERM)
+    return read(log, results)
+jax_suite.read_outcome_log = read_after_a_sigterm
+here = Path(sys.argv[1])
+results, note, seconds = jax_suite.run_logged(["stop_test.py"], here, dict(os.environ),
+                                              here / "log", 3)
+print(json.dumps({"results": results, "note": note, "stopped": jax_suite.stop_requested()}))
+"""
+
+
+def test_a_sigterm_outside_the_wait_loses_nothing_the_run_logged(tmp_path):
+    # 2026-12-07: `timeout` sent its SIGTERM while the tool handled the file's own
+    # limit; Stopped, raised there, skipped the record of 124 chip outcomes
+    import json
+    import subprocess
+    (tmp_path / "stop_test.py").write_text(
+        "import time\ndef test_first(): pass\ndef test_second(): time.sleep(120)\n")
+    (tmp_path / "driver.py").write_text(LATE_STOP_DRIVER)
+    out = subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(tmp_path),
+                          str(ROOT / "tools")], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["results"]["test_first"] == ["passed", ""]
+    assert got["note"] == "cut at the 3 s limit" and got["stopped"]
 
 
 def test_a_run_refuses_an_out_folder_an_earlier_run_wrote(tmp_path):

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import datetime
 import hashlib
 import importlib
@@ -281,19 +282,36 @@ class Stopped(Exception):
     ``stop_on_sigterm``."""
 
 
-_stop = {"requested": False}
+_stop = {"requested": False, "waiting": False}
 
 
 def stop_on_sigterm() -> None:
-    """From now on the first SIGTERM raises ``Stopped`` in the main thread:
-    ``run_logged`` then cuts its pytest as at its limit and returns what it
-    logged, and the caller, seeing ``stop_requested()``, writes its record and
-    runs nothing more. Later SIGTERMs are ignored while it does."""
+    """From now on the first SIGTERM stops the run: inside ``stoppable()`` (a
+    wait on a pytest) it raises ``Stopped``, so ``run_logged`` cuts its pytest
+    as at its limit and returns what it logged; anywhere else it only marks the
+    stop, so what the tool was doing (reading a log, writing its record) ends
+    whole. Callers, seeing ``stop_requested()``, write their record and run
+    nothing more. Later SIGTERMs are ignored."""
     def stop(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _stop["requested"] = True
-        raise Stopped
+        if _stop["waiting"]:
+            raise Stopped
     signal.signal(signal.SIGTERM, stop)
+
+
+@contextlib.contextmanager
+def stoppable():
+    """The one place a SIGTERM may raise ``Stopped``: a wait on a child process.
+    (Raised elsewhere, e.g. while handling a limit's cut, it lost a chip run's
+    record on 2026-12-07.)"""
+    if _stop["requested"]:
+        raise Stopped
+    _stop["waiting"] = True
+    try:
+        yield
+    finally:
+        _stop["waiting"] = False
 
 
 def stop_requested() -> bool:
@@ -335,11 +353,13 @@ def run_logged(args: list[str], cwd: Path, env: dict, stem: Path, limit: float, 
             proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = proc.wait(timeout=max(1.0, limit - (time.monotonic() - start)))
+            with stoppable():
+                rc = proc.wait(timeout=max(1.0, limit - (time.monotonic() - start)))
         except (subprocess.TimeoutExpired, Stopped) as cut:
             # SIGKILL at once: SIGINT waits out a compile in native code, and the
             # log already holds every finished test
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):   # it may have just ended
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             rc, note = None, (f"cut at the {limit:.0f} s limit" if isinstance(
                 cut, subprocess.TimeoutExpired) else "cut: the command running it was stopped")

@@ -249,7 +249,8 @@ def bench_run(out: Path, env, timeout: float, only=None) -> dict:
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
     try:
-        proc.wait(timeout=timeout)
+        with jax_suite.stoppable():
+            proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, jax_suite.Stopped):
         proc.send_signal(2)
         proc.wait()
@@ -343,37 +344,46 @@ def _merge_outcomes(earlier: dict, later: dict) -> dict:
 
 
 def _rerun(earlier: dict, rerun: dict) -> dict:
-    """``earlier`` with the selected tests' new outcomes (JUnit ids carry the
-    report's name first). Selected tests are taken to have passed or failed
-    before, not skipped: a re-run picks failures."""
+    """``earlier`` (counts only, from an older record) with a later selected run
+    (JUnit ids carry the report's name first). A test whose earlier outcome some
+    merged run listed (``known``) has that outcome replaced; a test no earlier
+    run reached (``new_tests``) is added to the counts; any other selected test
+    is a re-run, taken to have passed or failed before, not skipped: a re-run
+    picks failures."""
+    known = earlier.get("known", {})
     # the tests the re-run reached (a selected class is its tests), where it lists them
-    selected = (set(rerun["outcomes"]) if "outcomes" in rerun
-                else {_test_of(s) for s in rerun["selected"]})
+    listed = rerun.get("outcomes", {})
+    selected = set(listed) if listed else {_test_of(s) for s in rerun["selected"]}
+    replaced = selected & set(known)
     # tests no earlier run reached (run --new): added to the counts, not re-runs
-    new = {_test_of(t) for t in rerun.get("new_tests", ())} & selected
-    selected -= new
+    new = {_test_of(t) for t in rerun.get("new_tests", ())} & selected - replaced
+    selected -= new | replaced
     # _scope reads this phrase: a cut file whose unreached tests ran is no longer "cut"
     reached_later = f"; its {len(new)} unreached tests run later" if new else ""
     failed_before = {_test_of(t) for t in earlier["not_passed"]}
     failed_now = {_test_of(t) for t in rerun["not_passed"]}
     fixed = len((failed_before & selected) - failed_now)
     passed_before = len(selected - failed_before)
-    if passed_before > earlier["passed"]:
+    if passed_before > earlier["passed"] - list(known.values()).count("passed"):
         # counted as re-runs, some never ran before: the counts would come out short
         raise ValueError(
             f"a run of {len(selected)} selected tests ({sorted(selected)[:3]}...) counts "
             f"{passed_before} as earlier passes, but the earlier runs passed "
             f"{earlier['passed']}: some had never been reached. Mark those in the "
             "record's new_tests (run --new, from `pending --side`)")
-    not_passed = {t: why for t, why in earlier["not_passed"].items() if _test_of(t) not in selected}
+    not_passed = {t: why for t, why in earlier["not_passed"].items()
+                  if _test_of(t) not in selected | replaced}
     not_passed.update(rerun["not_passed"])
-    return dict(earlier, passed=earlier["passed"] - passed_before + rerun["passed"],
-                failed=len(not_passed), skipped=earlier["skipped"] + rerun["skipped"],
-                not_passed=not_passed,
+    before = [known[t] for t in replaced]
+    return dict(earlier, passed=earlier["passed"] - passed_before - before.count("passed")
+                + rerun["passed"], failed=len(not_passed),
+                skipped=earlier["skipped"] - before.count("skipped") + rerun["skipped"],
+                not_passed=not_passed, known=known | listed,
                 new_tests=earlier.get("new_tests", []) + rerun.get("new_tests", []),
                 note=(earlier["note"] + reached_later + f"; {len(selected)} re-run later: "
                       f"{fixed} no longer fail ({rerun['skipped']} of them skip), "
-                      f"{len(failed_now - failed_before)} newly fail").lstrip("; "))
+                      f"{len(failed_now - failed_before)} newly fail"
+                      + (f"; {len(replaced)} run again" if replaced else "")).lstrip("; "))
 
 
 def failed_ids(folders) -> dict[str, list[str]]:
@@ -402,16 +412,19 @@ def pending_ids(folders, pack_dir: Path, files, side: str = "ours") -> list[str]
     """``file::Class::test`` ids of ``files`` that ``side``'s runs have not
     reached, collected here from the pack's copy (pytest's order is the chip's).
     A run that lists each outcome names what it reached; an older cut run
-    without them reached its first passed + failed + skipped tests, in that order."""
+    without them reached its first passed + failed + skipped tests, in that order,
+    bar those later runs listed."""
     runs = merge(folders)["runs"]
     folder = pack_dir / "suite" / side
     ids = []
     for name in files:
         tests = collected_tests(folder, name, side)
         run_ = runs.get(f"{side}/{name}", {})
-        reached = set(run_.get("outcomes", ()))
+        reached = set(run_.get("outcomes") or run_.get("known", ()))
         if "outcomes" not in run_ and run_ and "selected" not in run_:
-            reached = set(tests[:run_["passed"] + run_["failed"] + run_["skipped"]])
+            # a cut whole-file run reached its first tests; later runs listed theirs
+            unlisted = run_["passed"] + run_["failed"] + run_["skipped"] - len(reached)
+            reached |= set([t for t in tests if t not in reached][:unlisted])
         ids += [f"{name}::{t}" for t in tests if t not in reached]
     return ids
 
@@ -557,15 +570,10 @@ def main(argv=None) -> int:
         select = _read_select(args.select) if args.select else {}
         for name, ids in new.items():
             select[name] = select.get(name, []) + ids
-        try:
-            record = run(args.pack, args.out, args.site, args.parts.split(","),
-                         args.side.split(","), args.files, args.timeout, select or None,
-                         args.bench_only, args.per_test, new)
-        except jax_suite.Stopped:  # between two pytest runs: each ended one is saved
-            saved = args.out / "native.json"
-            if not saved.exists():
-                raise SystemExit("stopped (SIGTERM) before the first pytest run: nothing ran")
-            record = json.loads(saved.read_text())
+        # Stopped is raised only inside the waits, which catch it: no run is lost here
+        record = run(args.pack, args.out, args.site, args.parts.split(","),
+                     args.side.split(","), args.files, args.timeout, select or None,
+                     args.bench_only, args.per_test, new)
         if jax_suite.stop_requested():
             print(f"stopped (SIGTERM): {args.out / 'native.json'} holds what ran until then")
         if record["platform"] != "tpu":

@@ -283,6 +283,23 @@ def test_a_test_two_later_runs_list_is_counted_once(tmp_path):
     assert tpu_native.pending_ids(folders, tmp_path / "pack", ["a_test.py"]) == []
 
 
+def test_a_counts_only_rerun_after_listed_outcomes_replaces_them(tmp_path):
+    # a record without outcomes (a re-run of one failure) after one that lists them
+    import json
+    first = dict(_run(1, 1, 0, ["ours-a_test::C::b"]),
+                 outcomes={"C::a": "passed", "C::b": "failed"})
+    rerun = dict(_run(1, 0, 0), selected=["a_test.py::C::b"])
+    folders = []
+    for name, run in (("one", first), ("two", rerun)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "native.json").write_text(json.dumps(
+            dict(RECORD, runs={"ours/a_test.py": run})))
+        folders.append(tmp_path / name)
+    merged = tpu_native.merge(folders)["runs"]["ours/a_test.py"]
+    assert (merged["passed"], merged["failed"], merged["skipped"]) == (2, 0, 0)
+    assert merged["not_passed"] == {} and "outcomes" not in merged
+
+
 def test_shipped_kernel_runs_before_pf_jax_ops_count_as_jaxs(tmp_path):
     # a shipped-kernel file's copy ran JAX's kernels through JAX's Pallas until the
     # pack swapped their imports (pf_jax_ops): those outcomes belong to JAX's column,

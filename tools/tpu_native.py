@@ -344,13 +344,13 @@ def _merge_outcomes(earlier: dict, later: dict) -> dict:
 
 
 def _rerun(earlier: dict, rerun: dict) -> dict:
-    """``earlier`` (counts only, from an older record) with a later selected run
-    (JUnit ids carry the report's name first). A test whose earlier outcome some
+    """``earlier`` and a later selected run, where either keeps counts only (an
+    older record; JUnit ids carry the report's name first). A test whose earlier outcome some
     merged run listed (``known``) has that outcome replaced; a test no earlier
     run reached (``new_tests``) is added to the counts; any other selected test
     is a re-run, taken to have passed or failed before, not skipped: a re-run
     picks failures."""
-    known = earlier.get("known", {})
+    known = earlier.get("known", earlier.get("outcomes", {}))
     # the tests the re-run reached (a selected class is its tests), where it lists them
     listed = rerun.get("outcomes", {})
     selected = set(listed) if listed else {_test_of(s) for s in rerun["selected"]}
@@ -375,6 +375,8 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
                   if _test_of(t) not in selected | replaced}
     not_passed.update(rerun["not_passed"])
     before = [known[t] for t in replaced]
+    # the counts now cover tests no record lists: the merged run keeps them, not outcomes
+    earlier = {k: v for k, v in earlier.items() if k != "outcomes"}
     return dict(earlier, passed=earlier["passed"] - passed_before - before.count("passed")
                 + rerun["passed"], failed=len(not_passed),
                 skipped=earlier["skipped"] - before.count("skipped") + rerun["skipped"],

@@ -15,6 +15,12 @@ a TPU. Active only while a kernel is rebuilt with ``InterpretParams``:
   memory after a kernel fails (for inspection) and the next kernel then
   reports blocks of the failed run as revisited: the next interpreted kernel
   after such a failure starts by resetting it (``reset_after_failure``).
+- an output aliased to an input whose blocks do not tile it (a 128x128 block
+  of a 128x16 array: megablox gmm's ``existing_out``): JAX's interpreter pads
+  the input to whole blocks and returns the output as that padded buffer, so
+  its lowering fails on the output's type. Here the input is passed padded
+  and the output declared so, then cut back to its array, the buffer's
+  leading corner, which is what the chip writes (``AliasPadding``).
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pallas_frontend as pf
 from pallas_frontend.backend_api import KernelIR
 
+from pallas_tpu import key_operands
 from pallas_tpu import primitives as tpu_prims
 
 _active: contextvars.ContextVar = contextvars.ContextVar("pallas_tpu_interpreting", default=None)
@@ -165,3 +173,66 @@ def split_core_axes(device_id, core_index):
                          "(several core axes, or a core axis and core_index).")
     rest = {k: v for k, v in device_id.items() if k not in cores}
     return rest or None, next(iter(cores.values()))
+
+
+class AliasPadding:
+    """The aliased input/output pairs whose blocked input JAX's TPU interpreter
+    would pad (see the module's notes), and their padded shape."""
+
+    def __init__(self, kernel: KernelIR, is_unwindowed):
+        """``is_unwindowed(mapping)``: the operand is passed whole (not padded)."""
+        self.shapes: dict[tuple[int, int], tuple[int, ...]] = {}
+        for i, o in kernel.input_output_aliases:
+            k = i - kernel.num_scalar_prefetch
+            if k < 0 or is_unwindowed(kernel.in_mappings[k]):
+                continue
+            m = kernel.in_mappings[k]
+            if key_operands.is_key(m.dtype):   # passed as key data: other trailing dims
+                continue
+            # JAX's interpreter pads each dim to a multiple of its block's size
+            sizes = [1 if isinstance(d, pf.Squeezed) else d.block_size for d in m.block_dims]
+            if not all(isinstance(n, int) for n in (*sizes, *m.array_shape)):
+                continue
+            padded = tuple(-(-n // b) * b for n, b in zip(m.array_shape, sizes))
+            if padded != tuple(m.array_shape):
+                self.shapes[(i, o)] = padded
+
+    @classmethod
+    def needed(cls, kernel: KernelIR, is_unwindowed) -> AliasPadding | None:
+        padding = cls(kernel, is_unwindowed)
+        return padding if padding.shapes else None
+
+    def out_shapes(self, shapes: list) -> list:
+        """``pallas_call``'s out_shape with each such output padded."""
+        shapes = list(shapes)
+        for (_, o), padded in self.shapes.items():
+            shapes[o] = jax.ShapeDtypeStruct(padded, shapes[o].dtype)
+        return shapes
+
+    def pad_inputs(self, operands: list, uninitialized: str) -> list:
+        """The flat operands with each such input padded as JAX's interpreter
+        pads it (its ``uninitialized_memory`` value past the array's end)."""
+        operands = list(operands)
+        for (i, _), padded in self.shapes.items():
+            x = operands[i]
+            fill = _uninitialized_value(x.dtype, uninitialized)
+            operands[i] = jnp.pad(x, [(0, p - n) for p, n in zip(padded, x.shape)],
+                                  constant_values=fill)
+        return operands
+
+    def cut_outputs(self, outs: list, out_shapes: list) -> list:
+        """Each such output cut back to its array: the padded buffer's leading corner."""
+        outs = list(outs)
+        for (_, o) in self.shapes:
+            outs[o] = outs[o][tuple(slice(0, n) for n in out_shapes[o].shape)]
+        return outs
+
+
+def _uninitialized_value(dtype, uninitialized: str):
+    if uninitialized == "zero":
+        return 0
+    if jnp.issubdtype(dtype, jnp.floating):
+        return np.nan
+    if jnp.issubdtype(dtype, jnp.integer):
+        return jnp.iinfo(dtype).max
+    return True                     # bool

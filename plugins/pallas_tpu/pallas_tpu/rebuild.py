@@ -274,6 +274,10 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
     kernel_globals.check_single_core(
         kernel, jax_interpret.num_cores_or_threads if jax_interpret else 1)
     n_dynamic = len(kernel.dynamic_grid_axes)
+    out_shapes = _out_shapes(kernel, out_avals, interpret is not None)
+    # aliased outputs JAX's interpreter would return padded (interpret_mode's notes)
+    padding = (interpret_mode.AliasPadding.needed(kernel, _is_unwindowed)
+               if interpret is not None else None)
 
     def call_with_grid(sizes):
         grid = _grid_with_sizes(kernel.grid, sizes)
@@ -288,7 +292,7 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
             return pl.pallas_call(
                 _kernel_body(kernel, interpret is not None, prng_state, _core_axis_names(kernel),
                              n_globals),
-                out_shape=_out_shapes(kernel, out_avals, interpret is not None),
+                out_shape=padding.out_shapes(out_shapes) if padding else out_shapes,
                 grid_spec=grid_spec,
                 input_output_aliases=dict(kernel.input_output_aliases),
                 compiler_params=params, cost_estimate=_cost_estimate(kernel),
@@ -308,8 +312,12 @@ def build_pallas_call(kernel: KernelIR, out_avals: Sequence, interpret: Interpre
             interpret_mode.reset_after_failure()
         operands = [jax.random.key_data(x) if key_data and key_operands.is_key(x.dtype)
                     else key_operands.to_mosaic(x) for x in args[n_dynamic:]]
+        if padding:
+            operands = padding.pad_inputs(operands, jax_interpret.uninitialized_memory)
         with pltpu.force_tpu_interpret_mode(None):
             outs = list(this_call(*operands))
+        if padding:
+            outs = padding.cut_outputs(outs, out_shapes)
         return [key_operands.wrap(o, m.dtype) if key_data and key_operands.is_key(m.dtype)
                 else key_operands.from_mosaic(o, m.dtype) for o, m in zip(outs, kernel.out_mappings)]
     return run

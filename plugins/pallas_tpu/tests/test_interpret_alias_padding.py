@@ -1,0 +1,61 @@
+"""TPU interpret mode: an output aliased to an input whose blocks do not tile
+it. JAX's interpreter returns such an output padded to whole blocks (its
+lowering then fails); megablox gmm's ``existing_out`` (a 128x128 block of a
+128x16 output) met it in JAX's tpu_gmm_test.py."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pallas_frontend as pl
+import pallas_tpu as pltpu
+
+
+def _accumulate(shape, block, grid, dtype, **params):
+    """o = prev + 2 * x, with ``prev`` aliased to the output."""
+    def kernel(x_ref, prev_ref, o_ref):
+        o_ref[...] = prev_ref[...] + x_ref[...] * 2
+    spec = pl.BlockSpec(block, lambda i, j: (i, j))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(shape, dtype), grid=grid,
+                          in_specs=[spec, spec], out_specs=spec, input_output_aliases={1: 0},
+                          interpret=pltpu.InterpretParams(**params))
+
+
+@pytest.mark.parametrize("shape, block, grid", [
+    ((128, 16), (128, 128), (1, 1)),    # a block wider than the array (gmm's case)
+    ((200, 24), (128, 128), (2, 1)),    # the last block runs past both dims
+])
+def test_an_aliased_output_comes_back_at_its_own_shape(shape, block, grid):
+    rng = np.random.default_rng(7)
+    x, prev = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    got = jax.jit(_accumulate(shape, block, grid, jnp.float32))(x, prev)
+    assert got.shape == shape
+    want = prev.astype(np.float64) + 2 * x.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
+def test_integer_operands_with_zeroed_uninitialized_memory():
+    rng = np.random.default_rng(8)
+    shape = (40, 130)
+    x, prev = (rng.integers(-1000, 1000, shape, dtype=np.int32) for _ in range(2))
+    f = _accumulate(shape, (32, 128), (2, 2), jnp.int32, uninitialized_memory="zero")
+    got = f(x, prev)
+    np.testing.assert_array_equal(np.asarray(got), prev.astype(np.int64) + 2 * x)
+
+
+def test_the_alias_index_counts_the_prefetched_scalars():
+    # as gmm: scalar-prefetch operands come first in input_output_aliases
+    def kernel(offset_ref, x_ref, prev_ref, o_ref):
+        o_ref[...] = prev_ref[...] + x_ref[...] * offset_ref[0].astype(jnp.float32)
+    spec = pl.BlockSpec((128, 128), lambda i, offset: (0, 0))
+    f = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((128, 16), jnp.float32),
+        grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid=(1,),
+                                               in_specs=[spec, spec], out_specs=spec),
+        input_output_aliases={2: 0}, interpret=pltpu.InterpretParams())
+    rng = np.random.default_rng(9)
+    x, prev = (rng.standard_normal((128, 16)).astype(np.float32) for _ in range(2))
+    got = f(jnp.array([3], jnp.int32), x, prev)
+    want = prev.astype(np.float64) + 3 * x.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)

@@ -231,3 +231,28 @@ def test_the_rehearsal_copies_the_packages_beside_the_tests(tmp_path):
     dirs = tpu_cpu_suite.copy_suite(suite, tmp_path / "work", ["a_test.py"])
     assert (dirs["ours"] / "pf_jax_ops" / "tpu" / "kernel.py").read_text() == "X = 1\n"
     assert (dirs["jax"] / "a_test.py").exists()
+
+
+def _rehearsal(lost_by_file):
+    meta = {"date": "2026-12-07 09:08", "jax": "0.10.2", "python": "3.11.7", "rev": "abc",
+            "chip": "v5e", "chip_checks": True, "command": "python tools/tpu_cpu_suite.py"}
+    rows = [{"file": f, "per_test": 0, "jax": [2, 0, 0], "ours": [2 - n, n, 0],
+             "lost": [{"test": f"T::t{i}", "outcome": "failed", "first_line": "boom"}
+                      for i in range(n)], "not_reached": [], "notes": ["", ""],
+             "seconds": [1, 1]} for f, n in lost_by_file.items()]
+    return {"meta": meta, "rows": rows}
+
+
+def test_the_table_sets_an_earlier_runs_losses_beside_only_when_given_one():
+    # without --before, a "lost before" column had repeated this run's count
+    now = _rehearsal({"a_test.py": 1, "b_test.py": 0})
+    alone = tpu_cpu_suite.render(now, None)
+    assert "| lost | s JAX / ours |" in alone and "lost before" not in alone
+    assert "| `a_test.py` | 2 | 0 | 0 | 1 | 1 | 0 | 1 | 1 / 1 |" in alone
+    beside = tpu_cpu_suite.render(now, _rehearsal({"a_test.py": 2}))
+    assert "| lost before | lost now |" in beside
+    assert "| `a_test.py` | 2 | 0 | 0 | 1 | 1 | 0 | 2 | 1 | 1 / 1 |" in beside
+    assert "| `b_test.py` | 2 | 0 | 0 | 2 | 0 | 0 | – | 0 | 1 / 1 |" in beside
+    for table in (alone, beside):   # header and separator have as many cells as the rows
+        rows = [line for line in table.splitlines() if line.startswith("|")]
+        assert len({line.count("|") for line in rows}) == 1

@@ -165,14 +165,16 @@ def render(record: dict, before: dict | None) -> str:
              + ". Ours runs the tests JAX's run reached within the file's limit. Lost: passed "
              "under JAX's forced run, not under ours'.", "",
              "| file | JAX passed | JAX failed | JAX skipped | ours passed | ours failed "
-             "| ours skipped | lost before | lost now | s JAX / ours |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| ours skipped | " + ("lost before | lost now" if before else "lost")
+             + " | s JAX / ours |", "|---|---|---|---|---|---|---|---|---|"
+             + ("---|" if before else "")]
     for r in record["rows"]:
         cut = " (cut)" if any(r["notes"]) else ""
         cut += f" (first {r['per_test']} cases of each test)" if r.get("per_test") else ""
-        was = lost_before.get(r["file"], len(r["lost"]))
+        # without an earlier run there is nothing to set beside this one's count
+        was = f"{lost_before.get(r['file'], '–')} | " if before else ""
         lines.append(f"| `{r['file']}`{cut} | " + " | ".join(map(str, [*r["jax"], *r["ours"]]))
-                     + f" | {was} | {len(r['lost'])} | {r['seconds'][0]} / {r['seconds'][1]} |")
+                     + f" | {was}{len(r['lost'])} | {r['seconds'][0]} / {r['seconds'][1]} |")
     lost = [(r["file"], x) for r in record["rows"] for x in r["lost"]]
     if lost:
         lines += ["", "Still lost, with the first line of each failure:", "", "```text"]

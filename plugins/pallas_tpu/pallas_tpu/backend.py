@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 
 from pallas_frontend import backend_api
@@ -167,7 +168,12 @@ def _interpreter_effects() -> frozenset:
             o_ref[...] = x_ref[...]
         probe = pl.pallas_call(copy, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
                                interpret=pltpu.InterpretParams())
-        _INTERPRET_EFFECTS = frozenset(jax.make_jaxpr(probe)(jax.ShapeDtypeStruct((8, 128), jnp.float32)).effects)
+        x = jax.ShapeDtypeStruct((8, 128), jnp.float32)
+        # traced in a thread of its own: JAX's tracing context is per thread, and the
+        # first kernel may be traced inside a shard_map, whose check_vma would refuse
+        # the probe's out_shape (it has no manual axes)
+        with concurrent.futures.ThreadPoolExecutor(1) as clean:
+            _INTERPRET_EFFECTS = frozenset(clean.submit(jax.make_jaxpr(probe), x).result().effects)
     return _INTERPRET_EFFECTS
 
 

@@ -206,7 +206,11 @@ class AliasPadding:
         """``pallas_call``'s out_shape with each such output padded."""
         shapes = list(shapes)
         for (_, o), padded in self.shapes.items():
-            shapes[o] = jax.ShapeDtypeStruct(padded, shapes[o].dtype)
+            s = shapes[o]
+            # only the shape changes (a shard_map output keeps its manual axes)
+            mat = getattr(s, "manual_axis_type", None)
+            kw = {"manual_axis_type": mat} if mat is not None else {}
+            shapes[o] = jax.ShapeDtypeStruct(padded, s.dtype, **kw)
         return shapes
 
     def pad_inputs(self, operands: list, uninitialized: str) -> list:

@@ -160,7 +160,10 @@ def _kernel_body(kernel: KernelIR, interpreting: bool, prng_state: bool, core_ax
             refs = tuple(key_operands.KeyRefView(r, m.dtype)
                          if m is not None and key_operands.is_key(m.dtype) else r
                          for r, m in zip(refs, _ref_mappings(kernel, len(refs))))
-        with kernel_globals.binding(kernel, refs[n_own:]):
+        # jax_enable_checks: the frontend checked this jaxpr when it traced it, and
+        # JAX checks the whole replayed kernel when this body returns; checking each
+        # loop and branch as the replay builds it cost ours 4x JAX's trace time
+        with kernel_globals.binding(kernel, refs[n_own:]), jax.enable_checks(False):
             if not interpreting:
                 evaluate.eval_jaxpr(jaxpr, jaxpr.consts, *ids, *refs[:n_own])
                 return

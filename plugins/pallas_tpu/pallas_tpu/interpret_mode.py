@@ -34,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import pallas_frontend as pf
 from pallas_frontend.backend_api import KernelIR
 
 from pallas_tpu import key_operands
@@ -190,7 +189,8 @@ class AliasPadding:
             if key_operands.is_key(m.dtype):   # passed as key data: other trailing dims
                 continue
             # JAX's interpreter pads each dim to a multiple of its block's size
-            sizes = [1 if isinstance(d, pf.Squeezed) else d.block_size for d in m.block_dims]
+            # (a Squeezed dim's block_size is 1)
+            sizes = [d.block_size for d in m.block_dims]
             if not all(isinstance(n, int) for n in (*sizes, *m.array_shape)):
                 continue
             padded = tuple(-(-n // b) * b for n, b in zip(m.array_shape, sizes))

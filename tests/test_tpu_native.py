@@ -298,6 +298,7 @@ def test_a_counts_only_rerun_after_listed_outcomes_replaces_them(tmp_path):
     merged = tpu_native.merge(folders)["runs"]["ours/a_test.py"]
     assert (merged["passed"], merged["failed"], merged["skipped"]) == (2, 0, 0)
     assert merged["not_passed"] == {} and "outcomes" not in merged
+    assert merged["known"] == {"C::a": "passed"}     # b's listed outcome is stale now
 
 
 def test_shipped_kernel_runs_before_pf_jax_ops_count_as_jaxs(tmp_path):

@@ -384,7 +384,9 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
     return dict(earlier, passed=earlier["passed"] - passed_before - before.count("passed")
                 + rerun["passed"], failed=len(not_passed),
                 skipped=earlier["skipped"] - before.count("skipped") + rerun["skipped"],
-                not_passed=not_passed, known=known | listed,
+                # a test re-run without a listed outcome is no longer known
+                not_passed=not_passed,
+                known={t: o for t, o in known.items() if t not in replaced} | listed,
                 new_tests=earlier.get("new_tests", []) + rerun.get("new_tests", []),
                 note=(earlier["note"] + reached_later + f"; {len(selected)} re-run later: "
                       f"{fixed} no longer fail ({rerun['skipped']} of them skip), "

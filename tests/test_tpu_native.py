@@ -35,6 +35,31 @@ def test_lost_tests_are_those_jax_did_not_fail():
     assert tpu_native._lost(None, RECORD["runs"]["ours/b_test.py"]) is None
 
 
+def test_a_failure_counts_as_lost_only_where_jax_passed_or_may_have_passed_the_test():
+    # 2026-12-07: a chip run of ours timed out on a gmm test JAX had never reached,
+    # and the table called it "passing under JAX, not under ours"
+    ours = _run(0, 4, 0, ["ours-f::C::jax_passed", "ours-f::C::jax_skipped",
+                          "ours-f::C::jax_failed", "ours-f::C::never_run_by_jax"])
+    listed = dict(_run(1, 1, 1, ["jax-f::C::jax_failed"]),
+                  outcomes={"C::jax_passed": "passed", "C::jax_skipped": "skipped",
+                            "C::jax_failed": "failed"})
+    # a merged run whose counts all belong to the tests it names
+    known = dict(_run(1, 1, 1, ["jax-f::C::jax_failed"]), known=listed["outcomes"])
+    for theirs in (listed, known):
+        assert list(tpu_native._lost(theirs, ours)) == ["ours-f::C::jax_passed"]
+        assert list(tpu_native._unmatched(theirs, ours)) == ["ours-f::C::jax_skipped",
+                                                              "ours-f::C::never_run_by_jax"]
+    # counts beyond the named tests: any test it did not fail may have passed there
+    partly_known = dict(known, passed=5)
+    assert sorted(tpu_native._lost(partly_known, ours)) == [
+        "ours-f::C::jax_passed", "ours-f::C::never_run_by_jax"]
+    record = dict(RECORD, runs={"jax/f.py": listed, "ours/f.py": ours})
+    text = tpu_native.render(record)
+    assert "| f.py | 1/1/1 | 0/4/0 | 1 |" in text
+    assert text.index("`ours-f::C::jax_passed`") < text.index("JAX's runs skipped or have not")
+    assert text.index("JAX's runs skipped") < text.index("`ours-f::C::never_run_by_jax`")
+
+
 def test_the_table_states_versions_counts_and_losses():
     text = tpu_native.render(RECORD)
     assert "TPU v5 lite" in text and "jax 0.10.2" in text and "libtpu 0.0.42.1" in text

@@ -465,7 +465,7 @@ def render(record: dict) -> str:
     if names:
         lines += ["| JAX's file | JAX on v5e (p/f/s) | ours on v5e (p/f/s) | "
                   "passing under JAX, not under ours |", "|---|---|---|---|"]
-        lost_rows = []
+        lost_rows, unmatched_rows = [], []
         for name in names:
             theirs, ours = runs.get(f"jax/{name}"), runs.get(f"ours/{name}")
             total = record.get("tests", {}).get(name)
@@ -480,9 +480,14 @@ def render(record: dict) -> str:
             lines.append(f"| {name} | {theirs_cell} | {cell(ours)} | "
                          f"{'–' if lost is None else len(lost)} |")
             lost_rows += [f"- `{t}`: {why}" for t, why in (lost or {}).items()]
+            unmatched_rows += [f"- `{t}`: {why}" for t, why in _unmatched(theirs, ours).items()]
         lines.append("")
         if lost_rows:
             lines += ["Tests that pass under JAX on the chip and not under ours:", ""] + lost_rows
+        if unmatched_rows:
+            lines += [""] * bool(lost_rows) + [
+                "Tests that fail under ours and that JAX's runs skipped or have not reached:",
+                ""] + unmatched_rows
     return "\n".join(lines)
 
 
@@ -503,12 +508,34 @@ def _scope(run_: dict, total: int | None = None) -> str:
 
 
 def _lost(theirs, ours):
-    """Tests failed under ours whose JAX run did not fail them (None: a side missing)."""
+    """Tests failed under ours that JAX's runs passed (None: a side missing). A JAX
+    run that counted its tests without listing them all is taken to have passed
+    each test it did not fail: that errs toward reporting a loss."""
     if theirs is None or ours is None:
         return None
-    failed_theirs = {_test_of(t) for t in theirs["not_passed"]}
     return {t: why for t, why in ours["not_passed"].items()
-            if _test_of(t) not in failed_theirs}
+            if _jax_outcome(theirs, _test_of(t)) in ("passed", "unlisted")}
+
+
+def _unmatched(theirs, ours) -> dict:
+    """Tests failed under ours that JAX's runs skipped or never reached: no claim
+    either way until JAX's side runs them."""
+    if theirs is None or ours is None:
+        return {}
+    return {t: why for t, why in ours["not_passed"].items()
+            if _jax_outcome(theirs, _test_of(t)) in ("skipped", None)}
+
+
+def _jax_outcome(run_: dict, test: str) -> str | None:
+    """``test``'s outcome in a merged JAX run: its listed outcome, "failed",
+    "unlisted" (reached, passed or skipped, by counts alone) or None (not reached)."""
+    listed = run_.get("outcomes") or run_.get("known") or {}
+    if test in listed:
+        return listed[test]
+    if test in {_test_of(t) for t in run_["not_passed"]}:
+        return "failed"
+    reached = run_["passed"] + run_["failed"] + run_["skipped"]
+    return None if "outcomes" in run_ or len(listed) >= reached else "unlisted"
 
 
 def write(text: str, path: Path = DOC) -> None:

@@ -379,33 +379,45 @@ def test_a_file_is_marked_partly_run_until_every_test_it_has_was_reached(tmp_pat
     assert "| 3/0/0 |" in ours_cell([first, rest])
 
 
-STOP_DRIVER = '''
-import json, os, sys
+# run_logged on stop_test.py with the file limit argv[3]; with argv[4] == "late", a
+# SIGTERM lands after the wait on pytest has ended, while the tool reads its log
+STOP_DRIVER = """
+import json, os, signal, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 import jax_suite
 jax_suite.stop_on_sigterm()
+if sys.argv[4] == "late":
+    read = jax_suite.read_outcome_log
+
+    def read_after_a_sigterm(log, results):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return read(log, results)
+    jax_suite.read_outcome_log = read_after_a_sigterm
 here = Path(sys.argv[1])
 results, note, seconds = jax_suite.run_logged(["stop_test.py"], here, dict(os.environ),
-                                              here / "log", 300)
-print(json.dumps({"results": results, "note": note, "seconds": seconds,
-                  "stopped": jax_suite.stop_requested()}))
-'''
+                                              here / "log", float(sys.argv[3]))
+print(json.dumps({"results": results, "note": note, "stopped": jax_suite.stop_requested()}))
+"""
+
+
+def _stop_driver(tmp_path, limit: float, when: str) -> list[str]:
+    (tmp_path / "stop_test.py").write_text(
+        "import time\ndef test_first(): pass\ndef test_second(): time.sleep(120)\n")
+    (tmp_path / "driver.py").write_text(STOP_DRIVER)
+    return [sys.executable, str(tmp_path / "driver.py"), str(tmp_path), str(ROOT / "tools"),
+            str(limit), when]
 
 
 def test_a_sigterm_cuts_the_file_under_way_and_keeps_what_it_ran(tmp_path):
     # a device command's `timeout` ended the tool before it wrote its record
     # (2026-12-07): 667 outcomes of a chip run stood only in the per-test log
     import json
-    import os
     import signal
     import subprocess
     import time
-    (tmp_path / "stop_test.py").write_text(
-        "import time\ndef test_first(): pass\ndef test_second(): time.sleep(120)\n")
-    (tmp_path / "driver.py").write_text(STOP_DRIVER)
-    driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(tmp_path),
-                               str(ROOT / "tools")], stdout=subprocess.PIPE, text=True)
+    driver = subprocess.Popen(_stop_driver(tmp_path, 300, "during"), stdout=subprocess.PIPE,
+                              text=True)
     log, start = tmp_path / "log.jsonl", time.monotonic()
     while '"test_second", "outcome": "started"' not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() - start < 60 and driver.poll() is None
@@ -418,35 +430,13 @@ def test_a_sigterm_cuts_the_file_under_way_and_keeps_what_it_ran(tmp_path):
     assert time.monotonic() - start < 60            # not the 120 s test's end
 
 
-LATE_STOP_DRIVER = """
-import json, os, signal, sys
-from pathlib import Path
-sys.path.insert(0, sys.argv[2])
-import jax_suite
-jax_suite.stop_on_sigterm()
-read = jax_suite.read_outcome_log
-
-def read_after_a_sigterm(log, results):   # the SIGTERM lands after the wait has ended
-    os.kill(os.getpid(), signal.SIGTERM)
-    return read(log, results)
-jax_suite.read_outcome_log = read_after_a_sigterm
-here = Path(sys.argv[1])
-results, note, seconds = jax_suite.run_logged(["stop_test.py"], here, dict(os.environ),
-                                              here / "log", 3)
-print(json.dumps({"results": results, "note": note, "stopped": jax_suite.stop_requested()}))
-"""
-
-
 def test_a_sigterm_outside_the_wait_loses_nothing_the_run_logged(tmp_path):
     # 2026-12-07: `timeout` sent its SIGTERM while the tool handled the file's own
     # limit; Stopped, raised there, skipped the record of 124 chip outcomes
     import json
     import subprocess
-    (tmp_path / "stop_test.py").write_text(
-        "import time\ndef test_first(): pass\ndef test_second(): time.sleep(120)\n")
-    (tmp_path / "driver.py").write_text(LATE_STOP_DRIVER)
-    out = subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(tmp_path),
-                          str(ROOT / "tools")], capture_output=True, text=True, timeout=90)
+    out = subprocess.run(_stop_driver(tmp_path, 3, "late"), capture_output=True, text=True,
+                         timeout=90)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert got["results"]["test_first"] == ["passed", ""]

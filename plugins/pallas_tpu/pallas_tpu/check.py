@@ -35,10 +35,6 @@ CHIP_CHECKS_OFF = ("TPU interpret mode refuses what the chip would; to run it in
                    "chip_checks=False) or set PALLAS_TPU_CHIP_CHECKS=0.")
 
 
-def _dim_size(d) -> int:
-    return 1 if isinstance(d, pf.Squeezed) else d.block_size
-
-
 def _shown(dims) -> tuple:
     return tuple(None if isinstance(d, pf.Squeezed) else d.block_size for d in dims)
 
@@ -67,7 +63,7 @@ def narrow_rows_problem(m: BlockMapping) -> str | None:
     if bits >= 16:
         return None
     tile = SUBLANES * (32 // bits)
-    rows, full = _dim_size(dims[-2]), shape[-2]
+    rows, full = dims[-2].block_size, shape[-2]
     if full % tile or not rows % tile or rows == full:
         return None
     return (f"a {np.dtype(m.dtype).name} block in an array whose dim {len(dims) - 2} "
@@ -94,17 +90,17 @@ def block_shape_problem(m: BlockMapping) -> str | None:
     dims, shape = m.block_dims, m.array_shape
     if len(dims) >= 2:
         bad = [(axis, unit) for axis, unit in ((-2, SUBLANES), (-1, LANES))
-               if _dim_size(dims[axis]) % unit and _dim_size(dims[axis]) != shape[axis]]
+               if dims[axis].block_size % unit and dims[axis].block_size != shape[axis]]
         if not bad:
             return None
-        which = ", ".join(f"dim {len(dims) + a} is {_dim_size(dims[a])} of {shape[a]}"
+        which = ", ".join(f"dim {len(dims) + a} is {dims[a].block_size} of {shape[a]}"
                           for a, _ in bad)
         return (f"the last two dimensions of a block must be divisible by {SUBLANES} and "
                 f"{LANES} respectively, or equal to the array's ({which}). Pick multiples "
                 f"of ({SUBLANES}, {LANES}), the full dims, a leading squeezed dim (None) "
                 "instead of a 1-sized trailing one, or memory_space=pallas_tpu.ANY and "
                 "copy by hand")
-    size, full = _dim_size(dims[0]), shape[0]
+    size, full = dims[0].block_size, shape[0]
     bits = _bits(m.dtype)
     min_tiling = LANES * max(1, 32 // bits)
     chunk = RANK1_CHUNK

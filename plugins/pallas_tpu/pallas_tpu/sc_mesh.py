@@ -100,38 +100,11 @@ def _check_count(mesh: str, field: str, value, limit: int, what: str):
                          f"pass {field}<={limit}.")
 
 
-def _sc_params(user: CompilerParams | None, kernel_type: CoreType, semantics) -> CompilerParams:
-    if user is None:
-        return CompilerParams(dimension_semantics=semantics, kernel_type=kernel_type)
-    if not isinstance(user, CompilerParams):
-        raise TypeError(f"A SparseCore kernel takes pallas_tpu.CompilerParams, got "
-                        f"{type(user).__qualname__}; pass pallas_tpu.CompilerParams(...).")
-    if user.dimension_semantics is not None:
-        raise NotImplementedError(
-            "pltpu.CompilerParams(dimension_semantics=) does not apply to a SparseCore mesh "
-            "kernel (its axes are core- and subcore-parallel); drop it.")
-    return user.replace(kernel_type=kernel_type, dimension_semantics=semantics)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ScalarSubcoreMesh:
-    """The scalar subcores: one program per SparseCore, along ``axis_name``."""
-    axis_name: str
-    num_cores: int = dataclasses.field(default_factory=lambda: get_sparse_core_info().num_cores)
-
-    def __post_init__(self):
-        if not isinstance(self.axis_name, str):
-            raise TypeError(f"ScalarSubcoreMesh: axis_name must be a str, got {self.axis_name!r}")
-        _check_count("ScalarSubcoreMesh", "num_cores", self.num_cores,
-                     get_sparse_core_info().num_cores, "SparseCores")
-
-    core_type = property(lambda self: CoreType.SC_SCALAR_SUBCORE)
+class _SparseCoreMesh:
+    """What both SparseCore meshes share: the params a kernel over them gets,
+    read off the mesh's ``core_type`` and ``dimension_semantics``, and operand
+    spaces."""
     default_memory_space = property(lambda self: MemorySpace.HBM)
-    shape = property(lambda self: OrderedDict({self.axis_name: self.num_cores}))
-    size = property(lambda self: self.num_cores)
-    dimension_semantics = property(lambda self: [CORE_PARALLEL])
-    supported_memory_spaces = property(
-        lambda self: [MemorySpace.VMEM_SHARED, MemorySpace.SMEM, MemorySpace.SEMAPHORE])
 
     @property
     def compiler_params(self) -> CompilerParams:
@@ -143,13 +116,43 @@ class ScalarSubcoreMesh:
         constrained one; None: ``default_memory_space`` (HBM)."""
         return spaces.operand_space(aval)
 
-    def complete_compiler_params(self, params):
+    def complete_compiler_params(self, user: CompilerParams | None) -> CompilerParams:
         """The user's params with this mesh's kernel type and axis semantics."""
-        return _sc_params(params, CoreType.SC_SCALAR_SUBCORE, (CORE_PARALLEL,))
+        semantics = tuple(self.dimension_semantics)
+        if user is None:
+            return CompilerParams(dimension_semantics=semantics, kernel_type=self.core_type)
+        if not isinstance(user, CompilerParams):
+            raise TypeError(f"A SparseCore kernel takes pallas_tpu.CompilerParams, got "
+                            f"{type(user).__qualname__}; pass pallas_tpu.CompilerParams(...).")
+        if user.dimension_semantics is not None:
+            raise NotImplementedError(
+                "pltpu.CompilerParams(dimension_semantics=) does not apply to a SparseCore "
+                "mesh kernel (its axes are core- and subcore-parallel); drop it.")
+        return user.replace(kernel_type=self.core_type, dimension_semantics=semantics)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VectorSubcoreMesh:
+class ScalarSubcoreMesh(_SparseCoreMesh):
+    """The scalar subcores: one program per SparseCore, along ``axis_name``."""
+    axis_name: str
+    num_cores: int = dataclasses.field(default_factory=lambda: get_sparse_core_info().num_cores)
+
+    def __post_init__(self):
+        if not isinstance(self.axis_name, str):
+            raise TypeError(f"ScalarSubcoreMesh: axis_name must be a str, got {self.axis_name!r}")
+        _check_count("ScalarSubcoreMesh", "num_cores", self.num_cores,
+                     get_sparse_core_info().num_cores, "SparseCores")
+
+    core_type = property(lambda self: CoreType.SC_SCALAR_SUBCORE)
+    shape = property(lambda self: OrderedDict({self.axis_name: self.num_cores}))
+    size = property(lambda self: self.num_cores)
+    dimension_semantics = property(lambda self: [CORE_PARALLEL])
+    supported_memory_spaces = property(
+        lambda self: [MemorySpace.VMEM_SHARED, MemorySpace.SMEM, MemorySpace.SEMAPHORE])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VectorSubcoreMesh(_SparseCoreMesh):
     """The vector subcores: ``num_cores`` x ``num_subcores`` programs, along
     ``core_axis_name`` and ``subcore_axis_name``."""
     core_axis_name: str
@@ -173,28 +176,12 @@ class VectorSubcoreMesh:
                      "subcores per SparseCore")
 
     core_type = property(lambda self: CoreType.SC_VECTOR_SUBCORE)
-    default_memory_space = property(lambda self: MemorySpace.HBM)
     shape = property(lambda self: OrderedDict({self.core_axis_name: self.num_cores,
                                                self.subcore_axis_name: self.num_subcores}))
     size = property(lambda self: self.num_cores * self.num_subcores)
     dimension_semantics = property(lambda self: [CORE_PARALLEL, SUBCORE_PARALLEL])
     supported_memory_spaces = property(lambda self: [
         MemorySpace.VMEM, MemorySpace.VMEM_SHARED, MemorySpace.SMEM, MemorySpace.SEMAPHORE])
-
-    @property
-    def compiler_params(self) -> CompilerParams:
-        """What a kernel over this mesh gets without params of its own."""
-        return self.complete_compiler_params(None)
-
-    def operand_memory_space(self, aval):
-        """A Ref's own space (a semaphore, an SMEM index Ref), or an array's
-        constrained one; None: ``default_memory_space`` (HBM)."""
-        return spaces.operand_space(aval)
-
-    def complete_compiler_params(self, params):
-        """The user's params with this mesh's kernel type and axis semantics."""
-        return _sc_params(params, CoreType.SC_VECTOR_SUBCORE,
-                          (CORE_PARALLEL, SUBCORE_PARALLEL))
 
 
 @jax.tree_util.register_dataclass

@@ -313,6 +313,12 @@ def _side_that_ran(key: str, run_: dict, through_ours: bool) -> tuple[str, dict]
     return key, run_
 
 
+def _listed(run_: dict) -> dict:
+    """{``Class::test``: outcome} a merged run names: its own ``outcomes``, or,
+    once a counts-only re-run merged in, the ``known`` ones (never both)."""
+    return run_.get("outcomes") or run_.get("known") or {}
+
+
 def _test_of(test_id: str) -> str:
     """``Class::test`` of an id that starts with a file's or a JUnit report's name."""
     return test_id.split("::", 1)[1]
@@ -354,7 +360,7 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
     run reached (``new_tests``) is added to the counts; any other selected test
     is a re-run, taken to have passed or failed before, not skipped: a re-run
     picks failures."""
-    known = earlier.get("known", earlier.get("outcomes", {}))
+    known = _listed(earlier)
     # the tests the re-run reached (a selected class is its tests), where it lists them
     listed = rerun.get("outcomes", {})
     selected = set(listed) if listed else {_test_of(s) for s in rerun["selected"]}
@@ -428,7 +434,7 @@ def pending_ids(folders, pack_dir: Path, files, side: str = "ours") -> list[str]
     for name in files:
         tests = collected_tests(folder, name, side)
         run_ = runs.get(f"{side}/{name}", {})
-        reached = set(run_.get("outcomes") or run_.get("known", ()))
+        reached = set(_listed(run_))
         if "outcomes" not in run_ and run_ and "selected" not in run_:
             # a cut whole-file run reached its first tests; later runs listed theirs
             unlisted = run_["passed"] + run_["failed"] + run_["skipped"] - len(reached)
@@ -529,7 +535,7 @@ def _unmatched(theirs, ours) -> dict:
 def _jax_outcome(run_: dict, test: str) -> str | None:
     """``test``'s outcome in a merged JAX run: its listed outcome, "failed",
     "unlisted" (reached, passed or skipped, by counts alone) or None (not reached)."""
-    listed = run_.get("outcomes") or run_.get("known") or {}
+    listed = _listed(run_)
     if test in listed:
         return listed[test]
     if test in {_test_of(t) for t in run_["not_passed"]}:

@@ -69,6 +69,18 @@ def test_the_table_states_versions_counts_and_losses():
     assert "`ours-a_test::C::lost_one`" in text and "both_fail`" not in text
 
 
+def test_failure_messages_on_the_page_name_no_host_path():
+    # the chip host's checkout path reached docs/jax-suite.md inside error messages
+    ours = _run(0, 1, 0)
+    ours["not_passed"] = {"ours-f::C::t": "BlockIndexError: Kernel k at /srv/ci/repo/"
+                          ".tpu-native/suite/ours/f.py:12: out of range (index_map at "
+                          "/srv/ci/repo"}
+    jax = dict(_run(1, 0, 0), outcomes={"C::t": "passed"})
+    text = tpu_native.render(dict(RECORD, runs={"jax/f.py": jax, "ours/f.py": ours}))
+    assert "/srv/ci" not in text
+    assert "Kernel k at .tpu-native/suite/ours/f.py:12: out of range" in text
+
+
 def test_the_native_section_survives_a_rewrite_of_the_cpu_tables(tmp_path):
     page = tmp_path / "jax-suite.md"
     page.write_text("# JAX's suite\n\nold CPU tables\n")

@@ -59,6 +59,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -485,8 +486,9 @@ def render(record: dict) -> str:
                                else f"{theirs_cell} ({mark})")
             lines.append(f"| {name} | {theirs_cell} | {cell(ours)} | "
                          f"{'–' if lost is None else len(lost)} |")
-            lost_rows += [f"- `{t}`: {why}" for t, why in (lost or {}).items()]
-            unmatched_rows += [f"- `{t}`: {why}" for t, why in _unmatched(theirs, ours).items()]
+            lost_rows += [f"- `{t}`: {_without_checkout(why)}" for t, why in (lost or {}).items()]
+            unmatched_rows += [f"- `{t}`: {_without_checkout(why)}"
+                               for t, why in _unmatched(theirs, ours).items()]
         lines.append("")
         if lost_rows:
             lines += ["Tests that pass under JAX on the chip and not under ours:", ""] + lost_rows
@@ -495,6 +497,16 @@ def render(record: dict) -> str:
                 "Tests that fail under ours and that JAX's runs skipped or have not reached:",
                 ""] + unmatched_rows
     return "\n".join(lines)
+
+
+def _without_checkout(why: str) -> str:
+    """A failure's message without the chip host's checkout path (the page
+    names no machine's paths): paths into the pack become relative to it."""
+    found = re.search(r"(/[^\s:()'\"]+?)/\.tpu-native/", why)
+    if not found:
+        return why
+    root = found.group(1)
+    return why.replace(root + "/", "").replace(root, "<checkout>")
 
 
 def _scope(run_: dict, total: int | None = None) -> str:

@@ -5,7 +5,7 @@ Each records in the kernel jaxpr what the user asked for; Ref operands may be
 views (``ref.at[...]``), flattened as pytrees with the tree as a static param,
 as in ``primitives.py``. Their meaning on CPU is ``sc_interpret``'s; the
 SparseCore lowering maps each onto JAX's primitive of the same name (see
-/work/notes/sc.md and the table ``JAX_EQUIVALENT``).
+docs/sparsecore.md and the table ``JAX_EQUIVALENT``).
 
 Semantics (from JAX's SparseCore lowering; the CPU model implements these):
 - ``load_expanded(ref, mask=m)``: lane ``i`` with ``m[i]`` gets

@@ -391,8 +391,8 @@ def _rerun(earlier: dict, rerun: dict) -> dict:
     return dict(earlier, passed=earlier["passed"] - passed_before - before.count("passed")
                 + rerun["passed"], failed=len(not_passed),
                 skipped=earlier["skipped"] - before.count("skipped") + rerun["skipped"],
-                # a test re-run without a listed outcome is no longer known
                 not_passed=not_passed,
+                # a test re-run without a listed outcome is no longer known
                 known={t: o for t, o in known.items() if t not in replaced} | listed,
                 new_tests=earlier.get("new_tests", []) + rerun.get("new_tests", []),
                 note=(earlier["note"] + reached_later + f"; {len(selected)} re-run later: "
@@ -531,8 +531,7 @@ def _lost(theirs, ours):
     each test it did not fail: that errs toward reporting a loss."""
     if theirs is None or ours is None:
         return None
-    return {t: why for t, why in ours["not_passed"].items()
-            if _jax_outcome(theirs, _test_of(t)) in ("passed", "unlisted")}
+    return _ours_failed_where(theirs, ours, ("passed", "unlisted"))
 
 
 def _unmatched(theirs, ours) -> dict:
@@ -540,8 +539,13 @@ def _unmatched(theirs, ours) -> dict:
     either way until JAX's side runs them."""
     if theirs is None or ours is None:
         return {}
+    return _ours_failed_where(theirs, ours, ("skipped", None))
+
+
+def _ours_failed_where(theirs: dict, ours: dict, jax_outcomes: tuple) -> dict:
+    """{id: why} of ours' failures whose outcome under JAX is one of ``jax_outcomes``."""
     return {t: why for t, why in ours["not_passed"].items()
-            if _jax_outcome(theirs, _test_of(t)) in ("skipped", None)}
+            if _jax_outcome(theirs, _test_of(t)) in jax_outcomes}
 
 
 def _jax_outcome(run_: dict, test: str) -> str | None:

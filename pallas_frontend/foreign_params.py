@@ -8,12 +8,11 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from pallas_frontend import registry
+from pallas_frontend import params_fields, registry
 
 
 def _adopt_one(obj: Any) -> Any:
-    module = type(obj).__module__ or ""
-    if not (module.startswith("jax.") and "pallas" in module):
+    if not params_fields.is_jax_pallas_object(obj):
         return obj          # ours, a bool or None: nothing to adopt (and no plugin loaded)
     for b in registry.backends().values():
         hook = getattr(b, "adopt_foreign_params", None)     # absent before API 1.7

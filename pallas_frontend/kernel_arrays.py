@@ -2,7 +2,7 @@
 
 Re-exported by the contract (``backend_api``), so that a backend can write its
 own schedule (which grid points run where, how blocks move) without touching
-Refs, the frontend's memory spaces or any ``jax._src`` module:
+Refs, the frontend's memory spaces or JAX's internals:
 
 - ``kernel_body_fn(kernel)``: the body as a pure function of block arrays;
 - ``block_window(mapping, *grid_ids)``: where a block sits at a grid point;

@@ -10,7 +10,7 @@ import dataclasses
 import types
 import typing
 
-from pallas_frontend import install_hints
+from pallas_frontend import _jax_compat as jc, install_hints
 
 
 def check_params_fields(params) -> None:
@@ -37,12 +37,10 @@ def check_params_fields(params) -> None:
                 f"({type(value).__name__}).")
 
 
-# JAX's own Pallas params types live in these jax modules; ours in these plugins.
-_JAX_PALLAS_HOMES = (
-    ("jax._src.pallas.mosaic_gpu", "jax.experimental.pallas.mosaic_gpu", "pallas_mgpu", "mgpu"),
-    ("jax._src.pallas.mosaic", "jax.experimental.pallas.tpu", "pallas_tpu", "tpu"),
-    ("jax._src.pallas.triton", "jax.experimental.pallas.triton", "pallas_triton", "triton"),
-)
+def is_jax_pallas_object(obj) -> bool:
+    """Whether ``obj`` is of a type of JAX's own Pallas (``jax.experimental.pallas``)."""
+    module = type(obj).__module__ or ""
+    return module.startswith("jax.") and "pallas" in module
 
 
 def check_params_objects(interpret, compiler_params) -> None:
@@ -57,8 +55,10 @@ def check_params_objects(interpret, compiler_params) -> None:
             "choose a backend, or a backend's interpret-params object such as "
             "pallas_tpu.InterpretParams().")
     for what, obj in (("interpret", interpret), ("compiler_params", compiler_params)):
-        module = type(obj).__module__ or ""
-        for jax_module, public, ours, extra in _JAX_PALLAS_HOMES:
+        if not is_jax_pallas_object(obj):
+            continue
+        module = type(obj).__module__
+        for jax_module, public, ours, extra in jc.JAX_PALLAS_PARAMS_HOMES:
             if module.startswith(jax_module):
                 name = type(obj).__name__
                 raise TypeError(
@@ -67,7 +67,6 @@ def check_params_objects(interpret, compiler_params) -> None:
                     f"(the same fields where it supports them; install it with "
                     f"{install_hints.install_command(f'pallas-{extra}')})"
                     f"{' or interpret=True' if what == 'interpret' else ''}.")
-        if module.startswith("jax.") and "pallas" in module:
-            raise TypeError(f"{what}={type(obj).__name__}(...) is a jax.experimental.pallas "
-                            "object; pallas_frontend takes its own backends' params types "
-                            "(e.g. pallas_triton.CompilerParams, pallas_tpu.InterpretParams).")
+        raise TypeError(f"{what}={type(obj).__name__}(...) is a jax.experimental.pallas "
+                        "object; pallas_frontend takes its own backends' params types "
+                        "(e.g. pallas_triton.CompilerParams, pallas_tpu.InterpretParams).")

@@ -1,4 +1,4 @@
-"""Pinned buffers (``pin(x)`` of ``jax._src.state.primitives``) as kernel operands.
+"""Pinned buffers (JAX's state primitive ``pin(x)``) as kernel operands.
 
 A pinned buffer is updated in place: a kernel that takes one must alias it
 to an output, and that output is the pinned buffer again (its type, not a

@@ -22,6 +22,12 @@ from pallas_frontend.backend_api import RunGate
 _INTERPRET_FIELDS_SINCE = {"on_race": "0.12"}
 
 
+def is_jax_tpu_pallas_object(obj) -> bool:
+    """Whether ``obj`` is of a type of JAX's own TPU Pallas, told by the private
+    module its type lives in, without importing ``jax.experimental.pallas.tpu``."""
+    return (type(obj).__module__ or "").startswith("jax._src.pallas.mosaic.")
+
+
 def jax_version() -> str:
     import jax
     return jax.__version__

@@ -187,7 +187,7 @@ class InterpretParams:
     def from_jax(cls, params) -> InterpretParams | None:
         """JAX's own ``pltpu.InterpretParams`` (code written for JAX passes it;
         the fields are the same) as ours; None for any other object."""
-        if not (type(params).__module__ or "").startswith("jax._src.pallas.mosaic."):
+        if not _jax_private.is_jax_tpu_pallas_object(params):
             return None     # not JAX's TPU Pallas: no need to import it
         from jax.experimental.pallas import tpu as pltpu
         if not isinstance(params, pltpu.InterpretParams):

@@ -48,7 +48,7 @@ scatter_p = kernel_primitive("sc_scatter", owner=OWNER, multiple_results=True)
 fetch_and_add_p = kernel_primitive("sc_fetch_and_add", owner=OWNER)
 barrier_p = kernel_primitive("sc_subcore_barrier", owner=OWNER, multiple_results=True)
 
-# Ours' primitive -> JAX's (jax._src.pallas.mosaic.sc_primitives), for the rebuild.
+# Ours' primitive -> JAX's SparseCore primitive of Mosaic Pallas, for the rebuild.
 JAX_EQUIVALENT = {
     "sc_load_expanded": "load_p (has_mask=True): plsc.load_expanded",
     "sc_store": "swap_p (add, compress, has_mask): store_compressed / addupdate / "

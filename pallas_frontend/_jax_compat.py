@@ -41,14 +41,6 @@ ShapedArray = core.ShapedArray
 AbstractLinVal = state_types.AbstractLinVal
 Tracer = core.Tracer
 
-# The private modules that define JAX's own Pallas params types, each with the
-# public module users import them from, our plugin for the same, and its extra.
-JAX_PALLAS_PARAMS_HOMES = (
-    ("jax._src.pallas.mosaic_gpu", "jax.experimental.pallas.mosaic_gpu", "pallas_mgpu", "mgpu"),
-    ("jax._src.pallas.mosaic", "jax.experimental.pallas.tpu", "pallas_tpu", "tpu"),
-    ("jax._src.pallas.triton", "jax.experimental.pallas.triton", "pallas_triton", "triton"),
-)
-
 
 def kernel_aval(shape, dtype) -> core.ShapedArray:
     """A kernel's block, scratch or grid-index type, on the context mesh (replicated),

@@ -10,7 +10,7 @@ import dataclasses
 import types
 import typing
 
-from pallas_frontend import _jax_compat as jc, install_hints
+from pallas_frontend import install_hints
 
 
 def check_params_fields(params) -> None:
@@ -37,6 +37,15 @@ def check_params_fields(params) -> None:
                 f"({type(value).__name__}).")
 
 
+# JAX's own Pallas params types live in these jax modules; ours in these plugins.
+# (Names, not imports: the frontend's _jax_compat is at its size bound.)
+_JAX_PALLAS_HOMES = (
+    ("jax._src.pallas.mosaic_gpu", "jax.experimental.pallas.mosaic_gpu", "pallas_mgpu", "mgpu"),
+    ("jax._src.pallas.mosaic", "jax.experimental.pallas.tpu", "pallas_tpu", "tpu"),
+    ("jax._src.pallas.triton", "jax.experimental.pallas.triton", "pallas_triton", "triton"),
+)
+
+
 def is_jax_pallas_object(obj) -> bool:
     """Whether ``obj`` is of a type of JAX's own Pallas (``jax.experimental.pallas``)."""
     module = type(obj).__module__ or ""
@@ -58,7 +67,7 @@ def check_params_objects(interpret, compiler_params) -> None:
         if not is_jax_pallas_object(obj):
             continue
         module = type(obj).__module__
-        for jax_module, public, ours, extra in jc.JAX_PALLAS_PARAMS_HOMES:
+        for jax_module, public, ours, extra in _JAX_PALLAS_HOMES:
             if module.startswith(jax_module):
                 name = type(obj).__name__
                 raise TypeError(
